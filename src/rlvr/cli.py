@@ -1,0 +1,67 @@
+"""Command line: ``rlvr train [--config FILE.yaml] [key=value ...]``. Thin: parsing and printing only."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from rlvr import __version__
+from rlvr.config import SECTIONS, field_help, load_config
+
+
+def _train_help() -> str:
+    lines = ["options (key=value; defaults shown; `algo` presets change some of them):"]
+    current = None
+    for section, name, default, text in field_help():
+        if section != current:
+            lines.append(f"\n  [{section}]")
+            current = section
+        lines.append(f"    {name} = {default!r}\n        {text}")
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rlvr", description="RL from verifiable rewards: GRPO, DaGRPO, TA-GRPO.")
+    parser.add_argument("--version", action="version", version=f"rlvr {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    train = sub.add_parser(
+        "train",
+        help="train a policy",
+        description="Train a policy. Examples:\n  rlvr train\n"
+        "  rlvr train model=tiny-random data=rg:basic_arithmetic max_steps=3 output_dir=runs/smoke\n"
+        "  rlvr train --config my.yaml beta=0.04",
+        epilog=_train_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    train.add_argument("--config", help="YAML file of options (flat, or nested by section: " + ", ".join(SECTIONS) + ")")
+    train.add_argument("overrides", nargs="*", metavar="key=value", help="options; see below")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    for noisy in ("httpx", "urllib3", "filelock"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    if args.command == "train":
+        try:
+            cfg = load_config(args.config, args.overrides)
+        except (ValueError, TypeError) as error:
+            print(f"rlvr train: {error}", file=sys.stderr)
+            return 2
+        from rlvr.train.trainer import Trainer  # heavy imports only when training
+
+        try:
+            Trainer(cfg).train()
+        except ValueError as error:
+            print(f"rlvr train: {error}", file=sys.stderr)
+            return 2
+        return 0
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

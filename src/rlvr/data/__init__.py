@@ -1,0 +1,22 @@
+"""Dataset loading (built-in offline sources, local files, Hub ids), row normalization, prompts, sampling."""
+
+from rlvr.data.gsm8k100 import load_gsm8k100
+from rlvr.data.prompts import DEFAULT_INSTRUCTION, prompt_messages, render_prompt
+from rlvr.data.reasoning_gym_source import load_reasoning_gym
+from rlvr.data.rows import normalize_row, normalize_rows
+from rlvr.data.sampler import PromptSampler
+from rlvr.data.sources import load_hub_dataset, load_local_file, load_rows
+
+__all__ = [
+    "DEFAULT_INSTRUCTION",
+    "PromptSampler",
+    "load_gsm8k100",
+    "load_hub_dataset",
+    "load_local_file",
+    "load_reasoning_gym",
+    "load_rows",
+    "normalize_row",
+    "normalize_rows",
+    "prompt_messages",
+    "render_prompt",
+]

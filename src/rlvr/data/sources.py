@@ -1,0 +1,131 @@
+"""`load_rows(spec)`: normalized rows from a dataset spec.
+
+Spec forms, tried in this order:
+    gsm8k-100                               100 GSM8K test problems shipped in a package (offline)
+    rg:NAME[:key=value...]                  a seeded reasoning-gym generator (offline)
+    path/to/file.jsonl | .json | .parquet   a local file (.json: one list of objects)
+    owner/name[:split=train][:config=main]  a Hugging Face Hub dataset (needs the network or the
+                                            local datasets cache)
+Local files name their rows by file name (ids "<file name>#<index>" when there is no `id` column),
+so a run resumed from another directory sees the same ids.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+from rlvr.data.gsm8k100 import GSM8K100_NAME, load_gsm8k100
+from rlvr.data.reasoning_gym_source import RG_PREFIX, load_reasoning_gym
+from rlvr.data.rows import normalize_rows
+from rlvr.data.spec_options import split_options
+
+LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet")
+HUB_DEFAULT_SPLIT = "train"
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+_SPEC_FORMS = (
+    f"'{GSM8K100_NAME}', 'rg:NAME[:key=value...]', a local {'/'.join(LOCAL_SUFFIXES)} file, "
+    "or a Hugging Face Hub id 'owner/name[:split=train][:config=main]'"
+)
+
+
+def _read_jsonl(path: Path) -> list:
+    rows = []
+    with path.open(encoding="utf-8") as file:
+        for line_number, line in enumerate(file, start=1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as error:
+                raise ValueError(
+                    f"line {line_number} of {path}: invalid JSON ({error}); write one JSON object per line"
+                ) from error
+    return rows
+
+
+def _read_json(path: Path) -> list:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}: invalid JSON ({error})") from error
+    if not isinstance(data, list):
+        raise ValueError(
+            f"{path}: a .json dataset must be a list of row objects, got a {type(data).__name__}; "
+            "wrap the rows in [...] or write one object per line in a .jsonl file"
+        )
+    return data
+
+
+def _read_parquet(path: Path) -> list:
+    import pyarrow.parquet
+
+    return pyarrow.parquet.read_table(path).to_pylist()
+
+
+_READERS = {".jsonl": _read_jsonl, ".json": _read_json, ".parquet": _read_parquet}
+
+
+def load_local_file(path: str | Path) -> list[dict]:
+    """Normalized rows from a local .jsonl, .json (list of objects) or .parquet file."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in _READERS:
+        raise ValueError(
+            f"{path}: unsupported file type {suffix or '(none)'!r}; use one of {', '.join(LOCAL_SUFFIXES)}"
+        )
+    if not path.is_file():
+        raise ValueError(f"dataset file {str(path)!r} does not exist (resolved: {path.resolve()}); check the path")
+    return normalize_rows(_READERS[suffix](path), path.name)
+
+
+def _hub_failure_hint() -> str:
+    offline = [name for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE") if os.environ.get(name, "") not in ("", "0")]
+    if offline:
+        return (
+            f"{' and '.join(offline)} {'is' if len(offline) == 1 else 'are'} set, so only datasets "
+            "already in the local cache load; "
+            "unset it to download, or pass a local .jsonl/.json/.parquet file or an offline source "
+            f"('{GSM8K100_NAME}', 'rg:NAME')"
+        )
+    return "check the id, config and split, or pass a local .jsonl/.json/.parquet file"
+
+
+def load_hub_dataset(spec: str) -> list[dict]:
+    """Normalized rows of `owner/name[:split=...][:config=...]` via datasets.load_dataset."""
+    name, *option_parts = spec.split(":")
+    options = split_options(option_parts, spec)
+    unknown = sorted(set(options) - {"split", "config"})
+    if unknown:
+        raise ValueError(f"dataset spec {spec!r}: unknown option(s) {unknown}; Hub datasets take split= and config=")
+    split = options.get("split", HUB_DEFAULT_SPLIT)
+    config = options.get("config")
+    import datasets
+
+    try:
+        dataset = datasets.load_dataset(name, config, split=split)
+    except Exception as error:  # datasets raises many types (ConnectionError, FileNotFoundError, ValueError...)
+        raise ValueError(
+            f"could not load Hugging Face Hub dataset {name!r} (config {config!r}, split {split!r}): "
+            f"{type(error).__name__}: {error}. {_hub_failure_hint()}"
+        ) from error
+    source = f"{name}:{split}" if config is None else f"{name}:{config}:{split}"
+    return normalize_rows(dataset, source)
+
+
+def load_rows(spec: str) -> list[dict]:
+    """Normalized rows for a dataset spec (see the module docstring for the forms)."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError(f"dataset spec is {spec!r}; give {_SPEC_FORMS}")
+    spec = spec.strip()
+    if spec == GSM8K100_NAME:
+        return load_gsm8k100()
+    if spec.startswith(RG_PREFIX):
+        return load_reasoning_gym(spec)
+    if Path(spec).suffix.lower() in LOCAL_SUFFIXES or Path(spec).exists():
+        return load_local_file(spec)
+    if _HUB_ID.fullmatch(spec.split(":")[0]):
+        return load_hub_dataset(spec)
+    raise ValueError(f"dataset spec {spec!r} is not a known source, an existing file or a Hub id; give {_SPEC_FORMS}")

@@ -1,0 +1,232 @@
+"""Load a policy (causal LM + tokenizer) by alias, local folder or Hub id; LoRA; eos ids; reference copy.
+
+Conventions every loader here guarantees: the tokenizer pads on the left (prompts end where
+generation starts) and has a pad token (eos if the checkpoint has none); the model's
+generation_config has a pad id; weights are read from safetensors only unless pickle weights are
+explicitly allowed. Train/eval mode is left as loaded.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+from huggingface_hub import is_offline_mode
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from rlvr.models.smollm2 import smollm2_path
+from rlvr.models.tiny import tiny_random_model_and_tokenizer
+
+if TYPE_CHECKING:
+    from peft import PeftModel
+
+logger = logging.getLogger(__name__)
+
+IM_END = "<|im_end|>"
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+}
+# A Hub id is "name" or "owner/name" of word characters, '-' and '.'; anything else is a path.
+_HUB_ID = re.compile(r"[\w][\w.-]*(/[\w][\w.-]*)?")
+
+
+def parse_dtype(dtype: str) -> torch.dtype:
+    """'float32'/'fp32' → torch.float32, 'bfloat16'/'bf16' → torch.bfloat16; else ValueError."""
+    if not isinstance(dtype, str) or dtype.lower() not in DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    return DTYPES[dtype.lower()]
+
+
+def _load_pretrained(
+    source: str, *, dtype: torch.dtype, trust_remote_code: bool, use_safetensors: bool | None
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
+    model = AutoModelForCausalLM.from_pretrained(
+        source, dtype=dtype, trust_remote_code=trust_remote_code, use_safetensors=use_safetensors
+    )
+    return model, tokenizer
+
+
+def _load_tiny_random(*, dtype: torch.dtype, seed: int) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    model, tokenizer = tiny_random_model_and_tokenizer(seed)
+    return model.to(dtype), tokenizer
+
+
+def _load_smollm2(*, dtype: torch.dtype, seed: int) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    return _load_pretrained(str(smollm2_path()), dtype=dtype, trust_remote_code=False, use_safetensors=True)
+
+
+# Alias → loader; all take (*, dtype, seed). `seed` only matters for random models.
+ALIASES: dict[str, Callable[..., tuple[PreTrainedModel, PreTrainedTokenizerBase]]] = {
+    "smollm2-135m": _load_smollm2,
+    "tiny-random": _load_tiny_random,
+}
+
+
+def _looks_local(name_or_path: str) -> bool:
+    return name_or_path.startswith((".", "~", os.sep)) or _HUB_ID.fullmatch(name_or_path) is None
+
+
+def _local_failure(path: Path, error: Exception, allow_pickle_weights: bool) -> ValueError:
+    has_safetensors = any(path.glob("*.safetensors"))
+    has_pickle = any(path.glob("*.bin")) or any(path.glob("*.pt"))
+    hint = "it needs config.json, tokenizer files and *.safetensors weights (save with save_pretrained)"
+    if has_pickle and not has_safetensors and not allow_pickle_weights:
+        hint = "it only has pickle (*.bin/*.pt) weights: pass allow_pickle_weights=True if you trust them"
+    return ValueError(f"could not load a model from the local folder {path}: {hint}. ({error})")
+
+
+def _hub_failure(name: str, error: Exception) -> ValueError:
+    where = (
+        "HF_HUB_OFFLINE is set, so nothing is downloaded and it is not in the local HF cache; "
+        "unset HF_HUB_OFFLINE when online, or"
+        if is_offline_mode()
+        else "check the id and your connection, or"
+    )
+    return ValueError(
+        f"could not load {name!r} from the Hugging Face Hub ({where} use a local folder or one of "
+        f"the built-in aliases {sorted(ALIASES)}; no local folder {name!r} exists either). ({error})"
+    )
+
+
+def _prepare_for_rollouts(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
+    """Left padding, a pad token (eos if missing) and a pad id in generation_config; in place."""
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        if tokenizer.eos_token is None:
+            raise ValueError(
+                "the tokenizer has neither a pad nor an eos token; set tokenizer.pad_token first"
+            )
+        tokenizer.pad_token = tokenizer.eos_token
+        logger.warning(
+            "tokenizer has no pad token; using eos %r as pad (masked by attention_mask)", tokenizer.eos_token
+        )
+    if model.generation_config.pad_token_id is None:
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+    rows = model.get_input_embeddings().num_embeddings
+    if len(tokenizer) > rows:
+        raise ValueError(
+            f"the tokenizer has {len(tokenizer)} tokens but the model's embedding only {rows} rows; "
+            "call model.resize_token_embeddings(len(tokenizer)) and save the checkpoint again"
+        )
+
+
+def load_policy(
+    name_or_path: str | os.PathLike,
+    *,
+    dtype: str = "float32",
+    trust_remote_code: bool = False,
+    seed: int = 0,
+    allow_pickle_weights: bool = False,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """(model, tokenizer) from an alias in ALIASES, a local HF folder, or a Hub id.
+
+    Args:
+        name_or_path: 'smollm2-135m', 'tiny-random', a folder with config.json, or 'owner/name'.
+        dtype: 'float32'/'fp32' or 'bfloat16'/'bf16'.
+        trust_remote_code: passed to transformers for local folders and Hub ids.
+        seed: weights seed for random aliases ('tiny-random'); ignored otherwise.
+        allow_pickle_weights: also accept *.bin pickle weights (safetensors only by default).
+    """
+    torch_dtype = parse_dtype(dtype)
+    if not isinstance(name_or_path, (str, os.PathLike)) or not str(name_or_path).strip():
+        raise ValueError(
+            f"name_or_path must be an alias {sorted(ALIASES)}, a local folder or a Hub id, "
+            f"got {name_or_path!r}"
+        )
+    name = str(name_or_path)
+    use_safetensors = None if allow_pickle_weights else True
+    if name in ALIASES:
+        model, tokenizer = ALIASES[name](dtype=torch_dtype, seed=seed)
+    elif (path := Path(name).expanduser()).exists():
+        if not path.is_dir():
+            raise ValueError(f"{path} is a file; pass the folder that holds config.json and the weights")
+        try:
+            model, tokenizer = _load_pretrained(
+                str(path),
+                dtype=torch_dtype,
+                trust_remote_code=trust_remote_code,
+                use_safetensors=use_safetensors,
+            )
+        except OSError as error:
+            raise _local_failure(path, error, allow_pickle_weights) from error
+    elif _looks_local(name):
+        raise ValueError(
+            f"local model folder {name!r} does not exist (resolved to {path.resolve()}); "
+            f"check the path, or use an alias {sorted(ALIASES)} or a Hub id 'owner/name'"
+        )
+    else:
+        try:
+            model, tokenizer = _load_pretrained(
+                name, dtype=torch_dtype, trust_remote_code=trust_remote_code, use_safetensors=use_safetensors
+            )
+        except OSError as error:
+            raise _hub_failure(name, error) from error
+    _prepare_for_rollouts(model, tokenizer)
+    return model, tokenizer
+
+
+def apply_lora(
+    model: PreTrainedModel,
+    *,
+    r: int,
+    alpha: float,
+    dropout: float,
+    target_modules: str | list[str] = "all-linear",
+) -> "PeftModel":
+    """Wrap `model` with LoRA adapters (PEFT); only the adapter weights require grad.
+
+    Convention: update scale = alpha / r (PEFT's default, not rsLoRA); 'all-linear' targets every
+    linear layer except the output head.
+    """
+    if isinstance(r, bool) or not isinstance(r, int) or r <= 0:
+        raise ValueError(f"LoRA r must be a positive int, got {r!r}; e.g. r=16")
+    if not alpha > 0:
+        raise ValueError(f"LoRA alpha must be > 0, got {alpha!r}; e.g. alpha=2*r")
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"LoRA dropout must be in [0, 1), got {dropout!r}; e.g. dropout=0.0")
+    from peft import LoraConfig, get_peft_model  # lazy: importing peft costs ~1.5 s
+
+    config = LoraConfig(
+        r=r,
+        lora_alpha=alpha,
+        lora_dropout=dropout,
+        target_modules=target_modules,
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, config)
+
+
+def eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    """Ids that end a response: tokenizer eos, generation_config eos (int or list), `<|im_end|>`."""
+    ids: list[int] = []
+    generation_eos = getattr(model.generation_config, "eos_token_id", None)
+    candidates = [tokenizer.eos_token_id]
+    candidates += generation_eos if isinstance(generation_eos, (list, tuple)) else [generation_eos]
+    candidates.append(tokenizer.get_vocab().get(IM_END))
+    for token_id in candidates:
+        if token_id is not None and int(token_id) not in ids:
+            ids.append(int(token_id))
+    if not ids:
+        raise ValueError(
+            "neither the tokenizer nor model.generation_config defines an eos token; set tokenizer.eos_token"
+        )
+    return ids
+
+
+def copy_for_reference(model: torch.nn.Module) -> torch.nn.Module:
+    """A frozen deep copy in eval mode (requires_grad False everywhere), e.g. the KL reference."""
+    reference = copy.deepcopy(model)
+    reference.eval()
+    reference.requires_grad_(False)
+    return reference

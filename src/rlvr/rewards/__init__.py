@@ -1,0 +1,34 @@
+"""Verifiers and reward functions: plain Python, never raising on model output.
+
+- ``extract_answer``: the final answer of a completion (last ``\\boxed{}``, ``#### N``, "the answer is").
+- ``VerifierPool``: math-verify in worker processes with a hard per-task timeout.
+- ``MathAccuracy``, ``format_reward``: TRL-signature rewards.
+- ``resolve_reward``, ``combine_rewards``: config names → callables, weighted sum per completion.
+"""
+
+from rlvr.rewards.extract import MAX_ANSWER_CHARS, extract_answer, find_last_box
+from rlvr.rewards.math_rewards import (
+    FORMAT_MAX_TAIL_CHARS,
+    MathAccuracy,
+    completion_text,
+    format_reward,
+)
+from rlvr.rewards.registry import BUILTIN_REWARDS, combine_rewards, resolve_reward, reward_name
+from rlvr.rewards.verify import VerifierPool, VerifyResult, normalize_answer
+
+__all__ = [
+    "BUILTIN_REWARDS",
+    "FORMAT_MAX_TAIL_CHARS",
+    "MAX_ANSWER_CHARS",
+    "MathAccuracy",
+    "VerifierPool",
+    "VerifyResult",
+    "combine_rewards",
+    "completion_text",
+    "extract_answer",
+    "find_last_box",
+    "format_reward",
+    "normalize_answer",
+    "resolve_reward",
+    "reward_name",
+]

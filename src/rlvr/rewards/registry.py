@@ -1,0 +1,178 @@
+"""Reward functions by name, and their weighted combination per completion.
+
+``resolve_reward`` turns a config string into a callable: a built-in name (``BUILTIN_REWARDS``),
+``package.module:function``, or ``path/to/file.py:function``. ``combine_rewards`` calls each
+function once per batch and sums the weighted values, TRL-style:
+
+    total_i = Σ_f w_f · r_f,i   over the f with r_f,i not None   (TRL: nansum)
+
+Convention: a function that raises, returns the wrong length or returns non-numbers contributes
+None for the whole batch (counted in ``<name>/errors``); a NaN or ±inf value becomes None
+(``<name>/nonfinite``); a completion where every function gave None scores 0.0 (``all_none``).
+User reward code is model-facing, so its failures are counted and logged, never raised.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+import math
+import numbers
+import sys
+import zlib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from rlvr.rewards.math_rewards import MathAccuracy, format_reward
+
+logger = logging.getLogger(__name__)
+
+RewardFn = Callable[..., list]
+
+BUILTIN_REWARDS: dict[str, Callable[[object], RewardFn]] = {
+    "accuracy": lambda pool: MathAccuracy(_require_pool(pool)),
+    "format": lambda pool: format_reward,
+}
+
+
+def _require_pool(pool):
+    if pool is None:
+        raise ValueError("the `accuracy` reward needs a VerifierPool; "
+                         "pass resolve_reward('accuracy', VerifierPool())")
+    return pool
+
+
+def resolve_reward(spec: str, pool=None) -> RewardFn:
+    """The reward callable named by ``spec``.
+
+    Args:
+        spec: ``accuracy`` | ``format`` | ``package.module:function`` | ``path/to/file.py:function``.
+        pool: the ``VerifierPool`` handed to built-ins that verify (``accuracy``).
+
+    Raises:
+        ValueError: unknown name, missing module/file/attribute (message lists the valid forms).
+        TypeError: the named object is not callable.
+    """
+    if not isinstance(spec, str) or not spec.strip():
+        raise TypeError(f"a reward spec must be a non-empty string, got {spec!r}")
+    spec = spec.strip()
+    if spec in BUILTIN_REWARDS:
+        return BUILTIN_REWARDS[spec](pool)
+    if ":" not in spec:
+        raise ValueError(f"unknown reward {spec!r}; valid: {', '.join(sorted(BUILTIN_REWARDS))}, "
+                         "or a custom 'package.module:function' or 'path/to/file.py:function'")
+    target, name = spec.rsplit(":", 1)
+    module = _load_file(target) if target.endswith(".py") else _load_module(target)
+    fn = getattr(module, name, None)
+    if fn is None:
+        raise ValueError(f"{target!r} has no attribute {name!r}; check the name after ':' in "
+                         f"the reward spec {spec!r}")
+    if not callable(fn):
+        raise TypeError(f"{spec!r} is a {type(fn).__name__}, not a callable reward function")
+    return fn
+
+
+def _load_module(module_name: str):
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"cannot import reward module {module_name!r} ({exc}); install it or "
+                         "put it on PYTHONPATH, or use 'path/to/file.py:function'") from exc
+
+
+def _load_file(path_str: str):
+    path = Path(path_str).expanduser().resolve()
+    if not path.is_file():
+        raise ValueError(f"reward file {path_str!r} not found (resolved to {path}); give a path "
+                         "relative to the working directory or an absolute one")
+    module_name = f"rlvr_user_reward_{path.stem}_{zlib.crc32(str(path).encode()):08x}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    file_spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(file_spec)
+    sys.modules[module_name] = module  # so pickling and dataclasses inside the file work
+    try:
+        file_spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[module_name]
+        raise
+    return module
+
+
+def reward_name(fn) -> str:
+    """The name a reward is logged under: its ``__name__``, else its class name."""
+    return getattr(fn, "__name__", None) or type(fn).__name__
+
+
+def combine_rewards(
+    funcs: Sequence[RewardFn],
+    weights: Sequence[float] | None,
+    prompts: list,
+    completions: list,
+    columns: dict[str, list],
+) -> tuple[list[float], dict[str, list[float | None]], dict[str, int]]:
+    """Weighted sum of several reward functions per completion (TRL's nansum semantics).
+
+    total_i = Σ_f w_f · r_f,i over non-None r_f,i; 0.0 (and ``all_none`` += 1) if none.
+
+    Args:
+        funcs: reward callables ``fn(prompts=..., completions=..., **columns)``; N = len(completions).
+        weights: one float per function; None means all 1.0.
+        prompts, completions: the batch, N entries each.
+        columns: extra dataset columns (e.g. ``answer``), each a list of N entries.
+
+    Returns:
+        totals [N]; per-function values {name: [N] float|None} (duplicate names get ``_2``, …);
+        counts {``<name>/errors``, ``<name>/nonfinite``, ``all_none``}.
+    """
+    weights = [1.0] * len(funcs) if weights is None else [float(w) for w in weights]
+    if len(weights) != len(funcs):
+        raise ValueError(f"got {len(weights)} reward weights for {len(funcs)} reward functions; "
+                         "give one weight per function (or none for all 1.0)")
+    if not all(math.isfinite(w) for w in weights):
+        raise ValueError(f"reward weights must be finite, got {weights}")
+    n = len(completions)
+    per_func: dict[str, list[float | None]] = {}
+    counts: dict[str, int] = {}
+    for fn in funcs:
+        name = _unique(reward_name(fn), per_func)
+        values, errors, nonfinite = _call_reward(fn, name, n, prompts, completions, columns)
+        per_func[name] = values
+        counts[f"{name}/errors"] = errors
+        counts[f"{name}/nonfinite"] = nonfinite
+    totals, all_none = [], 0
+    for i in range(n):
+        present = [(w, vals[i]) for w, vals in zip(weights, per_func.values()) if vals[i] is not None]
+        all_none += not present
+        totals.append(sum(w * v for w, v in present) if present else 0.0)
+    counts["all_none"] = all_none
+    return totals, per_func, counts
+
+
+def _unique(name: str, taken: dict) -> str:
+    candidate, k = name, 1
+    while candidate in taken:
+        k += 1
+        candidate = f"{name}_{k}"
+    return candidate
+
+
+def _call_reward(fn, name: str, n: int, prompts, completions, columns):
+    """One reward function's values for the batch, as (values, errors, nonfinite)."""
+    try:
+        raw = fn(prompts=prompts, completions=completions, **columns)
+        if hasattr(raw, "tolist"):  # numpy array or torch tensor
+            raw = raw.tolist()
+        raw = list(raw)
+    except Exception:
+        logger.warning("reward %r raised; its values for this batch are None", name, exc_info=True)
+        return [None] * n, 1, 0
+    if len(raw) != n or not all(v is None or isinstance(v, numbers.Real) for v in raw):
+        bad = next((v for v in raw if v is not None and not isinstance(v, numbers.Real)), None)
+        logger.warning("reward %r returned %d values for %d completions (first non-number: %r); "
+                       "its values for this batch are None", name, len(raw), n, bad)
+        return [None] * n, 1, 0
+    values = [None if v is None or not math.isfinite(v) else float(v) for v in raw]
+    nonfinite = sum(v is not None for v in raw) - sum(v is not None for v in values)
+    return values, 0, nonfinite

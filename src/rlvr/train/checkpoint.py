@@ -1,0 +1,145 @@
+"""Checkpoints: written atomically, found again on resume.
+
+Layout: ``<output_dir>/checkpoints/step-000010/`` holding the model in Hugging Face format
+(safetensors), the tokenizer, ``optimizer.pt``, ``scheduler.pt`` and ``trainer_state.json``
+(step, data position, RNG states, counters).
+
+Atomicity: everything is written into ``.tmp-step-000010``, each file fsynced, then the folder is
+renamed (atomic on POSIX) and the parent fsynced. A folder named ``step-*`` is therefore always
+complete; a crash leaves at most a ``.tmp-*`` folder, which is deleted on the next save.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+def checkpoint_dir(output_dir: Path, step: int) -> Path:
+    return output_dir / "checkpoints" / f"step-{step:06d}"
+
+
+def rng_state() -> dict[str, Any]:
+    return {"python": random.getstate(), "torch": torch.get_rng_state()}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(_to_tuple(state["python"]))
+    torch.set_rng_state(state["torch"])
+
+
+def save_checkpoint(
+    output_dir: Path,
+    step: int,
+    *,
+    model,
+    tokenizer,
+    optimizer: torch.optim.Optimizer,
+    scheduler,
+    trainer_state: dict[str, Any],
+    keep_last: int | None,
+) -> Path:
+    """Write a complete checkpoint for ``step`` atomically and prune old ones."""
+    root = output_dir / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    for stale in root.glob(".tmp-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    final = checkpoint_dir(output_dir, step)
+    tmp = root / f".tmp-{final.name}"
+    tmp.mkdir()
+    model.save_pretrained(tmp / "model", safe_serialization=True)
+    tokenizer.save_pretrained(tmp / "model")
+    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
+    torch.save(rng_state(), tmp / "rng.pt")
+    (tmp / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2), encoding="utf-8")
+    _fsync_tree(tmp)
+    if final.exists():  # re-saving the same step (e.g. after a resume): replace it whole
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    _fsync_dir(root)
+    if keep_last is not None:
+        for old in list_checkpoints(output_dir)[:-keep_last]:
+            shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def list_checkpoints(output_dir: Path) -> list[Path]:
+    """Complete checkpoints, oldest first."""
+    root = output_dir / "checkpoints"
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := STEP_DIR.match(p.name)) and p.is_dir()]
+    return [p for _, p in sorted(found)]
+
+
+def latest_checkpoint(output_dir: Path) -> Path | None:
+    found = list_checkpoints(output_dir)
+    return found[-1] if found else None
+
+
+def load_trainer_state(path: Path) -> dict[str, Any]:
+    return json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
+
+
+def load_training_state(path: Path, *, optimizer, scheduler) -> None:
+    """Restore optimiser, scheduler and RNG states from a checkpoint folder."""
+    optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
+    scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=True))
+    set_rng_state(torch.load(path / "rng.pt", weights_only=False))
+
+
+def load_model_weights(model, path: Path) -> None:
+    """Load the checkpoint's safetensors weights into ``model`` in place (exact copy)."""
+    from safetensors.torch import load_file
+
+    folder = path / "model"
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise ValueError(f"checkpoint {path} holds no safetensors weights; it cannot be resumed")
+    state: dict[str, torch.Tensor] = {}
+    for f in files:
+        state.update(load_file(f))
+    if hasattr(model, "peft_config"):
+        from peft import set_peft_model_state_dict
+
+        set_peft_model_state_dict(model, state)
+        return
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    # Tied embeddings are saved once; anything else missing means a different model.
+    missing = [k for k in missing if "lm_head" not in k]
+    if missing or unexpected:
+        raise ValueError(
+            f"checkpoint {path} does not match the model (missing {missing[:3]}, unexpected "
+            f"{unexpected[:3]}); resume with the same model= as the original run"
+        )
+
+
+def _to_tuple(value: Any) -> Any:
+    return tuple(_to_tuple(v) for v in value) if isinstance(value, list) else value
+
+
+def _fsync_tree(folder: Path) -> None:
+    for path in folder.rglob("*"):
+        if path.is_file():
+            with open(path, "rb") as fh:
+                os.fsync(fh.fileno())
+    for path in [folder, *[p for p in folder.rglob("*") if p.is_dir()]]:
+        _fsync_dir(path)
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

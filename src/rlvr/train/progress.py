@@ -1,0 +1,40 @@
+"""Progress bar during training and the closing summary."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+
+class Progress:
+    def __init__(self, max_steps: int, start: int, *, enabled: bool):
+        self.bar = tqdm(total=max_steps, initial=start, desc="rlvr train", unit="step",
+                        disable=not enabled, file=sys.stderr, dynamic_ncols=True)
+
+    def update(self, metrics: dict) -> None:
+        self.bar.set_postfix(reward=f"{metrics['rollout/reward_mean']:.3f}",
+                             uniform=f"{metrics['rollout/frac_uniform_groups']:.2f}",
+                             s_step=f"{metrics['time/step_s']:.1f}")
+        self.bar.update(1)
+
+    def close(self) -> None:
+        self.bar.close()
+
+    @staticmethod
+    def summary(records: list[dict], output_dir: Path) -> None:
+        """Print reward over the first vs the last steps, and time spent."""
+        if not records:
+            return
+        k = max(1, min(3, len(records) // 2))
+        first = statistics.fmean(r["rollout/reward_mean"] for r in records[:k])
+        last = statistics.fmean(r["rollout/reward_mean"] for r in records[-k:])
+        total = sum(r["time/step_s"] for r in records)
+        print(
+            f"rlvr: {len(records)} steps in {total / 60:.1f} min; "
+            f"reward (mean of {k} steps) first {first:.3f} -> last {last:.3f}; "
+            f"run directory {output_dir}",
+            flush=True,
+        )

@@ -1,0 +1,205 @@
+"""The training loop. One step reads as the algorithm:
+
+    rollout (generate G responses for B prompts) → reward → advantages → update → log
+
+Everything a step needs lives on :class:`Trainer`; checkpoints and resume are in
+``checkpoint.py``, the update in ``update.py``, the rollout/reward phase in ``rollout_phase.py``.
+
+Reproducibility: torch's RNG is re-seeded from (seed, step, round) before every generation call,
+data order depends only on (seed, rows consumed), and the policy runs in eval mode (no dropout),
+so a resumed run repeats an uninterrupted one exactly on CPU (USERS.md #7).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import datetime
+from pathlib import Path
+
+import torch
+from transformers import get_scheduler
+
+from rlvr.config import ExperimentConfig
+from rlvr.core.advantages import get_advantage_estimator
+from rlvr.data import PromptSampler, load_rows, prompt_messages, render_prompt
+from rlvr.models import apply_lora, copy_for_reference, eos_token_ids, load_policy
+from rlvr.rollout import HFEngine
+from rlvr.train import checkpoint as ckpt
+from rlvr.train.experience import Experience
+from rlvr.train.metrics import rollout_metrics, sample_records
+from rlvr.train.progress import Progress
+from rlvr.train.reference import AdapterOffReference
+from rlvr.train.resume import check_resumable_config
+from rlvr.train.rewarding import Rewarder
+from rlvr.train.rollout_phase import collect_groups
+from rlvr.train.run_files import JsonlLog, write_config
+from rlvr.train.update import update_policy
+
+logger = logging.getLogger(__name__)
+
+
+class Trainer:
+    """Builds everything from an :class:`ExperimentConfig` and runs the loop."""
+
+    def __init__(self, cfg: ExperimentConfig):
+        self.cfg = cfg
+        name = cfg.run.output_dir or f"runs/{cfg.algorithm.algo}-{datetime.now():%Y%m%d-%H%M%S}"
+        self.output_dir = Path(name)
+        torch.manual_seed(cfg.run.seed)
+        self.rows = load_rows(cfg.data.data)
+        self.sampler = PromptSampler(self.rows, seed=cfg.run.seed, shuffle=cfg.data.shuffle)
+        self.policy, self.tokenizer = load_policy(
+            cfg.model.model, dtype=cfg.model.dtype, trust_remote_code=cfg.model.trust_remote_code, seed=cfg.run.seed
+        )
+        if cfg.model.lora_r > 0:
+            targets = cfg.model.lora_target_modules
+            self.policy = apply_lora(
+                self.policy, r=cfg.model.lora_r, alpha=cfg.model.lora_alpha, dropout=cfg.model.lora_dropout,
+                target_modules=targets if targets == "all-linear" else [t.strip() for t in targets.split(",")],
+            )
+        self.policy.eval()  # no dropout: the on-policy ratio is exactly 1
+        self.ref_model = self._reference_model()
+        self.engine = HFEngine(self.policy, pad_token_id=self.tokenizer.pad_token_id,
+                               eos_token_ids=eos_token_ids(self.policy, self.tokenizer))
+        self.rewarder = Rewarder(cfg.reward.reward_funcs, cfg.reward.reward_weights,
+                                 verifier_workers=cfg.reward.verifier_workers,
+                                 verifier_timeout=cfg.reward.verifier_timeout,
+                                 answer_extraction=cfg.reward.answer_extraction)
+        self.advantage_fn = get_advantage_estimator(cfg.algorithm.advantage_estimator)
+        self.optimizer, self.scheduler = self._optimizer()
+        self.metrics_log = JsonlLog(self.output_dir / "metrics.jsonl")
+        self.samples_log = JsonlLog(self.output_dir / "samples.jsonl")
+        self.group_counter = 0
+        self._prompt_cache: dict[str, list[int]] = {}
+
+    # ----------------------------------------------------------------- the algorithm
+    def training_step(self, step: int) -> tuple[dict, list[dict]]:
+        """One step: rollout → reward → advantages → update. Returns (metrics, sample records)."""
+        t0 = time.perf_counter()
+        rollout = collect_groups(self, step)  # generate + reward (+ dynamic sampling)
+        train_metrics: dict = {"train/skipped_steps": 0}
+        advantages = None
+        update_s = 0.0
+        if rollout.kept:
+            experience = Experience.from_groups(rollout.kept)
+            experience.advantages = self.advantage_fn(
+                experience.rewards, experience.group_ids,
+                scale_rewards=self.cfg.algorithm.scale_rewards, eps=self.cfg.algorithm.advantage_eps,
+            )  # [N]
+            advantages = experience.advantages
+            t_update = time.perf_counter()
+            train_metrics = update_policy(self.cfg, self.policy, self.optimizer, self.scheduler, experience,
+                                          pad_token_id=self.tokenizer.pad_token_id, ref_model=self.ref_model)
+            update_s = time.perf_counter() - t_update
+        else:
+            logger.warning("step %d: every group had uniform rewards; no update", step)
+        step_s = time.perf_counter() - t0
+        metrics = {
+            "step": step,
+            **rollout_metrics(rollout, self.rewarder.names),
+            **train_metrics,
+            "time/rollout_s": rollout.rollout_s,
+            "time/reward_s": rollout.reward_s,
+            "time/update_s": update_s,
+            "time/step_s": step_s,
+        }
+        metrics["perf/tokens_per_s"] = metrics.pop("_generated_tokens") / max(rollout.rollout_s, 1e-9)
+        samples = sample_records(step, rollout.kept, advantages, self.cfg.run.num_completions_to_log)
+        return metrics, samples
+
+    # ----------------------------------------------------------------- the loop
+    def train(self) -> list[dict]:
+        """Run (or resume) to max_steps; return the metrics of the steps run now."""
+        start = self._start()
+        progress = Progress(self.cfg.run.max_steps, start, enabled=self.cfg.run.progress_bar)
+        history = []
+        try:
+            for step in range(start + 1, self.cfg.run.max_steps + 1):
+                metrics, samples = self.training_step(step)
+                self.metrics_log.write([metrics])
+                if self.cfg.run.log_completions:
+                    self.samples_log.write(samples)
+                history.append(metrics)
+                progress.update(metrics)
+                save_every = self.cfg.run.save_steps
+                if step == self.cfg.run.max_steps or (save_every and step % save_every == 0):
+                    self.save(step)
+        finally:
+            progress.close()
+            self.rewarder.close()
+        progress.summary(self.metrics_log.read(), self.output_dir)
+        return history
+
+    def save(self, step: int) -> Path:
+        state = {"step": step, "sampler": self.sampler.state_dict(), "group_counter": self.group_counter}
+        return ckpt.save_checkpoint(
+            self.output_dir, step, model=self.policy, tokenizer=self.tokenizer, optimizer=self.optimizer,
+            scheduler=self.scheduler, trainer_state=state, keep_last=self.cfg.run.save_total_limit,
+        )
+
+    # ----------------------------------------------------------------- helpers used by the phases
+    def prompt_ids(self, row: dict) -> list[int]:
+        """Chat-formatted prompt tokens for a row (cached by row id)."""
+        if row["id"] not in self._prompt_cache:
+            messages = prompt_messages(row["prompt"], system_prompt=self.cfg.data.system_prompt,
+                                       instruction=self.cfg.data.instruction)
+            text = render_prompt(self.tokenizer, messages)
+            self._prompt_cache[row["id"]] = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return self._prompt_cache[row["id"]]
+
+    def next_group_id(self) -> int:
+        self.group_counter += 1
+        return self.group_counter
+
+    def generation_seed(self, step: int, round_: int) -> int:
+        return (self.cfg.run.seed * 1_000_003 + step * 1_009 + round_) % (2**63)
+
+    def _reference_model(self):
+        if self.cfg.algorithm.beta == 0:
+            return None
+        if self.cfg.model.lora_r > 0:
+            return AdapterOffReference(self.policy)  # the base weights, without a second copy
+        return copy_for_reference(self.policy)
+
+    def _optimizer(self):
+        o = self.cfg.optim
+        params = [p for p in self.policy.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, lr=o.learning_rate, betas=(o.adam_beta1, o.adam_beta2),
+                                      weight_decay=o.weight_decay)
+        a = self.cfg.algorithm
+        total = self.cfg.run.max_steps * a.num_iterations * a.steps_per_generation
+        scheduler = get_scheduler(o.lr_scheduler_type, optimizer,
+                                  num_warmup_steps=round(o.warmup_ratio * total), num_training_steps=total)
+        return optimizer, scheduler
+
+    def _start(self) -> int:
+        """Prepare the run directory; on resume restore the newest checkpoint. Returns the last step done."""
+        out = self.output_dir
+        out.mkdir(parents=True, exist_ok=True)
+        found = ckpt.latest_checkpoint(out)
+        if not self.cfg.run.resume:
+            if found is not None or (self.metrics_log.path.exists() and self.metrics_log.path.stat().st_size):
+                raise ValueError(f"{out} already holds a run; pass resume=true to continue it, "
+                                 "or choose a new output_dir")
+            write_config(out / "config.yaml", self.cfg.to_dict())
+            self.metrics_log.reset()
+            self.samples_log.reset()
+            return 0
+        if found is None:
+            logger.warning("resume=true but %s has no checkpoint; starting from step 0", out)
+            write_config(out / "config.yaml", self.cfg.to_dict())
+            self.metrics_log.reset()
+            self.samples_log.reset()
+            return 0
+        check_resumable_config(out / "config.yaml", self.cfg)
+        ckpt.load_model_weights(self.policy, found)
+        ckpt.load_training_state(found, optimizer=self.optimizer, scheduler=self.scheduler)
+        state = ckpt.load_trainer_state(found)
+        self.sampler.load_state_dict(state["sampler"])
+        self.group_counter = state["group_counter"]
+        self.metrics_log.truncate_after(state["step"])
+        self.samples_log.truncate_after(state["step"])
+        write_config(out / "config.yaml", self.cfg.to_dict())
+        logger.info("resumed from %s (step %d)", found, state["step"])
+        return state["step"]

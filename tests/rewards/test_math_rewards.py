@@ -1,0 +1,81 @@
+"""MathAccuracy and format_reward with TRL's reward signature."""
+
+import pytest
+
+from rlvr.rewards import FORMAT_MAX_TAIL_CHARS, MathAccuracy, completion_text, format_reward
+
+
+def chat(text):
+    return [{"role": "assistant", "content": text}]
+
+
+def test_accuracy_plain_and_conversational(pool):
+    accuracy = MathAccuracy(pool)
+    completions = [
+        r"Half of it: \boxed{\frac{1}{2}}",        # equals 0.5
+        "They paid 1,000 dollars.\n#### 1,000",     # fast path after normalisation
+        "The answer is 7.",                         # wrong
+        "I am not sure.",                           # no answer
+    ]
+    answers = ["0.5", "1000", "8", "3"]
+    assert accuracy(["p"] * 4, completions, answer=answers) == [1.0, 1.0, 0.0, 0.0]
+    assert accuracy(["p"] * 4, [chat(c) for c in completions], answer=answers) == [1.0, 1.0, 0.0, 0.0]
+    assert accuracy.pop_stats() == {"calls": 8, "correct": 4, "no_answer": 2, "timeouts": 0, "errors": 0}
+    assert accuracy.stats == {"calls": 0, "correct": 0, "no_answer": 0, "timeouts": 0, "errors": 0}
+
+
+def test_accuracy_counts_timeouts_and_survives_huge_inputs(pool):
+    accuracy = MathAccuracy(pool)
+    completions = [r"\boxed{9^{9^{9^{9^{9}}}}}", "a" * 1_000_000, r"\boxed{" + "{" * 10_000, r"\boxed{3}"]
+    assert accuracy(None, completions, answer=["3"] * 4) == [0.0, 0.0, 0.0, 1.0]
+    stats = accuracy.pop_stats()
+    assert (stats["timeouts"], stats["no_answer"], stats["correct"]) == (1, 2, 1)
+
+
+def test_accuracy_needs_answer_column(pool):
+    accuracy = MathAccuracy(pool)
+    with pytest.raises(ValueError, match="`answer` column"):
+        accuracy(["p"], ["x"], solution=["1"])
+    with pytest.raises(ValueError, match="once per generated completion"):
+        accuracy(["p", "p"], ["x", "y"], answer=["1"])
+    with pytest.raises(TypeError, match="VerifierPool"):
+        MathAccuracy("not a pool")
+
+
+def test_reward_names(pool):
+    # TRL and combine_rewards log a reward under its __name__: keep them the registry names.
+    assert format_reward.__name__ == "format"
+    assert MathAccuracy(pool).__name__ == "accuracy"
+
+
+def test_format_reward():
+    tail_ok = " " + "." * FORMAT_MAX_TAIL_CHARS + "\n"
+    tail_long = "." * (FORMAT_MAX_TAIL_CHARS + 1)
+    completions = [
+        r"so $\boxed{4}$.",              # 1: one box, 2-char tail
+        r"\boxed{4}" + tail_ok,          # 1: tail exactly at the limit (spaces do not count)
+        r"\boxed{4}" + tail_long,        # 0: tail one over
+        r"\boxed{3} no wait \boxed{4}",  # 0: two boxes
+        "The answer is 4.",              # 0: no box
+        r"\boxed{4",                     # 0: unbalanced
+        r"\fbox{4}",                     # 1: \fbox is a box
+    ]
+    assert format_reward(None, completions) == [1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0]
+    assert format_reward(None, [chat(c) for c in completions]) == [1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0]
+
+
+@pytest.mark.parametrize("completion, text", [
+    ("plain", "plain"),
+    ([{"role": "assistant", "content": "last"}], "last"),
+    ([{"role": "assistant", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}], "ab"),
+    ({"role": "assistant", "content": "dict"}, "dict"),
+    ([{"role": "assistant", "content": None}], ""),
+])
+def test_completion_text(completion, text):
+    assert completion_text(completion) == text
+
+
+@pytest.mark.parametrize("bad", [None, 3, [], [{"role": "assistant"}]])
+def test_completion_text_rejects_other_shapes(bad):
+    with pytest.raises(TypeError, match="role"):
+        completion_text(bad)

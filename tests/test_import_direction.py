@@ -1,0 +1,212 @@
+"""Import direction: core ← {rewards, data, rollout, eval, models} ← config ← train ← cli.
+
+Every module under src/rlvr is parsed with ``ast`` (nothing is imported), so lazy imports inside
+functions count too. Rules:
+
+- ``core`` imports only the standard library, ``torch`` (never ``torch.distributed``) and
+  ``rlvr.core``; it makes no ``.item()`` calls (no host syncs in the math).
+- ``rewards``, ``data``, ``eval``, ``models`` may import ``core``; ``rollout`` also ``models`` and
+  ``data``; ``config`` (the experiment dataclasses) core and those five; ``train`` any of those
+  and ``config``; ``report`` ``core`` and ``eval``; ``cli`` anything.
+- ``rlvr/__init__.py`` may import only ``core`` (importing ``rlvr.core`` runs it first).
+
+A new top-level package or module must be added to ``ALLOWED`` below.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "rlvr"
+
+LEVEL_ONE = {"rewards", "data", "rollout", "eval", "models"}
+ALLOWED: dict[str, set[str]] = {
+    "__init__": {"core"},
+    "core": {"core"},
+    "rewards": {"core", "rewards"},
+    "data": {"core", "data"},
+    "eval": {"core", "eval"},
+    "models": {"core", "models"},
+    "rollout": {"core", "rollout", "models", "data"},
+    "config": {"core", "config"} | LEVEL_ONE,
+    "train": {"core", "config", "train"} | LEVEL_ONE,
+    "report": {"core", "report", "eval"},
+    "cli": {"core", "config", "train", "report", "cli"} | LEVEL_ONE,
+}
+CORE_THIRD_PARTY = {"torch"}
+
+
+def _module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)  # ["rlvr", "core", "x"]
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _imports(tree: ast.AST, module: str, is_package: bool) -> list[tuple[int, str, str]]:
+    """(line, absolute imported name, source text) for every import in a module."""
+    package = module if is_package else module.rpartition(".")[0]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                found.append((node.lineno, alias.name, f"import {alias.name}"))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            text = f"from {'.' * node.level}{node.module or ''} import " + ", ".join(
+                a.name for a in node.names
+            )
+            # `from rlvr import train` / `from torch import distributed` name submodules.
+            for alias in node.names:
+                found.append((node.lineno, f"{target}.{alias.name}", text))
+    return found
+
+
+def _rlvr_package(name: str, root: Path) -> str | None:
+    """'rlvr.train.loop' → 'train'; 'rlvr' and 'rlvr.__version__' → '__init__'; others → None."""
+    parts = name.split(".")
+    if parts[0] != "rlvr":
+        return None
+    if len(parts) == 1:
+        return "__init__"
+    sub = parts[1]
+    is_module = sub in ALLOWED or (root / sub).is_dir() or (root / f"{sub}.py").is_file()
+    return sub if is_module else "__init__"  # `from rlvr import __version__`: an attribute
+
+
+def find_violations(root: Path = SRC) -> list[str]:
+    """Every import (and core `.item()` call) that breaks the direction, as 'file:line: what'."""
+    violations = []
+    stdlib = set(sys.stdlib_module_names) | {"__future__"}
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root.parent)
+        module = _module_name(path, root)
+        layer = _rlvr_package(module, root)
+        where = f"{rel}"
+        if layer not in ALLOWED:
+            violations.append(f"{where}: top-level '{layer}' is not in ALLOWED; add its layer")
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        seen = set()
+        for line, name, text in _imports(tree, module, path.name == "__init__.py"):
+            target = _rlvr_package(name, root)
+            if target is not None:
+                # The root package is imported first by any import of rlvr.*: always allowed.
+                bad = target not in (layer, "__init__") and target not in ALLOWED[layer]
+                if bad and (line, target) not in seen:
+                    seen.add((line, target))
+                    violations.append(f"{where}:{line}: {layer} must not import {target}: {text}")
+                continue
+            if layer != "core":
+                continue
+            top = name.split(".")[0]
+            if name.startswith("torch.distributed"):
+                violations.append(f"{where}:{line}: core must not use torch.distributed: {text}")
+            elif top not in stdlib and top not in CORE_THIRD_PARTY:
+                violations.append(f"{where}:{line}: core imports only torch and stdlib: {text}")
+        if layer == "core":
+            violations.extend(_core_body_violations(tree, where))
+    return violations
+
+
+def _core_body_violations(tree: ast.AST, where: str) -> list[str]:
+    out = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "item"
+        ):
+            out.append(f"{where}:{node.lineno}: core must not call .item() (a host sync)")
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr == "distributed"
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "torch"
+        ):
+            out.append(f"{where}:{node.lineno}: core must not use torch.distributed")
+    return out
+
+
+def test_import_direction_of_the_source_tree():
+    assert SRC.is_dir(), SRC
+    assert any(SRC.glob("core/*.py"))
+    violations = find_violations(SRC)
+    assert not violations, "import direction violated:\n" + "\n".join(violations)
+
+
+# --- the checker itself catches violations (on a throwaway tree, never on src/) --------------
+
+
+def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
+    root = tmp_path / "rlvr"
+    for rel in ["__init__.py", "core/__init__.py", *files]:
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.exists():
+            path.write_text(files.get(rel, ""), encoding="utf-8")
+    return root
+
+
+@pytest.mark.parametrize(
+    ("rel", "source", "expected"),
+    [
+        ("core/x.py", "from rlvr.train import loop\n", "core must not import train"),
+        ("core/x.py", "from ..rewards import math\n", "core must not import rewards"),
+        ("core/x.py", "def f():\n    import rlvr.cli\n", "core must not import cli"),
+        ("core/x.py", "import numpy as np\n", "core imports only torch and stdlib"),
+        ("core/x.py", "import torch.distributed as dist\n", "torch.distributed"),
+        ("core/x.py", "from torch import distributed\n", "torch.distributed"),
+        ("core/x.py", "import torch\nr = torch.distributed.get_rank()\n", "torch.distributed"),
+        ("core/x.py", "def f(t):\n    return t.sum().item()\n", ".item()"),
+        ("rewards/x.py", "from rlvr.rollout import engine\n", "rewards must not import rollout"),
+        ("data/x.py", "from rlvr import models\n", "data must not import models"),
+        ("eval/x.py", "from rlvr.train.loop import step\n", "eval must not import train"),
+        ("rollout/x.py", "from rlvr.rewards import math\n", "rollout must not import rewards"),
+        ("rollout/sub/x.py", "from ...train import loop\n", "rollout must not import train"),
+        ("train/x.py", "from rlvr.cli import main\n", "train must not import cli"),
+        ("train/x.py", "from rlvr.report import plots\n", "train must not import report"),
+        ("report/x.py", "from rlvr.rollout import engine\n", "report must not import rollout"),
+        ("__init__.py", "from rlvr.train import Trainer\n", "__init__ must not import train"),
+        ("config.py", "from rlvr.train import loop\n", "config must not import train"),
+        ("data/x.py", "from rlvr.config import ExperimentConfig\n", "data must not import config"),
+        ("core/x.py", "from rlvr.core import a\nfrom rlvr.data import b, c\n", "import data"),
+        ("settings.py", "", "not in ALLOWED"),
+    ],
+)
+def test_checker_reports_bad_imports(tmp_path, rel, source, expected):
+    root = _tree(tmp_path, {rel: source})
+    violations = find_violations(root)
+    assert len(violations) == 1, violations
+    assert expected in violations[0]
+    assert str(Path("rlvr") / rel) in violations[0]
+
+
+def test_checker_accepts_allowed_imports(tmp_path):
+    root = _tree(
+        tmp_path,
+        {
+            "core/x.py": "from __future__ import annotations\nimport math\nimport torch\n"
+            "from collections.abc import Callable\nfrom .y import z\nfrom rlvr.core import y\n",
+            "core/y.py": "import torch.nn.functional as F\nz = 1\n",
+            "rewards/x.py": "import re\nfrom rlvr.core.advantages import grpo_advantages\n",
+            "rollout/x.py": "from rlvr.models import load\nfrom ..data import rows\nimport vllm\n",
+            "train/x.py": "from rlvr import core, rewards, data, rollout, eval, models\n",
+            "report/x.py": "from rlvr.eval import passk\n",
+            "config.py": "import yaml\nfrom rlvr.core.losses import resolve_aggregation\n"
+            "from rlvr.data.prompts import DEFAULT_INSTRUCTION\n",
+            "train/y.py": "from rlvr.config import ExperimentConfig\n",
+            "cli.py": "import rlvr\nfrom rlvr import __version__\nfrom rlvr.train import loop\n"
+            "from rlvr.report import plots\nfrom rlvr.config import load_config\n",
+        },
+    )
+    assert find_violations(root) == []

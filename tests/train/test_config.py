@@ -1,0 +1,83 @@
+"""Config: presets, CLI parsing, validation messages."""
+
+import pytest
+import yaml
+
+from rlvr.config import ExperimentConfig, build_config, field_help, load_config
+
+
+def test_defaults_are_grpo():
+    cfg = ExperimentConfig()
+    assert cfg.algorithm.algo == "grpo"
+    assert cfg.algorithm.scale_rewards == "group"
+    assert cfg.algorithm.aggregation == "token_mean"
+    assert cfg.algorithm.beta == 0.0
+    assert not cfg.algorithm.needs_old_logprobs
+
+
+def test_dr_grpo_preset_and_user_override_wins():
+    cfg = build_config({"algo": "dr_grpo"})
+    assert cfg.algorithm.scale_rewards == "none"
+    assert cfg.algorithm.aggregation == "seq_mean_token_sum_norm"
+    cfg = build_config({"algo": "dr_grpo", "scale_rewards": "group"})
+    assert cfg.algorithm.scale_rewards == "group"
+
+
+def test_dapo_preset():
+    cfg = build_config({"algo": "dapo"})
+    assert cfg.algorithm.epsilon_high == 0.28 and cfg.algorithm.dynamic_sampling
+
+
+def test_cli_pairs_are_typed(tmp_path):
+    cfg = load_config(None, ["beta=0.04", "num_generations=4", "reward_funcs=accuracy,format",
+                             "reward_weights=[1, 0.5]", "epsilon_high=null", "resume=true", "data=rg:chain_sum:size=5"])
+    assert cfg.algorithm.beta == 0.04
+    assert cfg.rollout.num_generations == 4
+    assert cfg.reward.reward_funcs == ["accuracy", "format"]
+    assert cfg.reward.reward_weights == [1.0, 0.5]
+    assert cfg.algorithm.epsilon_high is None
+    assert cfg.run.resume is True
+    assert cfg.data.data == "rg:chain_sum:size=5"
+
+
+def test_yaml_flat_or_nested_and_cli_wins(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"algorithm": {"beta": 0.1}, "max_steps": 7}))
+    cfg = load_config(str(path), ["max_steps=9"])
+    assert cfg.algorithm.beta == 0.1 and cfg.run.max_steps == 9
+
+
+def test_resolved_config_round_trips(tmp_path):
+    cfg = build_config({"algo": "dapo", "beta": 0.01})
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg.to_dict()))
+    assert load_config(str(path), []) == cfg
+
+
+@pytest.mark.parametrize(
+    "pairs, words",
+    [
+        (["bta=0.1"], ["unknown option 'bta'", "beta"]),
+        (["num_generations=1"], ["num_generations", "G >= 2"]),
+        (["num_generations=abc"], ["num_generations must be an integer"]),
+        (["loss_type=foo"], ["unknown loss_type", "token_mean"]),
+        (["scale_rewards=std"], ["scale_rewards", "group"]),
+        (["algo=ppo"], ["algo", "grpo"]),
+        (["reward_weights=[1,2]"], ["one weight per reward function"]),
+        (["steps_per_generation=3", "prompts_per_step=2"], ["steps_per_generation", "whole groups"]),
+        (["per_device_train_batch_size=4", "gradient_accumulation_steps=3"], ["gradient_accumulation_steps"]),
+        (["resume=maybe"], ["resume must be true or false"]),
+        (["max_steps"], ["expected key=value"]),
+    ],
+)
+def test_bad_options_name_the_problem(pairs, words):
+    with pytest.raises((ValueError, TypeError)) as info:
+        load_config(None, pairs)
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_every_field_has_help():
+    rows = field_help()
+    assert len(rows) > 30
+    assert all(text for _, _, _, text in rows)
