@@ -64,9 +64,9 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class RolloutConfig:
-    prompts_per_step: int = _f(8, "B: prompts per training step (TRL: generation_batch_size / num_generations; verl: data.train_batch_size)")
+    prompts_per_step: int = _f(4, "B: prompts per training step (TRL: generation_batch_size / num_generations; verl: data.train_batch_size)")
     num_generations: int = _f(8, "G: responses per prompt (verl: rollout.n)")
-    max_completion_length: int = _f(48, "max new tokens per response (verl: data.max_response_length)")
+    max_completion_length: int = _f(40, "max new tokens per response (verl: data.max_response_length)")
     temperature: float = _f(1.0, "sampling temperature; log-probs are computed at the same temperature")
     top_p: float = _f(1.0, "nucleus sampling p")
     rollout_engine: str = _f("hf", "generation engine: hf (transformers generate)")
@@ -158,7 +158,7 @@ class AlgorithmConfig:
 
 @dataclass(frozen=True)
 class OptimConfig:
-    learning_rate: float = _f(2e-5, "AdamW learning rate (verl: actor.optim.lr)")
+    learning_rate: float = _f(3e-5, "AdamW learning rate (verl: actor.optim.lr)")
     weight_decay: float = _f(0.0, "AdamW weight decay")
     adam_beta1: float = _f(0.9, "AdamW beta1")
     adam_beta2: float = _f(0.99, "AdamW beta2")
@@ -182,7 +182,7 @@ class OptimConfig:
 @dataclass(frozen=True)
 class RunConfig:
     output_dir: str | None = _f(None, "run directory (default runs/<algo>-<time>)")
-    max_steps: int = _f(20, "training steps (one rollout batch each)")
+    max_steps: int = _f(16, "training steps (one rollout batch each)")
     seed: int = _f(0, "seed for data order, sampling and initialisation")
     save_steps: int = _f(0, "checkpoint every K steps (0: only at the end)")
     save_total_limit: int | None = _f(2, "keep the newest K checkpoints (null: all)")
@@ -366,6 +366,11 @@ def _coerce_scalar(key: str, kind: type, value: Any) -> Any:
     if kind is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads 3e-3 (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
         raise TypeError(f"{key} must be a number, got {value!r}")
     if kind is str:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):

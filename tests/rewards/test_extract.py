@@ -21,8 +21,9 @@ from rlvr.rewards import MAX_ANSWER_CHARS, extract_answer, find_last_box
     # GSM8K
     ("so 1000 in total\n#### 1,000", "1,000"),
     ("#### 72", "72"),
-    ("#### -3.5 degrees", "-3.5"),
+    ("#### -3.5", "-3.5"),
     ("#### $18", "18"),
+    ("#### **7**.\n", "7"),
     ("#### 5\nlater\n#### 6", "6"),
     # prose forms
     ("The answer is 42.", "42"),
@@ -41,6 +42,7 @@ def test_forms(text, expected):
     (r"The answer is 5. \boxed{6}", "6"),             # box beats prose wherever it is
     ("#### 4\nThe answer is 5", "4"),                 # #### beats prose
     ("#### Step 1: add\nThe answer is 5.", "5"),      # a markdown heading is not a GSM8K answer
+    ("#### 1. Set-up\nThe answer is 5.", "5"),        # nor is a numbered one
 ])
 def test_precedence(text, expected):
     assert extract_answer(text) == expected
@@ -50,6 +52,7 @@ def test_precedence(text, expected):
     "", "no answer here", r"\boxed{}", r"\boxed{1} and then \boxed{2",  # truncated last box
     "\\boxed{" + "x" * (MAX_ANSWER_CHARS + 1) + "}",
     "The answer is " + "y" * (MAX_ANSWER_CHARS + 1),
+    "#### 18 dollars",                                                  # not a bare number line
 ])
 def test_none(text):
     assert extract_answer(text) is None
@@ -67,6 +70,9 @@ def test_megabyte_of_text():
     assert extract_answer("answer " * 150_000) is None
     assert extract_answer("x" * 1_000_000 + r"\boxed{2}") == "2"
     assert extract_answer(r"\boxed" + " " * 1_000_000) is None
+    assert extract_answer("####" + " " * 1_000_000 + "x") is None
+    assert extract_answer("#### " + "1" * 1_000_000 + "x") is None
+    assert extract_answer("1 " * 500_000, mode="flexible") == "1"
 
 
 def test_ten_thousand_nested_braces():
@@ -75,6 +81,24 @@ def test_ten_thousand_nested_braces():
     assert extract_answer("{" * 10_000 + r"\boxed{3}" + "}" * 10_000) == "3"
     assert extract_answer(r"\boxed{" * 10_000) is None             # never closed
     assert extract_answer("}" * 10_000 + r"\boxed{4}") == "4"
+
+
+@pytest.mark.parametrize("text, boxed, flexible", [
+    ("so we get 3 apples and then 1,250 pears", None, "1,250"),
+    ("costs -2.5 today", None, "-2.5"),
+    ("#### 4\nthen 9", "4", "4"),                      # a written form still wins
+    (r"\boxed{7} and 8", "7", "7"),
+    (r"\boxed{7", None, None),                          # truncated box: no guessing
+    ("no digits", None, None),
+])
+def test_flexible_mode_adds_last_number(text, boxed, flexible):
+    assert extract_answer(text) == boxed
+    assert extract_answer(text, mode="flexible") == flexible
+
+
+def test_unknown_mode():
+    with pytest.raises(ValueError, match="boxed"):
+        extract_answer("x", mode="strict")
 
 
 def test_find_last_box_span():

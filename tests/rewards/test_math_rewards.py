@@ -20,7 +20,10 @@ def test_accuracy_plain_and_conversational(pool):
     answers = ["0.5", "1000", "8", "3"]
     assert accuracy(["p"] * 4, completions, answer=answers) == [1.0, 1.0, 0.0, 0.0]
     assert accuracy(["p"] * 4, [chat(c) for c in completions], answer=answers) == [1.0, 1.0, 0.0, 0.0]
-    assert accuracy.pop_stats() == {"calls": 8, "correct": 4, "no_answer": 2, "timeouts": 0, "errors": 0}
+    assert accuracy.stats == {"calls": 8, "correct": 4, "no_answer": 2, "timeouts": 0, "errors": 0}
+    assert accuracy.pop_stats() == {"accuracy/calls": 8, "accuracy/correct": 4,
+                                    "accuracy/no_answer": 2, "accuracy/timeouts": 0,
+                                    "accuracy/errors": 0}
     assert accuracy.stats == {"calls": 0, "correct": 0, "no_answer": 0, "timeouts": 0, "errors": 0}
 
 
@@ -28,7 +31,7 @@ def test_accuracy_counts_timeouts_and_survives_huge_inputs(pool):
     accuracy = MathAccuracy(pool)
     completions = [r"\boxed{9^{9^{9^{9^{9}}}}}", "a" * 1_000_000, r"\boxed{" + "{" * 10_000, r"\boxed{3}"]
     assert accuracy(None, completions, answer=["3"] * 4) == [0.0, 0.0, 0.0, 1.0]
-    stats = accuracy.pop_stats()
+    stats = accuracy.stats
     assert (stats["timeouts"], stats["no_answer"], stats["correct"]) == (1, 2, 1)
 
 

@@ -16,6 +16,15 @@ def test_builtins(pool):
         resolve_reward("accuracy", None)
 
 
+def test_answer_extraction_reaches_accuracy(pool):
+    completions = ["so it is 12 in the end"]  # no written form: only flexible finds it
+    assert resolve_reward("accuracy", pool)(None, completions, answer=["12"]) == [0.0]
+    flexible = resolve_reward("accuracy", pool, answer_extraction="flexible")
+    assert flexible(None, completions, answer=["12"]) == [1.0]
+    with pytest.raises(ValueError, match="answer_extraction"):
+        resolve_reward("accuracy", pool, answer_extraction="loose")
+
+
 def test_module_spec():
     assert resolve_reward("rlvr.rewards.math_rewards:format_reward") is format_reward
 
@@ -99,3 +108,10 @@ def test_weights_must_match_functions():
         combine_rewards([named("a", [1.0])], [1.0, 2.0], ["p"], ["c"], {})
     with pytest.raises(ValueError, match="finite"):
         combine_rewards([named("a", [1.0])], [math.nan], ["p"], ["c"], {})
+
+
+def test_columns_must_align_with_completions():
+    with pytest.raises(ValueError, match="once per generated completion"):
+        combine_rewards([named("a", [1.0, 1.0])], [1.0], ["p"] * 2, ["c"] * 2, {"answer": ["1"]})
+    with pytest.raises(ValueError, match="rename that dataset column"):
+        combine_rewards([named("a", [1.0])], [1.0], ["p"], ["c"], {"completions": ["x"]})

@@ -61,8 +61,11 @@ def test_batch_keeps_order_across_workers(pool):
 
 
 def test_huge_exponent_times_out_and_pool_recovers(pool):
+    pool.verify_batch(["1"], ["0.9999"])
+    workers = pool.pids
     results = pool.verify_batch(["3", "3", "2"], [HUGE_POWER, "9^{9^{9}}", r"\sqrt{4}"])
     assert results == [TIMED_OUT, TIMED_OUT, CORRECT]
+    assert pool.pids == workers  # the in-worker alarm ended it: no kill, no restart
     assert pool.verify_batch([r"\frac{1}{2}"], ["0.5"]) == [CORRECT]
 
 

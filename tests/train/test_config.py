@@ -32,6 +32,7 @@ def test_cli_pairs_are_typed(tmp_path):
     cfg = load_config(None, ["beta=0.04", "num_generations=4", "reward_funcs=accuracy,format",
                              "reward_weights=[1, 0.5]", "epsilon_high=null", "resume=true", "data=rg:chain_sum:size=5"])
     assert cfg.algorithm.beta == 0.04
+    assert load_config(None, ["learning_rate=3e-3"]).optim.learning_rate == 0.003
     assert cfg.rollout.num_generations == 4
     assert cfg.reward.reward_funcs == ["accuracy", "format"]
     assert cfg.reward.reward_weights == [1.0, 0.5]

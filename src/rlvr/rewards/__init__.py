@@ -6,7 +6,7 @@
 - ``resolve_reward``, ``combine_rewards``: config names → callables, weighted sum per completion.
 """
 
-from rlvr.rewards.extract import MAX_ANSWER_CHARS, extract_answer, find_last_box
+from rlvr.rewards.extract import EXTRACTION_MODES, MAX_ANSWER_CHARS, extract_answer, find_last_box
 from rlvr.rewards.math_rewards import (
     FORMAT_MAX_TAIL_CHARS,
     MathAccuracy,
@@ -18,6 +18,7 @@ from rlvr.rewards.verify import VerifierPool, VerifyResult, normalize_answer
 
 __all__ = [
     "BUILTIN_REWARDS",
+    "EXTRACTION_MODES",
     "FORMAT_MAX_TAIL_CHARS",
     "MAX_ANSWER_CHARS",
     "MathAccuracy",

@@ -2,11 +2,12 @@
 
 Three forms, tried in this order (the first form present anywhere wins, and within a form the
 last occurrence wins): the last ``\\boxed{...}`` / ``\\fbox{...}`` (braces balanced, LaTeX's escaped
-``\\{`` ``\\}`` skipped), the last GSM8K ``#### N``, the last "the answer is X" / "final answer: X".
+``\\{`` ``\\}`` skipped), the last GSM8K ``#### N`` line (N a number, alone on its line), the last
+"the answer is X" / "final answer: X" / "answer: X" (X up to the end of its line or sentence).
 
-Safety: every scan is a ``str.rfind`` or a bounded forward walk, so the cost is linear in the text
-and independent of nesting depth; no recursion, and the two regexes cannot backtrack
-catastrophically. An answer longer than ``MAX_ANSWER_CHARS`` yields None (a runaway box is not an
+Safety: boxes are found with ``str.rfind`` and a forward walk bounded by the answer cap, so the
+cost is linear in the text and independent of nesting depth; no recursion; the two regexes have
+no adjacent overlapping quantifiers, so they cannot backtrack catastrophically. An answer longer than ``MAX_ANSWER_CHARS`` yields None (a runaway box is not an
 answer, and the verifier should never see megabytes of LaTeX).
 
 Convention: a truncated last box (no closing brace) yields None; we do not fall back to an
@@ -22,20 +23,28 @@ MAX_ANSWER_CHARS = 500
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
 # Thousands-separated first so "1,000" is not cut at the comma; no nested quantifiers.
 _NUMBER = r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|-?\d+(?:\.\d+)?"
-_GSM8K = re.compile(r"####[ \t]*\\?\$?[ \t]*(" + _NUMBER + r")")
+# "#### N" must be the whole line (bar $, ** and a period), so a markdown heading such as
+# "#### 1. Set-up" is not read as an answer. Prefix and suffix are one character class each:
+# two adjacent optional runs could backtrack quadratically on a long run of spaces.
+_GSM8K = re.compile(r"####[ \t*$\\]*(" + _NUMBER + r")(?=[ \t*$.]*(?:\r?\n|\Z))")
 _ANSWER_IS = re.compile(r"answer\s*(?:is\b|:)", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"\.(?:\s|$)")
 _SPACES = re.compile(r"[ \t\n]*")
+_ANY_NUMBER = re.compile(_NUMBER)
+
+EXTRACTION_MODES = ("boxed", "flexible")
 
 
-def extract_answer(text: str) -> str | None:
+def extract_answer(text: str, mode: str = "boxed") -> str | None:
     """The final answer written in a completion, or None when there is none.
 
     Order: last ``\\boxed{}``/``\\fbox{}`` → last ``#### N`` → last "the answer is X" /
-    "final answer: X" / "answer: X". Never raises on model output; linear time.
+    "final answer: X" / "answer: X" → (``mode="flexible"`` only) the last number in the text, as
+    lm-eval's GSM8K "flexible-extract". Never raises on model output; linear time.
 
     Args:
         text: the completion text (any length).
+        mode: ``boxed`` (the three written forms only) or ``flexible`` (also the last number).
 
     Returns:
         The answer string, stripped (box contents verbatim; for the prose forms also without
@@ -45,6 +54,8 @@ def extract_answer(text: str) -> str | None:
     if not isinstance(text, str):
         raise TypeError(f"extract_answer expects a str, got {type(text).__name__}; "
                         "pass the completion's text (for chat completions, the message content)")
+    if mode not in EXTRACTION_MODES:
+        raise ValueError(f"unknown answer extraction mode {mode!r}; choose one of {EXTRACTION_MODES}")
     open_pos = _last_box_open(text)
     if open_pos is not None:
         span = _match_brace(text, open_pos)
@@ -53,6 +64,8 @@ def extract_answer(text: str) -> str | None:
     answer = _last_gsm8k(text)
     if answer is None:
         answer = _last_answer_is(text)
+    if answer is None and mode == "flexible":
+        answer = _last_match(_ANY_NUMBER, text)
     if not answer or len(answer) > MAX_ANSWER_CHARS:
         return None
     return answer
@@ -110,6 +123,13 @@ def _last_gsm8k(text: str) -> str | None:
     for last in _GSM8K.finditer(text):
         pass
     return last.group(1) if last is not None else None
+
+
+def _last_match(pattern: re.Pattern, text: str) -> str | None:
+    last = None
+    for last in pattern.finditer(text):
+        pass
+    return last.group(0) if last is not None else None
 
 
 def _last_answer_is(text: str) -> str | None:

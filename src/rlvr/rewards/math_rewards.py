@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from rlvr.rewards.extract import extract_answer, find_last_box
+from rlvr.rewards.extract import EXTRACTION_MODES, extract_answer, find_last_box
 from rlvr.rewards.verify import VerifierPool
 
 FORMAT_MAX_TAIL_CHARS = 20
@@ -51,13 +51,18 @@ class MathAccuracy:
 
     Args:
         pool: the ``VerifierPool`` that runs math-verify.
+        answer_extraction: ``boxed`` or ``flexible`` (also the last number), see ``extract_answer``.
     """
 
-    def __init__(self, pool: VerifierPool):
+    def __init__(self, pool: VerifierPool, answer_extraction: str = "boxed"):
         if not hasattr(pool, "verify_batch"):
             raise TypeError(f"MathAccuracy needs a VerifierPool, got {type(pool).__name__}; "
                             "create one with rlvr.rewards.VerifierPool()")
+        if answer_extraction not in EXTRACTION_MODES:
+            raise ValueError(f"answer_extraction must be one of {EXTRACTION_MODES}, "
+                             f"got {answer_extraction!r}")
         self.pool = pool
+        self.answer_extraction = answer_extraction
         self.__name__ = "accuracy"  # TRL and combine_rewards name the reward by __name__
         self._stats = dict.fromkeys(_STAT_KEYS, 0)
 
@@ -68,7 +73,7 @@ class MathAccuracy:
         if len(answer) != len(completions):
             raise ValueError(f"got {len(completions)} completions but {len(answer)} answers; "
                              "repeat each gold answer once per generated completion")
-        preds = [extract_answer(completion_text(c)) for c in completions]
+        preds = [extract_answer(completion_text(c), self.answer_extraction) for c in completions]
         results = self.pool.verify_batch(list(answer), preds)
         self._stats["calls"] += len(results)
         self._stats["correct"] += sum(r.correct for r in results)
@@ -83,9 +88,12 @@ class MathAccuracy:
         return dict(self._stats)
 
     def pop_stats(self) -> dict[str, int]:
-        """Return the counters and reset them to zero (call once per logging step)."""
+        """The counters, named for logging (``accuracy/timeouts``, ...), reset to zero after.
+
+        Namespaced so they sit beside ``combine_rewards``' ``accuracy/errors`` without clashing.
+        """
         stats, self._stats = self._stats, dict.fromkeys(_STAT_KEYS, 0)
-        return stats
+        return {f"{self.__name__}/{key}": value for key, value in stats.items()}
 
 
 def format_reward(prompts, completions, **columns) -> list[float]:

@@ -30,9 +30,10 @@ logger = logging.getLogger(__name__)
 
 RewardFn = Callable[..., list]
 
-BUILTIN_REWARDS: dict[str, Callable[[object], RewardFn]] = {
-    "accuracy": lambda pool: MathAccuracy(_require_pool(pool)),
-    "format": lambda pool: format_reward,
+# name -> factory(pool, answer_extraction)
+BUILTIN_REWARDS: dict[str, Callable[[object, str], RewardFn]] = {
+    "accuracy": lambda pool, answer_extraction: MathAccuracy(_require_pool(pool), answer_extraction),
+    "format": lambda pool, answer_extraction: format_reward,
 }
 
 
@@ -43,12 +44,14 @@ def _require_pool(pool):
     return pool
 
 
-def resolve_reward(spec: str, pool=None) -> RewardFn:
+def resolve_reward(spec: str, pool=None, *, answer_extraction: str = "boxed") -> RewardFn:
     """The reward callable named by ``spec``.
 
     Args:
         spec: ``accuracy`` | ``format`` | ``package.module:function`` | ``path/to/file.py:function``.
         pool: the ``VerifierPool`` handed to built-ins that verify (``accuracy``).
+        answer_extraction: ``boxed`` | ``flexible``, for built-ins that extract answers; custom
+            functions are returned as they are.
 
     Raises:
         ValueError: unknown name, missing module/file/attribute (message lists the valid forms).
@@ -58,7 +61,7 @@ def resolve_reward(spec: str, pool=None) -> RewardFn:
         raise TypeError(f"a reward spec must be a non-empty string, got {spec!r}")
     spec = spec.strip()
     if spec in BUILTIN_REWARDS:
-        return BUILTIN_REWARDS[spec](pool)
+        return BUILTIN_REWARDS[spec](pool, answer_extraction)
     if ":" not in spec:
         raise ValueError(f"unknown reward {spec!r}; valid: {', '.join(sorted(BUILTIN_REWARDS))}, "
                          "or a custom 'package.module:function' or 'path/to/file.py:function'")
@@ -133,6 +136,13 @@ def combine_rewards(
     if not all(math.isfinite(w) for w in weights):
         raise ValueError(f"reward weights must be finite, got {weights}")
     n = len(completions)
+    for key, column in columns.items():
+        if key in ("prompts", "completions"):
+            raise ValueError(f"columns has a {key!r} key, which would clash with the argument of "
+                             "the same name; rename that dataset column")
+        if len(column) != n:
+            raise ValueError(f"column {key!r} has {len(column)} entries for {n} completions; "
+                             "repeat each row's value once per generated completion")
     per_func: dict[str, list[float | None]] = {}
     counts: dict[str, int] = {}
     for fn in funcs:

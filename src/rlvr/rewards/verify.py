@@ -42,12 +42,12 @@ import time
 import weakref
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from pathlib import Path
 
 KILL_GRACE_S = 1.0
 STARTUP_TIMEOUT_S = 120.0
 _POLL_S = 0.5  # also check process liveness this often, in case a socket end leaked to a fork
-_SRC_ROOT = str(Path(__file__).resolve().parents[2])  # the directory that holds `rlvr`
+_WORKER_COMMAND = ("import sys; sys.path[:] = sys.argv[3:]; "
+                   "from rlvr.rewards.verify_worker import main; main()")
 _MAX_ATTEMPTS = 2  # a task whose worker died is retried once on a fresh worker
 
 _SPACE_NOT_BETWEEN_LETTERS = re.compile(r"(?<![A-Za-z]) | (?![A-Za-z])")
@@ -87,12 +87,12 @@ class _Worker:
 
     def __init__(self, timeout_s: float):
         ours, theirs = socket.socketpair()
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [_SRC_ROOT, env.get("PYTHONPATH")]))
-        command = "from rlvr.rewards.verify_worker import main; main()"
+        # The child gets our sys.path (as multiprocessing's spawn does), so it imports this rlvr.
+        sys_path = [entry or os.getcwd() for entry in sys.path]
         self.process = subprocess.Popen(
-            [sys.executable, "-c", command, str(theirs.fileno()), repr(timeout_s)],
-            pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=env)
+            [sys.executable, "-c", _WORKER_COMMAND, str(theirs.fileno()), repr(timeout_s),
+             *sys_path],
+            pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
         theirs.close()
         self.conn = Connection(ours.detach())
         self.ready = False
@@ -202,7 +202,9 @@ class VerifierPool:
         attempts: dict[int, int] = {}
         remaining = len(pending)
         for slot, worker in enumerate(self._workers):
-            if worker is None or not worker.alive():
+            # A task still held here was abandoned by an interrupted call: its answer would be
+            # mistaken for one of ours, so that worker is replaced.
+            if worker is None or not worker.alive() or worker.task is not None:
                 self._replace(slot)
         while remaining:
             now = time.monotonic()
@@ -250,7 +252,8 @@ class VerifierPool:
             worker.task, worker.deadline = None, math.inf
             return index, VerifyResult(correct, timed_out, error)
         if not worker.alive():
-            return self._lost(slot, worker)
+            # A last message may still be unread: take it on the next round, then see EOF.
+            return None if worker.conn.poll() else self._lost(slot, worker)
         now = time.monotonic()
         if worker.task is not None and now >= worker.deadline:
             index = worker.task

@@ -1,8 +1,9 @@
 """The loop a verifier worker process runs: receive (index, gold, pred), answer with math-verify.
 
-Kept apart from ``verify.py`` so the child interpreter imports only this and math-verify. Protocol
-over one socket (``multiprocessing.connection`` framing), parent → child: ``(index, gold, pred)`` or ``None`` (exit); child → parent:
-``("ready",)`` once math-verify is imported, ``("failed", reason)`` if it cannot be, then
+Kept apart from ``verify.py`` so the child interpreter imports only this and math-verify.
+Protocol over one socket (``multiprocessing.connection`` framing). Parent → child:
+``(index, gold, pred)``, or ``None`` to exit. Child → parent: ``("ready",)`` once math-verify is
+imported and warmed up, ``("failed", reason)`` if it cannot be, then
 ``("result", index, correct, timed_out, error)`` per task. The soft timeout is an
 ``ITIMER_REAL`` alarm that raises ``SoftTimeout`` (a BaseException, so math-verify's
 ``except Exception`` blocks let it through); math-verify's own alarms are disabled because they
@@ -15,6 +16,7 @@ import logging
 import signal
 import sys
 from multiprocessing.connection import Connection
+
 
 class SoftTimeout(BaseException):
     """Raised in the worker by SIGALRM when a task runs past its time."""

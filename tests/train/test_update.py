@@ -1,0 +1,91 @@
+"""The update: k micro-batches of b equal one batch of k*b; mini-batches keep groups whole."""
+
+import pytest
+import torch
+
+from rlvr.config import build_config
+from rlvr.models import tiny_random_model_and_tokenizer
+from rlvr.rollout import Completion
+from rlvr.train.experience import Experience, Group, minibatches
+from rlvr.train.update import update_policy
+
+
+class RecordingOptimizer:
+    """Stands in for AdamW: records the gradient of every step instead of applying it."""
+
+    def __init__(self, params):
+        self.params = list(params)
+        self.grads = []
+
+    def step(self):
+        self.grads.append([p.grad.detach().clone() for p in self.params])
+
+    def zero_grad(self, set_to_none=True):
+        for p in self.params:
+            p.grad = None
+
+
+class NoScheduler:
+    def step(self):
+        pass
+
+    def get_last_lr(self):
+        return [0.0]
+
+
+def _experience(seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    groups = []
+    for g in range(3):
+        completions = []
+        for i in range(4):
+            n = int(torch.randint(1, 9, (1,), generator=gen))
+            ids = torch.randint(0, 250, (n,), generator=gen).tolist()
+            completions.append(Completion(ids, [0.0] * n, truncated=(i == 3)))
+        prompt = torch.randint(0, 250, (3 + g,), generator=gen).tolist()
+        group = Group(group_id=100 + g, row={"id": str(g)}, prompt_ids=prompt, completions=completions,
+                      texts=[""] * 4, rewards=[1.0, 0.0, float(g % 2), 0.5])
+        groups.append(group)
+    exp = Experience.from_groups(groups)
+    exp.advantages = torch.tensor([0.9, -0.7, 0.3, -0.5] * 3)
+    return exp
+
+
+@pytest.mark.parametrize("loss_type", ["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"])
+@pytest.mark.parametrize("extra", [{}, {"beta": 0.1}, {"mask_truncated_completions": True}])
+def test_micro_batches_equal_one_batch(loss_type, extra):
+    grads = {}
+    for micro in (None, 1, 5):
+        model, tok = tiny_random_model_and_tokenizer(seed=0)
+        model.eval()
+        ref, _ = tiny_random_model_and_tokenizer(seed=1)
+        cfg = build_config({"model": "tiny-random", "loss_type": loss_type, "per_device_train_batch_size": micro,
+                            "prompts_per_step": 3, "num_generations": 4, "max_completion_length": 8, **extra})
+        opt = RecordingOptimizer(model.parameters())
+        update_policy(cfg, model, opt, NoScheduler(), _experience(), pad_token_id=tok.pad_token_id, ref_model=ref)
+        grads[micro] = opt.grads[0]
+    for micro in (1, 5):
+        for a, b in zip(grads[None], grads[micro]):
+            torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_minibatches_never_split_a_group():
+    ids = torch.tensor([5, 5, 9, 9, 9, 2, 2, 7])
+    batches = minibatches(ids, 3)
+    assert len(batches) == 3
+    seen = set()
+    for batch in batches:
+        groups = {int(ids[i]) for i in batch}
+        assert not groups & seen
+        seen |= groups
+    assert sorted(i for b in batches for i in b) == list(range(8))
+
+
+def test_steps_per_generation_makes_that_many_optimizer_steps():
+    model, tok = tiny_random_model_and_tokenizer(seed=0)
+    cfg = build_config({"model": "tiny-random", "steps_per_generation": 3, "num_iterations": 2,
+                        "prompts_per_step": 3, "num_generations": 4})
+    opt = RecordingOptimizer(model.parameters())
+    metrics = update_policy(cfg, model, opt, NoScheduler(), _experience(), pad_token_id=tok.pad_token_id)
+    assert len(opt.grads) == 6
+    assert metrics["train/skipped_steps"] == 0
