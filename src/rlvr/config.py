@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ import yaml
 from rlvr.core.advantages import ADVANTAGE_ESTIMATORS, SCALE_REWARDS
 from rlvr.core.losses import IMPORTANCE_LEVELS, resolve_aggregation
 from rlvr.data.prompts import DEFAULT_INSTRUCTION
+from rlvr.rollout import ROLLOUT_ENGINES
 
 DEFAULT_DATA = "rg:chain_sum:size=1000:seed=0:min_terms=2:max_terms=2:min_digits=1:max_digits=1"
 
@@ -39,6 +41,7 @@ def _fail(name: str, value: Any, fix: str) -> None:
 class ModelConfig:
     model: str = _f("smollm2-135m", "policy: alias (smollm2-135m, tiny-random), local path or Hub id")
     dtype: str = _f("float32", "parameter dtype: float32 | bfloat16")
+    device: str = _f("auto", "auto (cuda if available, else cpu) | cpu | cuda | cuda:N")
     trust_remote_code: bool = _f(False, "allow model code from the Hub (off: safetensors + built-in code only)")
     lora_r: int = _f(0, "LoRA rank; 0 trains all parameters")
     lora_alpha: int = _f(16, "LoRA alpha")
@@ -48,6 +51,8 @@ class ModelConfig:
     def __post_init__(self) -> None:
         if self.dtype not in ("float32", "bfloat16", "fp32", "bf16"):
             _fail("dtype", self.dtype, "use float32 or bfloat16")
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device):
+            _fail("device", self.device, "use auto, cpu, cuda or cuda:N")
         if self.lora_r < 0:
             _fail("lora_r", self.lora_r, "use 0 (full fine-tuning) or a positive rank such as 16")
         if not 0.0 <= self.lora_dropout < 1.0:
@@ -82,8 +87,8 @@ class RolloutConfig:
             _fail("temperature", self.temperature, "training samples need temperature > 0")
         if not 0 < self.top_p <= 1:
             _fail("top_p", self.top_p, "use a value in (0, 1]")
-        if self.rollout_engine != "hf":
-            _fail("rollout_engine", self.rollout_engine, "only 'hf' is available")
+        if self.rollout_engine not in ROLLOUT_ENGINES:
+            _fail("rollout_engine", self.rollout_engine, f"choose one of {sorted(ROLLOUT_ENGINES)}")
 
 
 @dataclass(frozen=True)

@@ -98,3 +98,36 @@ def test_cli_smoke_run_writes_run_directory(tmp_path, capsys):
 def test_cli_reports_bad_option(capsys):
     assert main(["train", "num_generatons=4"]) == 2
     assert "num_generations" in capsys.readouterr().err
+
+
+def test_lora_with_kl_trains_adapters_only_and_resumes_exactly(tmp_path, lowercase_reward):
+    extra = {"lora_r": 4, "lora_alpha": 8, "beta": 0.1}
+    full = _run(tmp_path, "full", lowercase_reward, max_steps=3, **extra)
+    _run(tmp_path, "split", lowercase_reward, max_steps=1, save_steps=1, **extra)
+    resumed = _run(tmp_path, "split", lowercase_reward, max_steps=3, save_steps=1, resume=True, **extra)
+    trainable = {k for k, p in full.policy.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in k for k in trainable)
+    a, b = _params(full), _params(resumed)
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], rtol=0, atol=0)
+    records = [json.loads(x) for x in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()]
+    assert records[0]["train/kl"] == pytest.approx(0.0, abs=1e-7)  # policy == reference before any update
+    assert records[-1]["train/kl"] > 0
+
+
+def test_bf16_and_gsm8k_rows_run(tmp_path):
+    cfg = build_config(tiny_overrides(tmp_path / "bf16", dtype="bfloat16", data="gsm8k-100", max_steps=2))
+    history = Trainer(cfg).train()
+    assert len(history) == 2
+    assert all(m["train/skipped_steps"] == 0 for m in history)
+
+
+@pytest.mark.slow
+def test_one_step_on_smollm2(tmp_path, lowercase_reward):
+    cfg = build_config({"model": "smollm2-135m", "data": "rg:chain_sum:size=16", "max_steps": 1,
+                        "prompts_per_step": 2, "num_generations": 4, "max_completion_length": 8,
+                        "reward_funcs": [lowercase_reward],
+                        "output_dir": str(tmp_path / "s"), "progress_bar": False, "verifier_workers": 1})
+    (metrics,) = Trainer(cfg).train()
+    assert metrics["train/grad_norm"] > 0
+    assert metrics["rollout/logprob_mismatch"] < 1e-3

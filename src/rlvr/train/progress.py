@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import resource
 import statistics
 import sys
 from pathlib import Path
 
+import torch
 from tqdm.auto import tqdm
+
+
+def memory_metrics(device: torch.device) -> dict[str, float]:
+    """Peak memory so far: process RSS (Linux reports KiB) and, on CUDA, allocated tensors."""
+    out = {"perf/max_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
+    if device.type == "cuda":
+        out["perf/cuda_max_allocated_gb"] = torch.cuda.max_memory_allocated(device) / 2**30
+    return out
 
 
 class Progress:

@@ -24,11 +24,11 @@ from rlvr.config import ExperimentConfig
 from rlvr.core.advantages import get_advantage_estimator
 from rlvr.data import PromptSampler, load_rows, prompt_messages, render_prompt
 from rlvr.models import apply_lora, copy_for_reference, eos_token_ids, load_policy
-from rlvr.rollout import HFEngine
+from rlvr.rollout import ROLLOUT_ENGINES
 from rlvr.train import checkpoint as ckpt
 from rlvr.train.experience import Experience
 from rlvr.train.metrics import rollout_metrics, sample_records
-from rlvr.train.progress import Progress
+from rlvr.train.progress import Progress, memory_metrics
 from rlvr.train.reference import AdapterOffReference
 from rlvr.train.resume import check_resumable_config
 from rlvr.train.rewarding import Rewarder
@@ -37,6 +37,15 @@ from rlvr.train.run_files import JsonlLog, write_config
 from rlvr.train.update import update_policy
 
 logger = logging.getLogger(__name__)
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` picks CUDA when present; an explicit CUDA device that is absent is an error."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device={name} but torch sees no CUDA device; use device=cpu or a CUDA build of torch")
+    return torch.device(name)
 
 
 class Trainer:
@@ -58,9 +67,11 @@ class Trainer:
                 self.policy, r=cfg.model.lora_r, alpha=cfg.model.lora_alpha, dropout=cfg.model.lora_dropout,
                 target_modules=targets if targets == "all-linear" else [t.strip() for t in targets.split(",")],
             )
+        self.device = resolve_device(cfg.model.device)
+        self.policy.to(self.device)
         self.policy.eval()  # no dropout: the on-policy ratio is exactly 1
         self.ref_model = self._reference_model()
-        self.engine = HFEngine(self.policy, pad_token_id=self.tokenizer.pad_token_id,
+        self.engine = ROLLOUT_ENGINES[cfg.rollout.rollout_engine](self.policy, pad_token_id=self.tokenizer.pad_token_id,
                                eos_token_ids=eos_token_ids(self.policy, self.tokenizer))
         self.rewarder = Rewarder(cfg.reward.reward_funcs, cfg.reward.reward_weights,
                                  verifier_workers=cfg.reward.verifier_workers,
@@ -103,6 +114,7 @@ class Trainer:
             "time/reward_s": rollout.reward_s,
             "time/update_s": update_s,
             "time/step_s": step_s,
+            **memory_metrics(self.device),
         }
         metrics["perf/tokens_per_s"] = metrics.pop("_generated_tokens") / max(rollout.rollout_s, 1e-9)
         samples = sample_records(step, rollout.kept, advantages, self.cfg.run.num_completions_to_log)
