@@ -7,6 +7,8 @@ import logging
 import os
 import sys
 
+import yaml
+
 from rlvr import __version__
 from rlvr.config import SECTIONS, field_help, load_config
 
@@ -36,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     train.add_argument("--config", help="YAML file of options (flat, or nested by section: " + ", ".join(SECTIONS) + ")")
+    train.add_argument("--dry-run", action="store_true", help="print the resolved config as YAML and exit")
     train.add_argument("overrides", nargs="*", metavar="key=value", help="options; see below")
     return parser
 
@@ -52,7 +55,14 @@ def main(argv: list[str] | None = None) -> int:
         except (ValueError, TypeError) as error:
             print(f"rlvr train: {error}", file=sys.stderr)
             return 2
+        if args.dry_run:
+            print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
+            return 0
+        from transformers.utils import logging as hf_logging
+
         from rlvr.train.trainer import Trainer  # heavy imports only when training
+
+        hf_logging.disable_progress_bar()  # weight loading/saving bars would break our own bar
 
         try:
             Trainer(cfg).train()

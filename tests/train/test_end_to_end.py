@@ -4,6 +4,7 @@ import json
 
 import pytest
 import torch
+import yaml
 
 from rlvr.cli import main
 from rlvr.config import build_config
@@ -131,3 +132,10 @@ def test_one_step_on_smollm2(tmp_path, lowercase_reward):
     (metrics,) = Trainer(cfg).train()
     assert metrics["train/grad_norm"] > 0
     assert metrics["rollout/logprob_mismatch"] < 1e-3
+
+
+def test_cli_dry_run_prints_resolved_config(capsys):
+    assert main(["train", "--dry-run", "algo=dr_grpo", "beta=0.01"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["algorithm"]["scale_rewards"] == "none"
+    assert printed["algorithm"]["beta"] == 0.01

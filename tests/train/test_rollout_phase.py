@@ -3,6 +3,7 @@
 import time
 
 import pytest
+import torch
 
 from rlvr.config import build_config
 from rlvr.rollout import Completion
@@ -75,3 +76,15 @@ def test_hostile_completions_score_zero_and_finish(tmp_path):
     assert time.monotonic() - start < 30
     assert group.rewards == [0.0, 0.0, 0.0, 0.0, 1.0]
     assert stats["rewards/accuracy/calls"] == 5
+
+
+def test_step_without_signal_skips_the_update(tmp_path):
+    # tiny-random never answers arithmetic: every group is uniformly 0, dynamic sampling keeps none.
+    cfg = build_config(tiny_overrides(tmp_path / "r", algo="dapo", max_num_gen_batches=2, max_steps=1))
+    trainer = Trainer(cfg)
+    before = {k: v.clone() for k, v in trainer.policy.state_dict().items()}
+    (metrics,) = trainer.train()
+    assert metrics["rollout/kept_groups"] == 0 and metrics["rollout/num_gen_batches"] == 2
+    assert metrics["rollout/frac_uniform_groups"] == 1.0
+    assert metrics["train/loss"] is None and metrics["train/grad_norm"] is None
+    assert all(torch.equal(before[k], v) for k, v in trainer.policy.state_dict().items())

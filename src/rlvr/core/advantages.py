@@ -85,17 +85,7 @@ def grpo_advantages(
 
     Convention: unbiased std (ddof 1), std + ε; groups of one and uniform groups get exactly 0.
     """
-    _check_scale(scale_rewards)
-    index, num_groups = group_index(group_ids)
-    mean, std, count, uniform = group_statistics(rewards, index, num_groups)
-    centred = rewards.to(torch.float64) - mean  # [N]
-    if scale_rewards == "group":
-        centred = centred / (std + eps)
-    elif scale_rewards == "batch":
-        batch_std = rewards.to(torch.float64).std() if rewards.numel() > 1 else centred.new_zeros(())
-        centred = centred / (batch_std + eps)
-    dead = uniform | (count < 2)
-    return torch.where(dead, torch.zeros_like(centred), centred).to(_out_dtype(rewards))
+    return _relative_advantages(rewards, group_ids, scale_rewards=scale_rewards, eps=eps, leave_one_out=False)
 
 
 def rloo_advantages(
@@ -118,10 +108,19 @@ def rloo_advantages(
 
     Convention: leave-one-out baseline; groups of one and uniform groups get exactly 0.
     """
+    return _relative_advantages(rewards, group_ids, scale_rewards=scale_rewards, eps=eps, leave_one_out=True)
+
+
+def _relative_advantages(
+    rewards: torch.Tensor, group_ids: torch.Tensor, *, scale_rewards: str, eps: float, leave_one_out: bool
+) -> torch.Tensor:
+    """(r − group mean) [× G/(G−1) for leave-one-out], optionally ÷ (std + ε); dead groups → 0."""
     _check_scale(scale_rewards)
     index, num_groups = group_index(group_ids)
     mean, std, count, uniform = group_statistics(rewards, index, num_groups)
-    centred = (rewards.to(torch.float64) - mean) * count / (count - 1).clamp(min=1)  # [N]
+    centred = rewards.to(torch.float64) - mean  # [N]
+    if leave_one_out:
+        centred = centred * count / (count - 1).clamp(min=1)
     if scale_rewards == "group":
         centred = centred / (std + eps)
     elif scale_rewards == "batch":

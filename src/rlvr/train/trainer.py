@@ -55,6 +55,7 @@ class Trainer:
         self.cfg = cfg
         name = cfg.run.output_dir or f"runs/{cfg.algorithm.algo}-{datetime.now():%Y%m%d-%H%M%S}"
         self.output_dir = Path(name)
+        self._check_output_dir()  # fail before loading anything
         torch.manual_seed(cfg.run.seed)
         self.rows = load_rows(cfg.data.data)
         self.sampler = PromptSampler(self.rows, seed=cfg.run.seed, shuffle=cfg.data.shuffle)
@@ -89,7 +90,10 @@ class Trainer:
         """One step: rollout → reward → advantages → update. Returns (metrics, sample records)."""
         t0 = time.perf_counter()
         rollout = collect_groups(self, step)  # generate + reward (+ dynamic sampling)
-        train_metrics: dict = {"train/skipped_steps": 0}
+        train_metrics: dict = {key: None for key in ("train/loss", "train/grad_norm", "train/grad_norm_max",
+                                                     "train/clip_frac", "train/kl", "train/entropy",
+                                                     "rollout/logprob_mismatch")}
+        train_metrics.update({"train/lr": self.scheduler.get_last_lr()[0], "train/skipped_steps": 0})
         advantages = None
         update_s = 0.0
         if rollout.kept:
@@ -185,15 +189,21 @@ class Trainer:
                                   num_warmup_steps=round(o.warmup_ratio * total), num_training_steps=total)
         return optimizer, scheduler
 
+    def _check_output_dir(self) -> None:
+        metrics = self.output_dir / "metrics.jsonl"
+        holds_run = ckpt.latest_checkpoint(self.output_dir) is not None or (
+            metrics.exists() and metrics.stat().st_size > 0)
+        if holds_run and not self.cfg.run.resume:
+            raise ValueError(f"{self.output_dir} already holds a run; pass resume=true to continue it, "
+                             "or choose a new output_dir")
+
     def _start(self) -> int:
         """Prepare the run directory; on resume restore the newest checkpoint. Returns the last step done."""
         out = self.output_dir
+        self._check_output_dir()
         out.mkdir(parents=True, exist_ok=True)
         found = ckpt.latest_checkpoint(out)
         if not self.cfg.run.resume:
-            if found is not None or (self.metrics_log.path.exists() and self.metrics_log.path.stat().st_size):
-                raise ValueError(f"{out} already holds a run; pass resume=true to continue it, "
-                                 "or choose a new output_dir")
             write_config(out / "config.yaml", self.cfg.to_dict())
             self.metrics_log.reset()
             self.samples_log.reset()
