@@ -37,9 +37,20 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_train_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    train.add_argument("--config", help="YAML file of options (flat, or nested by section: " + ", ".join(SECTIONS) + ")")
-    train.add_argument("--dry-run", action="store_true", help="print the resolved config as YAML and exit")
-    train.add_argument("overrides", nargs="*", metavar="key=value", help="options; see below")
+    sft = sub.add_parser(
+        "sft",
+        help="supervised fine-tuning on expert solutions (the SFT baseline)",
+        description="Supervised fine-tuning on the data's expert solutions (`solution` column, or "
+        "generated worked solutions for reasoning-gym arithmetic), with the same options and run "
+        "directory as `rlvr train`. Example:\n  rlvr sft data=gsm8k-100 max_steps=50",
+        epilog=_train_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    for command in (train, sft):
+        command.add_argument("--config", help="YAML file of options (flat, or nested by section: "
+                             + ", ".join(SECTIONS) + ")")
+        command.add_argument("--dry-run", action="store_true", help="print the resolved config as YAML and exit")
+        command.add_argument("overrides", nargs="*", metavar="key=value", help="options; see below")
     return parser
 
 
@@ -49,25 +60,30 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     for noisy in ("httpx", "urllib3", "filelock"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    if args.command == "train":
+    if args.command in ("train", "sft"):
+        overrides = list(args.overrides)
+        if args.command == "sft":
+            if any(pair.split("=", 1)[0] == "algo" and pair != "algo=sft" for pair in overrides):
+                print("rlvr sft: algo is always sft here; use `rlvr train algo=...` for RL", file=sys.stderr)
+                return 2
+            overrides.append("algo=sft")
         try:
-            cfg = load_config(args.config, args.overrides)
+            cfg = load_config(args.config, overrides)
         except (ValueError, TypeError) as error:
-            print(f"rlvr train: {error}", file=sys.stderr)
+            print(f"rlvr {args.command}: {error}", file=sys.stderr)
             return 2
         if args.dry_run:
             print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
             return 0
         from transformers.utils import logging as hf_logging
 
-        from rlvr.train.trainer import Trainer  # heavy imports only when training
+        from rlvr.train.sft import make_trainer  # heavy imports only when training
 
         hf_logging.disable_progress_bar()  # weight loading/saving bars would break our own bar
-
         try:
-            Trainer(cfg).train()
+            make_trainer(cfg).train()
         except ValueError as error:
-            print(f"rlvr train: {error}", file=sys.stderr)
+            print(f"rlvr {args.command}: {error}", file=sys.stderr)
             return 2
         return 0
     return 1

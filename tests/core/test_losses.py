@@ -404,3 +404,37 @@ def test_gspo_sequence_ratio():
 def test_unknown_importance_level():
     with pytest.raises(ValueError, match="importance_level"):
         log_ratio(_t([[0.0]]), _t([[0.0]]), torch.ones(1, 1), importance_level="seq")
+
+
+# --- DaGRPO anchor term --------------------------------------------------------------------------
+from rlvr.core.losses import anchor_surrogate  # noqa: E402
+
+
+def test_anchor_log_psi_gradient_is_minus_adv_grad_logp():
+    logits = torch.randn(2, 3, 5, requires_grad=True)
+    tokens = torch.tensor([[1, 2, 3], [0, 4, 4]])
+    mask = torch.tensor([[True, True, True], [True, False, False]])
+    adv = torch.tensor([2.5, -0.5])
+    logp = torch.log_softmax(logits, -1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    loss = anchor_surrogate(logp, adv, mask).sum()
+    (grad,) = torch.autograd.grad(loss, logits, retain_graph=True)
+    expected_loss = -(2.5 * logp[0].sum() - 0.5 * logp[1, 0])
+    (expected,) = torch.autograd.grad(expected_loss, logits)
+    torch.testing.assert_close(grad, expected)
+
+
+def test_anchor_luffy_psi_value_and_masking():
+    logp = torch.log(torch.tensor([[0.1, 0.9], [0.5, 0.5]]))
+    mask = torch.tensor([[True, True], [True, False]])
+    out = anchor_surrogate(logp, torch.tensor([1.0, 2.0]), mask, psi="luffy", gamma=0.1)
+    # -A * p/(p+0.1): 0.1/0.2 = 0.5, 0.9/1.0 = 0.9, 0.5/0.6 = 0.8333
+    torch.testing.assert_close(out, torch.tensor([[-0.5, -0.9], [-2 * 0.5 / 0.6, 0.0]]))
+    with pytest.raises(ValueError, match="psi"):
+        anchor_surrogate(logp, torch.ones(2), mask, psi="sqrt")
+
+
+def test_anchor_has_no_ratio_so_no_clipping():
+    # The same log-probs give the same loss whatever the behaviour policy was: nothing to clip.
+    logp = torch.tensor([[-3.0, -0.2]])
+    out = anchor_surrogate(logp, torch.tensor([1.0]), torch.ones(1, 2, dtype=torch.bool))
+    torch.testing.assert_close(out, torch.tensor([[3.0, 0.2]]))

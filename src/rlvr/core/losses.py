@@ -176,3 +176,47 @@ def aggregate(
 
 def _at_least_one(value: float | torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return torch.as_tensor(value, dtype=like.dtype, device=like.device).clamp(min=1)
+
+
+ANCHOR_PSI = ("log", "luffy")
+
+
+def anchor_surrogate(
+    logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    psi: str = "log",
+    gamma: float = 0.1,
+) -> torch.Tensor:
+    """Loss on off-policy anchor tokens (expert solutions), never clipped.
+
+    L_t = −Â · ψ(π_θ(a_t)), with ψ(p) = log p (default: an advantage-weighted SFT term, whose
+    gradient is exactly −Â ∇log π) or LUFFY's policy shaping ψ(p) = p / (p + γ), which up-weights
+    low-probability expert tokens (gradient −Â · γ/(p+γ)² · p ∇log p).
+
+    Anchors have no behaviour log-prob, so there is no ratio and nothing to clip (USERS.md #11:
+    clipping is what made expert tokens contribute little in TRL's experiments).
+
+    Args:
+        logprobs: [N, T] log π_θ of the anchor tokens (with grad).
+        advantages: [N] or [N, T].
+        response_mask: [N, T].
+
+    Returns:
+        [N, T] per-token loss, zero at masked positions.
+
+    Convention: [design] DAGRPO.md; LUFFY (arXiv 2504.14945) for ψ(p) = p/(p+γ), γ = 0.1.
+    """
+    mask = response_mask.bool()
+    adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages
+    safe = torch.where(mask, logprobs, torch.zeros_like(logprobs))  # no exp of junk at padding
+    if psi == "log":
+        shaped = safe
+    elif psi == "luffy":
+        p = safe.exp()
+        shaped = p / (p + gamma)
+    else:
+        raise ValueError(f"anchor psi={psi!r}; valid: {ANCHOR_PSI}")
+    loss = -adv * shaped
+    return torch.where(mask, loss, torch.zeros_like(loss))

@@ -1,5 +1,6 @@
-"""Dataset loading (built-in offline sources, local files, Hub ids), row normalization, prompts, sampling."""
+"""Dataset loading (built-in offline sources, local files, Hub ids), row normalization, prompts, sampling, anchors."""
 
+from rlvr.data.anchors import ARITHMETIC_TASKS, anchor_source, anchor_text
 from rlvr.data.gsm8k100 import load_gsm8k100
 from rlvr.data.prompts import DEFAULT_INSTRUCTION, prompt_messages, render_prompt
 from rlvr.data.reasoning_gym_source import load_reasoning_gym
@@ -8,8 +9,11 @@ from rlvr.data.sampler import PromptSampler
 from rlvr.data.sources import load_hub_dataset, load_local_file, load_rows
 
 __all__ = [
+    "ARITHMETIC_TASKS",
     "DEFAULT_INSTRUCTION",
     "PromptSampler",
+    "anchor_source",
+    "anchor_text",
     "load_gsm8k100",
     "load_hub_dataset",
     "load_local_file",

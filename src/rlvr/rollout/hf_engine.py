@@ -25,8 +25,9 @@ class Completion:
     """One sampled response."""
 
     token_ids: list[int]
-    logprobs: list[float]  # sampling log-probs, one per token
+    logprobs: list[float]  # sampling log-probs, one per token (empty for off-policy anchors)
     truncated: bool
+    is_anchor: bool = False  # an expert solution injected by DaGRPO, not sampled from the policy
 
 
 class HFEngine:

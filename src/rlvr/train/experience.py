@@ -25,10 +25,24 @@ class Group:
     texts: list[str]
     rewards: list[float] = field(default_factory=list)
     reward_parts: dict[str, list[float | None]] = field(default_factory=dict)
+    scores: list[float] | None = None  # DaGRPO combined scores s (None: s = r)
 
     @property
     def uniform(self) -> bool:
+        """All rewards equal (anchors included): no group-relative signal."""
         return max(self.rewards) == min(self.rewards)
+
+    @property
+    def correct(self) -> list[bool]:
+        """Per response: the ``accuracy`` reward gave 1.0 (if used), else the total reward is > 0."""
+        if "accuracy" in self.reward_parts:
+            return [value == 1.0 for value in self.reward_parts["accuracy"]]
+        return [reward > 0 for reward in self.rewards]
+
+    @property
+    def on_policy(self) -> list[int]:
+        """Indices of the responses sampled from the policy (not anchors)."""
+        return [i for i, c in enumerate(self.completions) if not c.is_anchor]
 
 
 @dataclass
@@ -42,21 +56,26 @@ class Experience:
     sampling_logprobs: list[list[float]]
     truncated: torch.Tensor  # [N] bool
     rewards: torch.Tensor  # [N] float32
+    scores: torch.Tensor  # [N] float32, DaGRPO's s (= rewards without a scorer)
+    is_anchor: torch.Tensor  # [N] bool
     advantages: torch.Tensor | None = None  # [N]
     old_logprobs: list[torch.Tensor] | None = None  # N × [T_i]
     ref_logprobs: list[torch.Tensor] | None = None  # N × [T_i]
 
     @classmethod
     def from_groups(cls, groups: list[Group]) -> Experience:
-        group_ids, prompts, responses, sampled, truncated, rewards = [], [], [], [], [], []
+        group_ids, prompts, responses, sampled, truncated, rewards, scores, anchor = ([] for _ in range(8))
         for group in groups:
-            for completion, reward in zip(group.completions, group.rewards):
+            group_scores = group.scores if group.scores is not None else group.rewards
+            for completion, reward, score in zip(group.completions, group.rewards, group_scores):
                 group_ids.append(group.group_id)
                 prompts.append(group.prompt_ids)
                 responses.append(completion.token_ids)
                 sampled.append(completion.logprobs)
                 truncated.append(completion.truncated)
                 rewards.append(reward)
+                scores.append(score)
+                anchor.append(completion.is_anchor)
         return cls(
             groups=groups,
             group_ids=torch.tensor(group_ids, dtype=torch.long),
@@ -65,6 +84,8 @@ class Experience:
             sampling_logprobs=sampled,
             truncated=torch.tensor(truncated, dtype=torch.bool),
             rewards=torch.tensor(rewards, dtype=torch.float32),
+            scores=torch.tensor(scores, dtype=torch.float32),
+            is_anchor=torch.tensor(anchor, dtype=torch.bool),
         )
 
     def __len__(self) -> int:

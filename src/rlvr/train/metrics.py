@@ -14,23 +14,19 @@ import torch
 from rlvr.train.experience import Group
 
 
-def correct_flags(group: Group) -> list[bool]:
-    if "accuracy" in group.reward_parts:
-        return [value == 1.0 for value in group.reward_parts["accuracy"]]
-    return [reward > 0 for reward in group.rewards]
-
-
 def rollout_metrics(rollout, reward_names: list[str]) -> dict[str, float]:
     """rollout/ and rewards/ metrics over every group generated in the step."""
     groups: list[Group] = rollout.generated
-    rewards = [r for g in groups for r in g.rewards]
-    lengths = [len(c.token_ids) for g in groups for c in g.completions]
-    truncated = [c.truncated for g in groups for c in g.completions]
-    flags = [correct_flags(g) for g in groups]
+    own = [g.on_policy for g in groups]  # rollout/ metrics describe the policy's samples only
+    rewards = [g.rewards[i] for g, idx in zip(groups, own) for i in idx]
+    lengths = [len(g.completions[i].token_ids) for g, idx in zip(groups, own) for i in idx]
+    truncated = [g.completions[i].truncated for g, idx in zip(groups, own) for i in idx]
+    flags = [[g.correct[i] for i in idx] for g, idx in zip(groups, own)]
+    per_group = [[g.rewards[i] for i in idx] for g, idx in zip(groups, own)]
     metrics: dict[str, float] = {
         "rollout/reward_mean": statistics.fmean(rewards),
         "rollout/reward_std": statistics.stdev(rewards) if len(rewards) > 1 else 0.0,
-        "rollout/frac_uniform_groups": statistics.fmean(g.uniform for g in groups),
+        "rollout/frac_uniform_groups": statistics.fmean(max(r) == min(r) for r in per_group),
         "rollout/frac_all_correct": statistics.fmean(all(f) for f in flags),
         "rollout/frac_all_wrong": statistics.fmean(not any(f) for f in flags),
         "rollout/accuracy": statistics.fmean(x for f in flags for x in f),
@@ -42,10 +38,27 @@ def rollout_metrics(rollout, reward_names: list[str]) -> dict[str, float]:
         "_generated_tokens": float(sum(lengths)),
     }
     for name in reward_names:
-        values = [v for g in groups for v in g.reward_parts.get(name, []) if v is not None]
+        values = [g.reward_parts[name][i] for g, idx in zip(groups, own) for i in idx
+                  if name in g.reward_parts and g.reward_parts[name][i] is not None]
         metrics[f"rewards/{name}_mean"] = statistics.fmean(values) if values else None
-    metrics.update(rollout.reward_stats)
+    metrics.update({k: v for k, v in rollout.reward_stats.items() if not k.startswith("dagrpo/_")})
+    metrics.update(dagrpo_rollout_metrics(rollout.reward_stats))
     return metrics
+
+
+def dagrpo_rollout_metrics(stats: dict[str, float]) -> dict[str, float]:
+    """Rates from the DaGRPO phase's summed counters (empty when DaGRPO is off)."""
+    if "dagrpo/_groups" not in stats:
+        return {}
+    count = lambda key: stats.get(f"dagrpo/_{key}", 0.0)  # noqa: E731
+    scored = count("scored")
+    return {
+        "dagrpo/anchor_rate": count("anchor_injected") / max(1.0, count("groups")),
+        "dagrpo/anchor_unavailable": count("anchor_unavailable"),
+        "dagrpo/anchor_truncated": count("anchor_truncated"),
+        "dagrpo/scorer_fail_frac": count("scorer_failed") / scored if scored else None,
+        "dagrpo/score_mean": count("score_sum") / max(1.0, scored - count("scorer_failed")) if scored else None,
+    }
 
 
 def sample_records(step: int, groups: list[Group], advantages: torch.Tensor | None, count: int) -> list[dict]:

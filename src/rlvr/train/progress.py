@@ -25,9 +25,13 @@ class Progress:
                         disable=not enabled, file=sys.stderr, dynamic_ncols=True)
 
     def update(self, metrics: dict) -> None:
-        self.bar.set_postfix(reward=f"{metrics['rollout/reward_mean']:.3f}",
-                             uniform=f"{metrics['rollout/frac_uniform_groups']:.2f}",
-                             s_step=f"{metrics['time/step_s']:.1f}")
+        if "rollout/reward_mean" in metrics:
+            self.bar.set_postfix(reward=f"{metrics['rollout/reward_mean']:.3f}",
+                                 uniform=f"{metrics['rollout/frac_uniform_groups']:.2f}",
+                                 s_step=f"{metrics['time/step_s']:.1f}")
+        else:  # SFT
+            loss = metrics.get("train/loss")
+            self.bar.set_postfix(loss="-" if loss is None else f"{loss:.3f}", s_step=f"{metrics['time/step_s']:.1f}")
         self.bar.update(1)
 
     def close(self) -> None:
@@ -39,12 +43,12 @@ class Progress:
         if not records:
             return
         k = max(1, min(3, len(records) // 2))
-        first = statistics.fmean(r["rollout/reward_mean"] for r in records[:k])
-        last = statistics.fmean(r["rollout/reward_mean"] for r in records[-k:])
+        key, label = ("rollout/reward_mean", "reward") if "rollout/reward_mean" in records[0] else ("train/loss", "loss")
+        values = [r[key] for r in records if r.get(key) is not None]
         total = sum(r["time/step_s"] for r in records)
-        print(
-            f"rlvr: {len(records)} steps in {total / 60:.1f} min; "
-            f"reward (mean of {k} steps) first {first:.3f} -> last {last:.3f}; "
-            f"run directory {output_dir}",
-            flush=True,
-        )
+        trend = ""
+        if values:
+            k = max(1, min(3, len(values) // 2))
+            first, last = statistics.fmean(values[:k]), statistics.fmean(values[-k:])
+            trend = f"{label} (mean of {k} steps) first {first:.3f} -> last {last:.3f}; "
+        print(f"rlvr: {len(records)} steps in {total / 60:.1f} min; {trend}run directory {output_dir}", flush=True)

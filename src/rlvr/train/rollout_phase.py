@@ -3,6 +3,7 @@
     groups = []
     repeat up to max_num_gen_batches times:
         draw B prompts → sample G responses each → reward them
+        (DaGRPO) fine-grained scores, anchors into failed groups
         keep every group (GRPO) or only the groups with mixed rewards (dynamic sampling)
         stop once B groups are kept
 
@@ -40,6 +41,8 @@ def collect_groups(run, step: int) -> RolloutResult:
         t1 = time.perf_counter()
         stats = run.rewarder.reward_groups(groups)
         result.reward_s += time.perf_counter() - t1
+        if run.dagrpo is not None:  # score + anchors, before the dynamic-sampling filter
+            stats.update(run.dagrpo.process(groups))
         result.rollout_s += t1 - t0
         for key, value in stats.items():
             result.reward_stats[key] = result.reward_stats.get(key, 0.0) + value

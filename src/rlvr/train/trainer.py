@@ -1,6 +1,6 @@
 """The training loop. One step reads as the algorithm:
 
-    rollout (generate G responses for B prompts) → reward → advantages → update → log
+    rollout (generate G responses for B prompts) → reward → [score, anchors] → advantages → update → log
 
 Everything a step needs lives on :class:`Trainer`; checkpoints and resume are in
 ``checkpoint.py``, the update in ``update.py``, the rollout/reward phase in ``rollout_phase.py``.
@@ -21,12 +21,14 @@ import torch
 from transformers import get_scheduler
 
 from rlvr.config import ExperimentConfig
-from rlvr.core.advantages import get_advantage_estimator
 from rlvr.data import PromptSampler, load_rows, prompt_messages, render_prompt
 from rlvr.models import apply_lora, copy_for_reference, eos_token_ids, load_policy
 from rlvr.rollout import ROLLOUT_ENGINES
 from rlvr.train import checkpoint as ckpt
+from rlvr.train.advantages import compute_advantages
+from rlvr.train.dagrpo_phase import build_dagrpo_phase
 from rlvr.train.experience import Experience
+from rlvr.train.grad_spikes import GradSpikes
 from rlvr.train.metrics import rollout_metrics, sample_records
 from rlvr.train.progress import Progress, memory_metrics
 from rlvr.train.reference import AdapterOffReference
@@ -78,18 +80,24 @@ class Trainer:
                                  verifier_workers=cfg.reward.verifier_workers,
                                  verifier_timeout=cfg.reward.verifier_timeout,
                                  answer_extraction=cfg.reward.answer_extraction)
-        self.advantage_fn = get_advantage_estimator(cfg.algorithm.advantage_estimator)
+        self.dagrpo = build_dagrpo_phase(cfg, tokenizer=self.tokenizer, eos_token_id=self.engine.eos_token_ids[0],
+                                         pool=self.rewarder.pool, device=self.device)
         self.optimizer, self.scheduler = self._optimizer()
         self.metrics_log = JsonlLog(self.output_dir / "metrics.jsonl")
         self.samples_log = JsonlLog(self.output_dir / "samples.jsonl")
         self.group_counter = 0
+        self.grad_spikes = GradSpikes(factor=cfg.run.grad_spike_factor)
         self._prompt_cache: dict[str, list[int]] = {}
 
     # ----------------------------------------------------------------- the algorithm
     def training_step(self, step: int) -> tuple[dict, list[dict]]:
-        """One step: rollout → reward → advantages → update. Returns (metrics, sample records)."""
+        """One step: rollout → reward → (DaGRPO: score, anchors) → advantages → update.
+
+        Returns (metrics, sample records).
+        """
         t0 = time.perf_counter()
         rollout = collect_groups(self, step)  # generate + reward (+ dynamic sampling)
+        advantage_metrics: dict = {}
         train_metrics: dict = {key: None for key in ("train/loss", "train/grad_norm", "train/grad_norm_max",
                                                      "train/clip_frac", "train/kl", "train/entropy",
                                                      "rollout/logprob_mismatch")}
@@ -98,10 +106,7 @@ class Trainer:
         update_s = 0.0
         if rollout.kept:
             experience = Experience.from_groups(rollout.kept)
-            experience.advantages = self.advantage_fn(
-                experience.rewards, experience.group_ids,
-                scale_rewards=self.cfg.algorithm.scale_rewards, eps=self.cfg.algorithm.advantage_eps,
-            )  # [N]
+            experience.advantages, advantage_metrics = compute_advantages(self.cfg, experience)  # [N]
             advantages = experience.advantages
             t_update = time.perf_counter()
             train_metrics = update_policy(self.cfg, self.policy, self.optimizer, self.scheduler, experience,
@@ -113,7 +118,9 @@ class Trainer:
         metrics = {
             "step": step,
             **rollout_metrics(rollout, self.rewarder.names),
+            **advantage_metrics,
             **train_metrics,
+            **self.grad_spikes.update(train_metrics["train/grad_norm"]),
             "time/rollout_s": rollout.rollout_s,
             "time/reward_s": rollout.reward_s,
             "time/update_s": update_s,
@@ -148,7 +155,8 @@ class Trainer:
         return history
 
     def save(self, step: int) -> Path:
-        state = {"step": step, "sampler": self.sampler.state_dict(), "group_counter": self.group_counter}
+        state = {"step": step, "sampler": self.sampler.state_dict(), "group_counter": self.group_counter,
+                 "grad_spikes": self.grad_spikes.state_dict()}
         return ckpt.save_checkpoint(
             self.output_dir, step, model=self.policy, tokenizer=self.tokenizer, optimizer=self.optimizer,
             scheduler=self.scheduler, trainer_state=state, keep_last=self.cfg.run.save_total_limit,
@@ -220,6 +228,7 @@ class Trainer:
         state = ckpt.load_trainer_state(found)
         self.sampler.load_state_dict(state["sampler"])
         self.group_counter = state["group_counter"]
+        self.grad_spikes.load_state_dict(state["grad_spikes"])
         self.metrics_log.truncate_after(state["step"])
         self.samples_log.truncate_after(state["step"])
         write_config(out / "config.yaml", self.cfg.to_dict())

@@ -7,6 +7,9 @@ Per optimiser step (one mini-batch):
 accumulated over micro-batches with the *mini-batch's* token and sequence counts as denominators,
 so k micro-batches of b give exactly the loss and gradient of one batch of k·b (USERS.md #6).
 
+Anchors (DaGRPO's expert responses) replace the clipped term by ψ-weighted log-likelihood:
+−Â·ψ(π_θ(a_t)), never clipped (core.losses.anchor_surrogate).
+
 Old log-probs are computed only when the ratio can differ from 1 (μ > 1 or several mini-batches);
 otherwise old = logp.detach() and the ratio is exactly 1 on this on-policy pass. Then the loss
 reads −mean(A) ≈ 0 on token-mean while the gradient is not 0 (USERS.md #3).
@@ -23,7 +26,7 @@ import torch
 
 from rlvr.config import ExperimentConfig
 from rlvr.core.kl import kl_k3
-from rlvr.core.losses import aggregate, clipped_surrogate
+from rlvr.core.losses import aggregate, anchor_surrogate, clipped_surrogate
 from rlvr.train.experience import Experience, minibatches, pad_rows
 from rlvr.train.scoring import collate, score, score_no_grad
 
@@ -134,6 +137,12 @@ def optimizer_step(
             epsilon=algo.epsilon, epsilon_high=algo.epsilon_high, dual_clip=algo.dual_clip,
             importance_level=algo.importance_sampling_level,
         )  # [n, T]
+        anchor = exp.is_anchor[rows].unsqueeze(-1)  # [n, 1]: expert tokens, no ratio, never clipped
+        if bool(anchor.any()):
+            anchor_loss = anchor_surrogate(logprobs, exp.advantages[rows], mask,
+                                           psi=cfg.dagrpo.anchor_psi, gamma=cfg.dagrpo.anchor_gamma)
+            per_token = torch.where(anchor, anchor_loss, per_token)
+            clipped = clipped & ~anchor
         if algo.beta > 0:
             kl = kl_k3(logprobs, pad_rows([exp.ref_logprobs[i] for i in rows], width), mask)  # [n, T]
             per_token = per_token + algo.beta * kl
@@ -148,7 +157,7 @@ def optimizer_step(
         stats.entropy_sum += float(entropy[mask].sum())
         if on_policy:
             sampled = pad_rows([torch.tensor(exp.sampling_logprobs[i]) for i in rows], width)
-            full = batch.response_mask
+            full = batch.response_mask & ~anchor
             stats.mismatch_sum += float((logprobs.detach() - sampled).abs()[full].sum())
             stats.mismatch_tokens += float(full.sum())
     params = [p for p in policy.parameters() if p.requires_grad]

@@ -1,40 +1,22 @@
-"""Experiment configuration: frozen dataclasses per area, nested in one :class:`ExperimentConfig`.
+"""The configuration sections of a GRPO run: model, data, rollout, reward, algorithm, optim, run.
 
-Every field name is unique across sections, so the command line takes flat ``key=value`` pairs
-(``beta=0.04``) and YAML files may be flat or nested by section. Defaults live only here. Names
-follow TRL's ``GRPOConfig`` where one exists; the verl alias is given in each help text.
-
-Resolution order (later wins): field defaults ← ``algo`` preset ← YAML file ← command line.
+Defaults live only here (and in the other section files); names follow TRL's ``GRPOConfig`` where
+one exists, with the verl alias in each help text.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
 import re
-import types
-import typing
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
-import yaml
-
+from rlvr.config.fields import _f, _fail
+from rlvr.config.presets import PRESETS
 from rlvr.core.advantages import ADVANTAGE_ESTIMATORS, SCALE_REWARDS
 from rlvr.core.losses import IMPORTANCE_LEVELS, resolve_aggregation
 from rlvr.data.prompts import DEFAULT_INSTRUCTION
 from rlvr.rollout import ROLLOUT_ENGINES
 
 DEFAULT_DATA = "rg:chain_sum:size=1000:seed=0:min_terms=2:max_terms=2:min_digits=1:max_digits=1"
-
-
-def _f(default: Any, help: str) -> Any:
-    if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: type(default)(default), metadata={"help": help})
-    return field(default=default, metadata={"help": help})
-
-
-def _fail(name: str, value: Any, fix: str) -> None:
-    raise ValueError(f"{name}={value!r}: {fix}")
 
 
 @dataclass(frozen=True)
@@ -195,208 +177,14 @@ class RunConfig:
     log_completions: bool = _f(True, "write samples.jsonl")
     num_completions_to_log: int = _f(8, "responses written to samples.jsonl per step")
     progress_bar: bool = _f(True, "show a progress bar")
+    grad_spike_factor: float = _f(5.0, "count a grad-norm spike when it exceeds this many times the running median")
 
     def __post_init__(self) -> None:
         if self.max_steps < 1:
             _fail("max_steps", self.max_steps, "train for at least 1 step")
         if self.save_steps < 0:
             _fail("save_steps", self.save_steps, "use 0 (save at the end) or a positive interval")
+        if self.grad_spike_factor <= 1:
+            _fail("grad_spike_factor", self.grad_spike_factor, "use a factor > 1 (e.g. 5)")
         if self.save_total_limit is not None and self.save_total_limit < 1:
             _fail("save_total_limit", self.save_total_limit, "keep at least 1 checkpoint, or null for all")
-
-
-SECTIONS: dict[str, type] = {
-    "model": ModelConfig,
-    "data": DataConfig,
-    "rollout": RolloutConfig,
-    "reward": RewardConfig,
-    "algorithm": AlgorithmConfig,
-    "optim": OptimConfig,
-    "run": RunConfig,
-}
-
-# algo presets: defaults that differ from GRPO's. The user's own keys always win.
-PRESETS: dict[str, dict[str, Any]] = {
-    "grpo": {},
-    "dr_grpo": {"scale_rewards": "none", "loss_type": "dr_grpo"},
-    "dapo": {"epsilon_high": 0.28, "loss_type": "token_mean", "dynamic_sampling": True, "beta": 0.0},
-    "rloo": {"advantage_estimator": "rloo", "scale_rewards": "none"},
-    "gspo": {"importance_sampling_level": "sequence", "epsilon": 3e-4, "epsilon_high": 4e-4,
-             "loss_type": "seq_mean_token_mean"},
-}
-
-
-@dataclass(frozen=True)
-class ExperimentConfig:
-    model: ModelConfig = field(default_factory=ModelConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    rollout: RolloutConfig = field(default_factory=RolloutConfig)
-    reward: RewardConfig = field(default_factory=RewardConfig)
-    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    run: RunConfig = field(default_factory=RunConfig)
-
-    def __post_init__(self) -> None:
-        o, a = self.optim, self.algorithm
-        responses = self.rollout.prompts_per_step * self.rollout.num_generations
-        if a.steps_per_generation > self.rollout.prompts_per_step:
-            _fail("steps_per_generation", a.steps_per_generation,
-                  f"mini-batches hold whole groups: use at most prompts_per_step={self.rollout.prompts_per_step}")
-        if o.per_device_train_batch_size is not None and o.gradient_accumulation_steps is not None:
-            per_step = o.per_device_train_batch_size * o.gradient_accumulation_steps
-            mini = responses // a.steps_per_generation
-            if per_step != mini:
-                _fail("gradient_accumulation_steps", o.gradient_accumulation_steps,
-                      f"per_device_train_batch_size x gradient_accumulation_steps = {per_step}, but each "
-                      f"optimiser step sees {mini} responses (prompts_per_step x num_generations / "
-                      "steps_per_generation); set only one of the two")
-
-    def to_dict(self) -> dict[str, dict[str, Any]]:
-        return {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
-
-    def flat(self) -> dict[str, Any]:
-        return {k: v for section in self.to_dict().values() for k, v in section.items()}
-
-    def replace(self, **overrides: Any) -> ExperimentConfig:
-        return build_config({**self.flat(), **overrides}, apply_preset=False)
-
-
-FIELD_SECTION: dict[str, str] = {
-    f.name: section for section, cls in SECTIONS.items() for f in dataclasses.fields(cls)
-}
-assert len(FIELD_SECTION) == sum(len(dataclasses.fields(c)) for c in SECTIONS.values()), "duplicate field"
-
-
-def field_help() -> list[tuple[str, str, Any, str]]:
-    """(section, name, default, help) for every option, for --help."""
-    rows = []
-    for section, cls in SECTIONS.items():
-        for f in dataclasses.fields(cls):
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-            rows.append((section, f.name, default, f.metadata.get("help", "")))
-    return rows
-
-
-def unknown_key_error(key: str) -> ValueError:
-    close = difflib.get_close_matches(key, list(FIELD_SECTION), n=3, cutoff=0.5)
-    hint = f"; did you mean {', '.join(close)}?" if close else ""
-    return ValueError(f"unknown option {key!r}{hint} (`rlvr train --help` lists every option)")
-
-
-def flatten_yaml(doc: Any, source: str) -> dict[str, Any]:
-    """Accept a YAML mapping that is flat or nested by section; return flat keys."""
-    if doc is None:
-        return {}
-    if not isinstance(doc, dict):
-        raise ValueError(f"{source}: the config file must be a mapping of option: value")
-    flat: dict[str, Any] = {}
-    for key, value in doc.items():
-        if key in SECTIONS and isinstance(value, dict):
-            flat.update(value)
-        else:
-            flat[key] = value
-    return flat
-
-
-def parse_cli_value(key: str, raw: str) -> Any:
-    """Parse a command-line string for ``key`` into the field's type."""
-    if key not in FIELD_SECTION:
-        raise unknown_key_error(key)
-    hint = _field_type(key)
-    if hint is str:
-        return raw
-    value = yaml.safe_load(raw) if raw != "" else None
-    if _is_list(hint) and isinstance(value, str):
-        value = [part.strip() for part in value.split(",") if part.strip()]
-    return value
-
-
-def build_config(overrides: dict[str, Any], *, apply_preset: bool = True) -> ExperimentConfig:
-    """Build a validated config from flat overrides (preset applied under the overrides)."""
-    for key in overrides:
-        if key not in FIELD_SECTION:
-            raise unknown_key_error(key)
-    algo = overrides.get("algo", AlgorithmConfig.algo)
-    if algo not in PRESETS:
-        _fail("algo", algo, f"choose one of {sorted(PRESETS)}")
-    merged = {**(PRESETS[algo] if apply_preset else {}), **overrides}
-    per_section: dict[str, dict[str, Any]] = {name: {} for name in SECTIONS}
-    for key, value in merged.items():
-        per_section[FIELD_SECTION[key]][key] = _coerce(key, value)
-    return ExperimentConfig(**{name: SECTIONS[name](**kw) for name, kw in per_section.items()})
-
-
-def _field_type(key: str) -> Any:
-    cls = SECTIONS[FIELD_SECTION[key]]
-    return typing.get_type_hints(cls)[key]
-
-
-def _is_list(hint: Any) -> bool:
-    args = [a for a in typing.get_args(hint) if a is not type(None)] if _is_optional(hint) else [hint]
-    return any(typing.get_origin(a) is list for a in args)
-
-
-def _is_optional(hint: Any) -> bool:
-    return typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in typing.get_args(hint)
-
-
-def _coerce(key: str, value: Any) -> Any:
-    """Check ``value`` against the field's type; convert lossless cases (int → float, str → list)."""
-    hint = _field_type(key)
-    if value is None:
-        if _is_optional(hint):
-            return None
-        raise ValueError(f"{key} cannot be null; give a value (see `rlvr train --help`)")
-    base = [a for a in typing.get_args(hint) if a is not type(None)][0] if _is_optional(hint) else hint
-    origin = typing.get_origin(base)
-    if origin is list:
-        (item,) = typing.get_args(base)
-        if isinstance(value, str):
-            value = [v.strip() for v in value.split(",") if v.strip()]
-        if not isinstance(value, (list, tuple)):
-            raise TypeError(f"{key} must be a list (YAML list or comma-separated), got {value!r}")
-        return [_coerce_scalar(key, item, v) for v in value]
-    return _coerce_scalar(key, base, value)
-
-
-def _coerce_scalar(key: str, kind: type, value: Any) -> Any:
-    if kind is bool:
-        if isinstance(value, bool):
-            return value
-        raise TypeError(f"{key} must be true or false, got {value!r}")
-    if kind is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise TypeError(f"{key} must be an integer, got {value!r}")
-    if kind is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):  # YAML 1.1 reads 3e-3 (no dot) as a string
-            try:
-                return float(value)
-            except ValueError:
-                pass
-        raise TypeError(f"{key} must be a number, got {value!r}")
-    if kind is str:
-        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-            return str(value)
-        raise TypeError(f"{key} must be a string, got {value!r}")
-    raise AssertionError(f"unsupported field type {kind} for {key}")
-
-
-def load_config(config_file: str | None, cli_pairs: list[str]) -> ExperimentConfig:
-    """Resolve the experiment config from an optional YAML file and ``key=value`` pairs."""
-    overrides: dict[str, Any] = {}
-    if config_file:
-        try:
-            with open(config_file, encoding="utf-8") as fh:
-                overrides.update(flatten_yaml(yaml.safe_load(fh), config_file))
-        except FileNotFoundError:
-            raise ValueError(f"config file {config_file!r} does not exist") from None
-    for pair in cli_pairs:
-        if "=" not in pair:
-            raise ValueError(f"expected key=value, got {pair!r} (e.g. max_steps=10)")
-        key, raw = pair.split("=", 1)
-        key = key.strip().lstrip("-").replace("-", "_")
-        overrides[key] = parse_cli_value(key, raw)
-    return build_config(overrides)

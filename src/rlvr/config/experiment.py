@@ -1,0 +1,96 @@
+"""The experiment config: every section nested in one frozen :class:`ExperimentConfig`."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlvr.config.dagrpo import DaGRPOConfig
+from rlvr.config.fields import _fail
+from rlvr.config.sections import (
+    AlgorithmConfig,
+    DataConfig,
+    ModelConfig,
+    OptimConfig,
+    RewardConfig,
+    RolloutConfig,
+    RunConfig,
+)
+
+SECTIONS: dict[str, type] = {
+    "model": ModelConfig,
+    "data": DataConfig,
+    "rollout": RolloutConfig,
+    "reward": RewardConfig,
+    "algorithm": AlgorithmConfig,
+    "dagrpo": DaGRPOConfig,
+    "optim": OptimConfig,
+    "run": RunConfig,
+}
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    dagrpo: DaGRPOConfig = field(default_factory=DaGRPOConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+    def __post_init__(self) -> None:
+        o, a = self.optim, self.algorithm
+        responses = self.rollout.prompts_per_step * self.rollout.num_generations
+        if a.steps_per_generation > self.rollout.prompts_per_step:
+            _fail("steps_per_generation", a.steps_per_generation,
+                  f"mini-batches hold whole groups: use at most prompts_per_step={self.rollout.prompts_per_step}")
+        if o.per_device_train_batch_size is not None and o.gradient_accumulation_steps is not None:
+            per_step = o.per_device_train_batch_size * o.gradient_accumulation_steps
+            mini = responses // a.steps_per_generation
+            if per_step != mini:
+                _fail("gradient_accumulation_steps", o.gradient_accumulation_steps,
+                      f"per_device_train_batch_size x gradient_accumulation_steps = {per_step}, but each "
+                      f"optimiser step sees {mini} responses (prompts_per_step x num_generations / "
+                      "steps_per_generation); set only one of the two")
+
+        d = self.dagrpo
+        if (d.pair_masking or d.anchors != "off") and a.advantage_estimator != "grpo":
+            _fail("advantage_estimator", a.advantage_estimator,
+                  "DaGRPO's pair masking and anchors define their own (pairwise) advantage; use grpo")
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        return {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
+
+    def flat(self) -> dict[str, Any]:
+        return {k: v for section in self.to_dict().values() for k, v in section.items()}
+
+    def replace(self, **overrides: Any) -> ExperimentConfig:
+        from rlvr.config.parsing import build_config  # parsing imports this module
+
+        return build_config({**self.flat(), **overrides}, apply_preset=False)
+
+
+FIELD_SECTION: dict[str, str] = {
+    f.name: section for section, cls in SECTIONS.items() for f in dataclasses.fields(cls)
+}
+assert len(FIELD_SECTION) == sum(len(dataclasses.fields(c)) for c in SECTIONS.values()), "duplicate field"
+
+
+def field_help() -> list[tuple[str, str, Any, str]]:
+    """(section, name, default, help) for every option, for --help."""
+    rows = []
+    for section, cls in SECTIONS.items():
+        for f in dataclasses.fields(cls):
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            rows.append((section, f.name, default, f.metadata.get("help", "")))
+    return rows
+
+
+def unknown_key_error(key: str) -> ValueError:
+    close = difflib.get_close_matches(key, list(FIELD_SECTION), n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    return ValueError(f"unknown option {key!r}{hint} (`rlvr train --help` lists every option)")

@@ -1,0 +1,133 @@
+"""Build a config from YAML files and ``key=value`` pairs, with typed parsing and clear errors."""
+
+from __future__ import annotations
+
+import types
+import typing
+from typing import Any
+
+import yaml
+
+from rlvr.config.experiment import FIELD_SECTION, SECTIONS, ExperimentConfig, unknown_key_error
+from rlvr.config.fields import _fail
+from rlvr.config.presets import PRESETS
+from rlvr.config.sections import AlgorithmConfig
+
+
+def flatten_yaml(doc: Any, source: str) -> dict[str, Any]:
+    """Accept a YAML mapping that is flat or nested by section; return flat keys."""
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        raise ValueError(f"{source}: the config file must be a mapping of option: value")
+    flat: dict[str, Any] = {}
+    for key, value in doc.items():
+        if key in SECTIONS and isinstance(value, dict):
+            flat.update(value)
+        else:
+            flat[key] = value
+    return flat
+
+
+def parse_cli_value(key: str, raw: str) -> Any:
+    """Parse a command-line string for ``key`` into the field's type."""
+    if key not in FIELD_SECTION:
+        raise unknown_key_error(key)
+    hint = _field_type(key)
+    if hint is str:
+        return raw
+    value = yaml.safe_load(raw) if raw != "" else None
+    if _is_list(hint) and isinstance(value, str):
+        value = [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
+def build_config(overrides: dict[str, Any], *, apply_preset: bool = True) -> ExperimentConfig:
+    """Build a validated config from flat overrides (preset applied under the overrides)."""
+    for key in overrides:
+        if key not in FIELD_SECTION:
+            raise unknown_key_error(key)
+    algo = overrides.get("algo", AlgorithmConfig.algo)
+    if algo not in PRESETS:
+        _fail("algo", algo, f"choose one of {sorted(PRESETS)}")
+    merged = {**(PRESETS[algo] if apply_preset else {}), **overrides}
+    per_section: dict[str, dict[str, Any]] = {name: {} for name in SECTIONS}
+    for key, value in merged.items():
+        per_section[FIELD_SECTION[key]][key] = _coerce(key, value)
+    return ExperimentConfig(**{name: SECTIONS[name](**kw) for name, kw in per_section.items()})
+
+
+def _field_type(key: str) -> Any:
+    cls = SECTIONS[FIELD_SECTION[key]]
+    return typing.get_type_hints(cls)[key]
+
+
+def _is_list(hint: Any) -> bool:
+    args = [a for a in typing.get_args(hint) if a is not type(None)] if _is_optional(hint) else [hint]
+    return any(typing.get_origin(a) is list for a in args)
+
+
+def _is_optional(hint: Any) -> bool:
+    return typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in typing.get_args(hint)
+
+
+def _coerce(key: str, value: Any) -> Any:
+    """Check ``value`` against the field's type; convert lossless cases (int → float, str → list)."""
+    hint = _field_type(key)
+    if value is None:
+        if _is_optional(hint):
+            return None
+        raise ValueError(f"{key} cannot be null; give a value (see `rlvr train --help`)")
+    base = [a for a in typing.get_args(hint) if a is not type(None)][0] if _is_optional(hint) else hint
+    origin = typing.get_origin(base)
+    if origin is list:
+        (item,) = typing.get_args(base)
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, (list, tuple)):
+            raise TypeError(f"{key} must be a list (YAML list or comma-separated), got {value!r}")
+        return [_coerce_scalar(key, item, v) for v in value]
+    return _coerce_scalar(key, base, value)
+
+
+def _coerce_scalar(key: str, kind: type, value: Any) -> Any:
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        raise TypeError(f"{key} must be true or false, got {value!r}")
+    if kind is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise TypeError(f"{key} must be an integer, got {value!r}")
+    if kind is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads 3e-3 (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise TypeError(f"{key} must be a number, got {value!r}")
+    if kind is str:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise TypeError(f"{key} must be a string, got {value!r}")
+    raise AssertionError(f"unsupported field type {kind} for {key}")
+
+
+def load_config(config_file: str | None, cli_pairs: list[str]) -> ExperimentConfig:
+    """Resolve the experiment config from an optional YAML file and ``key=value`` pairs."""
+    overrides: dict[str, Any] = {}
+    if config_file:
+        try:
+            with open(config_file, encoding="utf-8") as fh:
+                overrides.update(flatten_yaml(yaml.safe_load(fh), config_file))
+        except FileNotFoundError:
+            raise ValueError(f"config file {config_file!r} does not exist") from None
+    for pair in cli_pairs:
+        if "=" not in pair:
+            raise ValueError(f"expected key=value, got {pair!r} (e.g. max_steps=10)")
+        key, raw = pair.split("=", 1)
+        key = key.strip().lstrip("-").replace("-", "_")
+        overrides[key] = parse_cli_value(key, raw)
+    return build_config(overrides)

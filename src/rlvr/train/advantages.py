@@ -1,0 +1,51 @@
+"""Advantages for a step: the configured estimator, or DaGRPO's masked pairwise form.
+
+DaGRPO (pair masking, or anchors in the groups) uses ``masked_pairwise_advantages``; with
+τ = 0 and no anchors it equals GRPO exactly, so plain GRPO runs keep using the estimator table.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rlvr.config import ExperimentConfig
+from rlvr.core.advantages import get_advantage_estimator
+from rlvr.core.pairwise import masked_pairwise_advantages
+from rlvr.train.experience import Experience
+
+
+def compute_advantages(cfg: ExperimentConfig, exp: Experience) -> tuple[torch.Tensor, dict[str, float]]:
+    """Advantages [N] and the dagrpo/ pair metrics (empty when DaGRPO is off)."""
+    a, d = cfg.algorithm, cfg.dagrpo
+    if not (d.pair_masking or bool(exp.is_anchor.any())):
+        estimator = get_advantage_estimator(a.advantage_estimator)
+        advantages = estimator(exp.rewards, exp.group_ids, scale_rewards=a.scale_rewards, eps=a.advantage_eps)
+        return advantages, ({"dagrpo/zero_adv_frac": _zero_frac(advantages)} if d.enabled else {})
+    advantages, mask = masked_pairwise_advantages(
+        exp.rewards, exp.scores, exp.group_ids,
+        tau=d.pair_tau if d.pair_masking else 0.0,
+        contrast=d.contrast if d.pair_masking else "reward",
+        eps=a.advantage_eps,
+        scale_rewards=a.scale_rewards,
+        adaptive_kappa=d.pair_tau_kappa if d.pair_masking else None,
+        stats_mask=None if d.anchor_in_stats else ~exp.is_anchor,
+    )
+    return advantages, pair_metrics(mask, exp, advantages, contrast=d.contrast if d.pair_masking else "reward")
+
+
+def pair_metrics(mask: torch.Tensor, exp: Experience, advantages: torch.Tensor, *, contrast: str) -> dict[str, float]:
+    """Fractions of within-group pairs that the distinctiveness mask removed."""
+    same = exp.group_ids.unsqueeze(0) == exp.group_ids.unsqueeze(1)  # [N, N]
+    same &= ~torch.eye(len(exp), dtype=torch.bool)
+    c = exp.rewards if contrast == "reward" else exp.scores
+    contrasting = same & (c.unsqueeze(0) != c.unsqueeze(1))  # pairs that carry a gradient in GRPO
+    masked = same & ~mask
+    return {
+        "dagrpo/masked_pair_frac": float(masked.sum()) / max(1.0, float(same.sum())),
+        "dagrpo/masked_contrast_frac": float((masked & contrasting).sum()) / max(1.0, float(contrasting.sum())),
+        "dagrpo/zero_adv_frac": _zero_frac(advantages),
+    }
+
+
+def _zero_frac(advantages: torch.Tensor) -> float:
+    return float((advantages == 0).float().mean())

@@ -1,0 +1,52 @@
+"""Supervised fine-tuning on expert solutions: DaGRPO's SFT baseline, in the same run format.
+
+Each step takes B rows, turns each row's solution into an anchor response (formatted, verified,
+tokenised as in DaGRPO) and minimises its negative log-likelihood given the prompt. This is the
+anchor term of DaGRPO with Â = 1 and ψ = log: −Σ log π_θ(a_t), aggregated by ``loss_type``
+(token_mean: the mean NLL per token). Rows without a usable solution are skipped and counted.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from rlvr.rollout import Completion
+from rlvr.train.experience import Experience, Group
+from rlvr.train.trainer import Trainer
+from rlvr.train.update import update_policy
+
+
+class SFTTrainer(Trainer):
+    """Same set-up, checkpoints and files as :class:`Trainer`; the step is supervised."""
+
+    def training_step(self, step: int) -> tuple[dict, list[dict]]:
+        t0 = time.perf_counter()
+        bank = self.dagrpo.anchors
+        rows = self.sampler.take(self.cfg.rollout.prompts_per_step)
+        groups = []
+        for row in rows:
+            anchor = bank.get(row)
+            if anchor is None:
+                continue
+            completion = Completion(anchor.token_ids, [], truncated=anchor.truncated, is_anchor=True)
+            groups.append(Group(group_id=self.next_group_id(), row=row, prompt_ids=self.prompt_ids(row),
+                                completions=[completion], texts=[anchor.text], rewards=[1.0]))
+        metrics = {"step": step, "sft/rows": len(rows), "sft/anchor_rate": len(groups) / len(rows)}
+        if groups:
+            experience = Experience.from_groups(groups)
+            experience.advantages = torch.ones(len(experience))
+            metrics.update(update_policy(self.cfg, self.policy, self.optimizer, self.scheduler, experience,
+                                         pad_token_id=self.tokenizer.pad_token_id, ref_model=self.ref_model))
+            metrics["sft/tokens"] = sum(len(ids) for ids in experience.response_ids)
+        metrics.update(self.grad_spikes.update(metrics.get("train/grad_norm")))
+        metrics["time/step_s"] = time.perf_counter() - t0
+        samples = [{"step": step, "id": g.row["id"], "prompt": g.row["prompt"], "completion": g.texts[0]}
+                   for g in groups[: self.cfg.run.num_completions_to_log]]
+        return metrics, samples
+
+
+def make_trainer(cfg) -> Trainer:
+    """The trainer class for the config's ``algo``."""
+    return SFTTrainer(cfg) if cfg.algorithm.algo == "sft" else Trainer(cfg)

@@ -1,0 +1,123 @@
+"""DaGRPO masked pairwise advantages: every check DAGRPO.md lists, with hand arithmetic."""
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlvr.core.advantages import grpo_advantages
+from rlvr.core.pairwise import masked_pairwise_advantages, pair_mask
+
+G8 = torch.zeros(8, dtype=torch.long)
+
+
+def test_worked_example_masking():
+    # rewards [0,1,...,1]: unbiased std = sqrt(7/8 * 1/8 * 8/7) = sqrt(1/8) = 0.353553;
+    # o_0 masked against o_1, o_2 only: Â_0 = 5 * (0-1) / (8 * 0.353553) = -1.767767;
+    # o_1, o_2 lose their only contrast -> 0; o_3..o_7: (1-0)/(8*0.353553) = 0.353553.
+    rewards = torch.tensor([0.0, 1, 1, 1, 1, 1, 1, 1])
+    scores = torch.tensor([0.0, 0.1, 0.15, 0.9, 0.9, 0.9, 0.9, 0.9])
+    adv, mask = masked_pairwise_advantages(rewards, scores, G8, tau=0.2)
+    expected = torch.tensor([-1.768, 0, 0, 0.354, 0.354, 0.354, 0.354, 0.354])
+    torch.testing.assert_close(adv, expected, atol=1e-3, rtol=0)
+    assert mask[0].tolist() == [False, False, False, True, True, True, True, True]
+
+
+def test_worked_example_anchor():
+    # all-wrong group of 8, one anchor (reward 1) replacing a rollout, tau = 0:
+    # Â_anchor = 7 / (8 * 0.353553) = +2.474874, each wrong = -1 / (8 * 0.353553) = -0.353553.
+    rewards = torch.tensor([1.0, 0, 0, 0, 0, 0, 0, 0])
+    adv, _ = masked_pairwise_advantages(rewards, rewards, G8, tau=0.0)
+    assert adv[0].item() == pytest.approx(2.474867, abs=1e-5)
+    torch.testing.assert_close(adv[1:], torch.full((7,), -0.353553), atol=1e-5, rtol=0)
+
+
+@given(st.lists(st.floats(0, 1), min_size=2, max_size=12), st.integers(1, 4), st.sampled_from(["group", "batch", "none"]))
+@settings(max_examples=60, deadline=None)
+def test_tau_zero_equals_grpo(values, groups, scale):
+    rewards = torch.tensor(values, dtype=torch.float64)
+    ids = torch.arange(len(values)) % groups
+    adv, _ = masked_pairwise_advantages(rewards, torch.rand(len(values), dtype=torch.float64), ids,
+                                        tau=0.0, scale_rewards=scale)
+    torch.testing.assert_close(adv, grpo_advantages(rewards, ids, scale_rewards=scale), rtol=1e-9, atol=1e-9)
+
+
+@given(st.lists(st.floats(0, 1), min_size=2, max_size=12), st.lists(st.floats(0, 1), min_size=12, max_size=12),
+       st.floats(0, 0.6), st.sampled_from(["reward", "score"]))
+@settings(max_examples=60, deadline=None)
+def test_advantages_sum_to_zero_in_each_group(values, scores, tau, contrast):
+    n = len(values)
+    rewards = torch.tensor(values, dtype=torch.float64)
+    s = torch.tensor(scores[:n], dtype=torch.float64)
+    ids = torch.arange(n) % 2
+    adv, mask = masked_pairwise_advantages(rewards, s, ids, tau=tau, contrast=contrast)
+    assert torch.equal(mask, mask.T) and not mask.diagonal().any()
+    for g in (0, 1):
+        assert abs(float(adv[ids == g].sum())) < 1e-9
+
+
+def test_equal_scores_pair_contributes_nothing():
+    # o_0 and o_1 have equal scores, so their pair is masked however different their rewards:
+    # Â_0 = [(1-0)*0 + (1-0)] / (3 * std) where only the pair (0,2) remains.
+    rewards = torch.tensor([1.0, 0.0, 0.0])
+    scores = torch.tensor([0.5, 0.5, 0.0])
+    adv, mask = masked_pairwise_advantages(rewards, scores, torch.zeros(3, dtype=torch.long), tau=0.1)
+    assert not mask[0, 1] and not mask[1, 0]
+    std = math.sqrt(((2 / 3) ** 2 + 2 * (1 / 3) ** 2) / 2)  # 0.57735
+    assert adv[0].item() == pytest.approx(1 / (3 * (std + 1e-6)), rel=1e-6)
+    assert adv[1].item() == 0.0
+    assert adv[2].item() == pytest.approx(-1 / (3 * (std + 1e-6)), rel=1e-6)
+
+
+def test_divides_by_group_size_not_by_unmasked_count():
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0])
+    scores = torch.tensor([1.0, 0.95, 0.0, 0.0])  # pair (0,1) masked at tau 0.2
+    adv, _ = masked_pairwise_advantages(rewards, scores, torch.zeros(4, dtype=torch.long), tau=0.2,
+                                        scale_rewards="none")
+    assert adv[0].item() == pytest.approx(2 / 4)  # two unmasked contrasts of +1, over G = 4
+
+
+def test_contrast_score_gives_signal_inside_all_correct_group():
+    rewards = torch.ones(3)
+    scores = torch.tensor([0.9, 0.5, 0.1])
+    reward_adv, _ = masked_pairwise_advantages(rewards, scores, torch.zeros(3, dtype=torch.long), tau=0.0)
+    score_adv, _ = masked_pairwise_advantages(rewards, scores, torch.zeros(3, dtype=torch.long), tau=0.0,
+                                              contrast="score", scale_rewards="none")
+    assert torch.equal(reward_adv, torch.zeros(3))
+    # c = s: Â_0 = [(0.9-0.5) + (0.9-0.1)] / 3 = 0.4
+    torch.testing.assert_close(score_adv, torch.tensor([0.4, 0.0, -0.4]), atol=1e-6, rtol=0)
+
+
+def test_adaptive_tau_uses_group_score_std():
+    scores = torch.tensor([0.0, 0.1, 1.0, 0.0, 0.1, 0.2])
+    ids = torch.tensor([0, 0, 0, 1, 1, 1])
+    mask = pair_mask(scores, ids, tau=99.0, adaptive_kappa=0.5)
+    # group 0: std = 0.5508 -> tau 0.2754: (0,1) masked, (0,2) and (1,2) kept.
+    # group 1: std = 0.1 -> tau 0.05: every gap >= 0.1 is kept.
+    assert mask[0].tolist() == [False, False, True, False, False, False]
+    assert mask[3].tolist() == [False, False, False, False, True, True]
+    assert not mask[:3, 3:].any()
+
+
+def test_stats_mask_leaves_anchor_out_of_the_std():
+    # anchor_in_stats=false on an all-wrong group: the on-policy std is 0, so the group is not
+    # scaled (instead of 1/eps): Â_anchor = 7/8, each wrong -1/8.
+    rewards = torch.tensor([1.0, 0, 0, 0, 0, 0, 0, 0])
+    keep = torch.tensor([False] + [True] * 7)
+    adv, _ = masked_pairwise_advantages(rewards, rewards, G8, tau=0.0, stats_mask=keep)
+    torch.testing.assert_close(adv, torch.tensor([0.875] + [-0.125] * 7))
+    # with a mixed on-policy part, sigma is their std: rewards [1 | 1,0,0,0]
+    rewards = torch.tensor([1.0, 1, 0, 0, 0])
+    keep = torch.tensor([False, True, True, True, True])
+    adv, _ = masked_pairwise_advantages(rewards, rewards, torch.zeros(5, dtype=torch.long), tau=0.0, stats_mask=keep)
+    std = 0.5  # unbiased std of [1,0,0,0]
+    assert adv[0].item() == pytest.approx(3 / (5 * (std + 1e-6)), rel=1e-6)
+
+
+def test_group_of_one_and_bad_names():
+    adv, _ = masked_pairwise_advantages(torch.tensor([1.0]), torch.tensor([1.0]), torch.tensor([3]), tau=0.2)
+    assert adv.tolist() == [0.0]
+    with pytest.raises(ValueError, match="contrast"):
+        masked_pairwise_advantages(torch.ones(2), torch.ones(2), torch.zeros(2, dtype=torch.long), tau=0, contrast="x")
