@@ -11,6 +11,7 @@ and counts it (DAGRPO.md, SGR step 5). Scorers never raise on model output.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
@@ -63,28 +64,39 @@ class Counters:
     """Named counters plus wall time, returned and reset by ``pop``.
 
     ``calls`` counts responses scored and ``failures`` the ``None`` scores returned; every scorer
-    has both, so the trainer can log fallbacks uniformly.
+    has both, so the trainer can log fallbacks uniformly. Thread-safe (backends count from
+    worker threads).
     """
 
     def __init__(self, *keys: str):
         self._keys = ("calls", "failures", "seconds", *keys)
         self._values = dict.fromkeys(self._keys, 0.0)
+        self._lock = threading.Lock()
+
+    def __getstate__(self):  # a lock cannot be pickled or deep-copied; a fresh one is equivalent
+        return {"_keys": self._keys, "_values": dict(self._values)}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     def add(self, key: str, amount: float = 1.0) -> None:
-        self._values[key] += amount
+        with self._lock:
+            self._values[key] += amount
 
-    def timed(self) -> "_Timer":
+    def timed(self) -> _Timer:
         """Context manager adding the elapsed wall time to ``seconds``."""
         return _Timer(self)
 
     def record(self, scores: list[float | None]) -> list[float | None]:
         """Count a finished batch (``calls``, ``failures``) and pass the scores through."""
-        self._values["calls"] += len(scores)
-        self._values["failures"] += sum(s is None for s in scores)
+        self.add("calls", len(scores))
+        self.add("failures", sum(s is None for s in scores))
         return scores
 
     def pop(self) -> dict[str, float]:
-        values, self._values = self._values, dict.fromkeys(self._keys, 0.0)
+        with self._lock:
+            values, self._values = self._values, dict.fromkeys(self._keys, 0.0)
         return values
 
 

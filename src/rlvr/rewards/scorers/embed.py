@@ -78,7 +78,8 @@ class EmbedScorer:
             index = [(row[t], row[r]) for t, r in pairs]
             cosines = (embeddings[[i for i, _ in index]] * embeddings[[j for _, j in index]]).sum(-1)
             similar = iter(cosines.float().clamp(0.0, 1.0).tolist())
-        except Exception as error:  # encoder failures cost this batch its scores, not the run
+        # An encoder failure costs this batch its scores, not the run.
+        except Exception as error:  # noqa: BLE001
             logger.warning("embed scorer failed on a batch of %d: %s", len(texts), type(error).__name__)
             self._counters.add("errors")
             return [None] * len(texts)

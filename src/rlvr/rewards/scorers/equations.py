@@ -31,6 +31,7 @@ and results at most ``MAX_BITS`` bits (``9^9^9`` is skipped, not computed); nest
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 from fractions import Fraction
@@ -140,7 +141,7 @@ def _check_run(line: str, sides: list[_Side], found: list[Equation], decimal_rou
     """Each adjacent pair of computable sides is an equation, if any side of the chain computes."""
     if not any(s.computes for s in sides):
         return  # "1 = 1", "page 5 = 6": a comparison of numbers, not a computation step
-    for a, b in zip(sides, sides[1:]):
+    for a, b in itertools.pairwise(sides):
         if a.value is None or b.value is None:
             continue
         holds = a.value == b.value
@@ -186,8 +187,8 @@ def _tokens(line: str, pos: int):
         elif kind == "op":
             tok = Token(OP, _OPS.get(text, text), m.start(), m.end())
         elif kind == "xmul":
-            is_times = prev is not None and prev.kind in (NUM, CLOSE) and prev.end <= m.start()
-            tok = Token(OP, "*", m.start(), m.end()) if is_times else Token(BREAK, WORD, m.start(), m.end())
+            is_times = prev is not None and prev.kind in (NUM, CLOSE)  # "3 x 4", not "x 4"
+            tok = Token(OP if is_times else BREAK, "*" if is_times else WORD, m.start(), m.end())
         elif kind == "cmd":
             name = text[1:]
             if name in _CMD_IGNORED:
@@ -289,12 +290,13 @@ class _Parser:
         self.depth -= 1
         if exponent.denominator != 1:
             raise _Invalid("non-integer exponent")
-        bits = max(base.numerator.bit_length(), base.denominator.bit_length())
-        if bits * abs(exponent.numerator) > MAX_BITS and abs(base) != 1:
-            raise _Invalid("power too large")
         if abs(base) == 1:
             return base ** (exponent.numerator % 2)
-        return base ** exponent.numerator
+        # (bit_length - 1)·|e| is a lower bound on the result's bits, so what passes is < 2·MAX_BITS.
+        bits = max(base.numerator.bit_length(), base.denominator.bit_length())
+        if (bits - 1) * abs(exponent.numerator) > MAX_BITS:
+            raise _Invalid("power too large")
+        return _bounded(base ** exponent.numerator)
 
     def primary(self) -> Fraction:
         if (tok := self._peek(NUM)) is not None:

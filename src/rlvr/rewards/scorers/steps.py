@@ -36,7 +36,8 @@ class RewardScorer:
 
 
 class StepsScorer:
-    """Fraction of the response's written equations that are exactly true; q = r without any.
+    """Fraction of the response's written equations that hold (exact rational arithmetic); q = r
+    when it has none.
 
     Offline stand-in for the paper's LLM judge (our deviation): see the module docstring for the
     formula and ``rlvr.rewards.scorers.equations`` for what counts as an equation.
@@ -70,7 +71,7 @@ class StepsScorer:
         try:
             equations = find_equations(text, decimal_rounding=self.decimal_rounding,
                                        max_equations=self.max_equations)
-        except Exception:  # a parser bug must not stop training; counted as a failure
+        except Exception:  # noqa: BLE001 -- a parser bug must not stop training; counted
             return None
         if not equations:
             self._counters.add("no_equations")
