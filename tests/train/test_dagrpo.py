@@ -151,3 +151,46 @@ def test_sft_lowers_the_nll_and_writes_the_run_directory(tmp_path):
 def test_bad_dagrpo_options_are_refused(bad):
     with pytest.raises(ValueError):
         build_config(bad)
+
+
+def test_dagrpo_preset_with_steps_scorer_on_reasoning_gym(tmp_path):
+    cfg = build_config(tiny_overrides(tmp_path / "d", algo="dagrpo", data="rg:chain_sum:size=32", max_steps=2))
+    assert cfg.dagrpo.scorer == "steps"
+    history = Trainer(cfg).train()
+    for m in history:
+        assert m["dagrpo/scorer_fail_frac"] == 0.0  # the steps scorer never fails; no equation -> q = r
+        assert 0.0 <= m["dagrpo/masked_pair_frac"] <= 1.0
+        assert m["dagrpo/anchor_rate"] > 0  # tiny-random fails whole groups; chain_sum anchors are generated
+        assert m["time/score_s"] >= 0
+
+
+def test_judge_over_http_never_writes_the_api_key(tmp_path, monkeypatch):
+    from tests.helpers.openai_server import FakeServer
+
+    key = "sk-secret-never-in-files-2718"
+    monkeypatch.setenv("RLVR_TEST_JUDGE_KEY", key)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    server = FakeServer()
+    server.default = ("ok", "Score: 7")
+    try:
+        cfg = build_config(tiny_overrides(tmp_path / "j", algo="dagrpo_sgr", scorer="judge", max_steps=1,
+                                          judge_base_url=server.base_url, judge_model_name="judge",
+                                          judge_api_key_env="RLVR_TEST_JUDGE_KEY"))
+        (metrics,) = Trainer(cfg).train()
+    finally:
+        server.close()
+    assert server.requests and server.requests[0][1]["Authorization"] == f"Bearer {key}"
+    assert metrics["dagrpo/scorer_fail_frac"] == 0.0
+    assert metrics["dagrpo/score_mean"] == pytest.approx(0.5 * metrics["rollout/reward_mean"] + 0.5 * 0.7, abs=1e-6)
+    for path in (tmp_path / "j").rglob("*"):
+        if path.is_file():
+            assert key.encode() not in path.read_bytes(), path
+
+
+def test_judge_with_a_local_model_back_end(tmp_path):
+    cfg = build_config(tiny_overrides(tmp_path / "j", algo="dagrpo_sgr", scorer="judge", judge_model="tiny-random",
+                                      max_steps=1))
+    (metrics,) = Trainer(cfg).train()
+    # tiny-random writes no "Score: N": every score fails and falls back to s = r, counted.
+    assert metrics["dagrpo/scorer_fail_frac"] == 1.0
+    assert metrics["train/skipped_steps"] == 0

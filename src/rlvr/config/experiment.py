@@ -9,6 +9,7 @@ from typing import Any
 
 from rlvr.config.dagrpo import DaGRPOConfig
 from rlvr.config.fields import _fail
+from rlvr.config.tagrpo import TAGRPOConfig
 from rlvr.config.sections import (
     AlgorithmConfig,
     DataConfig,
@@ -26,6 +27,7 @@ SECTIONS: dict[str, type] = {
     "reward": RewardConfig,
     "algorithm": AlgorithmConfig,
     "dagrpo": DaGRPOConfig,
+    "tagrpo": TAGRPOConfig,
     "optim": OptimConfig,
     "run": RunConfig,
 }
@@ -39,12 +41,13 @@ class ExperimentConfig:
     reward: RewardConfig = field(default_factory=RewardConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     dagrpo: DaGRPOConfig = field(default_factory=DaGRPOConfig)
+    tagrpo: TAGRPOConfig = field(default_factory=TAGRPOConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     run: RunConfig = field(default_factory=RunConfig)
 
     def __post_init__(self) -> None:
         o, a = self.optim, self.algorithm
-        responses = self.rollout.prompts_per_step * self.rollout.num_generations
+        responses = self.rollout.prompts_per_step * self.rollout.num_generations * self.tagrpo.responses_per_prompt_factor
         if a.steps_per_generation > self.rollout.prompts_per_step:
             _fail("steps_per_generation", a.steps_per_generation,
                   f"mini-batches hold whole groups: use at most prompts_per_step={self.rollout.prompts_per_step}")
@@ -61,6 +64,13 @@ class ExperimentConfig:
         if (d.pair_masking or d.anchors != "off") and a.advantage_estimator != "grpo":
             _fail("advantage_estimator", a.advantage_estimator,
                   "DaGRPO's pair masking and anchors define their own (pairwise) advantage; use grpo")
+
+    @property
+    def needs_old_logprobs(self) -> bool:
+        """Old log-probs must be computed: several updates per rollout, or TA-GRPO's truncated IS
+        (whose behaviour log-probs are on q_j while the policy is scored on q_0)."""
+        truncated_is = self.tagrpo.enabled and self.tagrpo.ratio_anchor == "truncated_is"
+        return self.algorithm.needs_old_logprobs or truncated_is
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         return {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}

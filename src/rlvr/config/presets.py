@@ -16,4 +16,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     "dagrpo_sgr": {"pair_masking": True, "scorer": "steps", "anchors": "off"},
     "hybrid": {"anchors": "always", "pair_masking": False, "anchor_psi": "luffy"},
     "sft": {"anchors": "always"},
+    # TA-GRPO (TAGRPO.md): pools of the original and N rephrasings, ratios anchored to q_0 (v5).
+    "tagrpo": {"num_rephrasings": 4},
+    "tagrpo_unanchored": {"num_rephrasings": 4, "ratio_anchor": "unanchored"},
+    "tagrpo_unpooled": {"num_rephrasings": 4, "pooled": False},
+    "equal_sampling": {"num_rephrasings": 4, "equal_sampling": True},
 }

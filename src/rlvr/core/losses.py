@@ -9,6 +9,8 @@ through the unselected branch of ``min``/``max``.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 IMPORTANCE_LEVELS = ("token", "sequence")
@@ -78,11 +80,13 @@ def clipped_surrogate(
     dual_clip: float | None = None,
     importance_level: str = "token",
     log_ratio_clamp: float = 20.0,
+    ratio_cap: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """PPO clipped surrogate per token.
 
     L_t = −min(ρ_t A, clip(ρ_t, 1−ε_low, 1+ε_high) A); with dual clip c (A < 0 only):
-    L_t = min(L_t, −c·A).
+    L_t = min(L_t, −c·A). With ``ratio_cap`` C, ρ_t is first truncated to min(ρ_t, C)
+    (truncated importance sampling, e.g. TA-GRPO's ``truncated_is``).
 
     Args:
         logprobs: [N, T] log π_θ (with grad).
@@ -99,15 +103,16 @@ def clipped_surrogate(
     epsilon_high = epsilon if epsilon_high is None else epsilon_high
     mask = response_mask.bool()
     adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages  # [N, 1] or [N, T]
-    ratio = torch.exp(
-        log_ratio(
-            logprobs,
-            old_logprobs,
-            mask,
-            importance_level=importance_level,
-            log_ratio_clamp=log_ratio_clamp,
-        )
+    log_rho = log_ratio(
+        logprobs,
+        old_logprobs,
+        mask,
+        importance_level=importance_level,
+        log_ratio_clamp=log_ratio_clamp,
     )  # [N, T]
+    if ratio_cap is not None:
+        log_rho = log_rho.clamp(max=math.log(ratio_cap))
+    ratio = torch.exp(log_rho)  # [N, T]
     unclipped = -ratio * adv  # [N, T]
     clipped_ratio = ratio.clamp(1.0 - epsilon, 1.0 + epsilon_high)
     clipped = -clipped_ratio * adv  # [N, T]

@@ -16,16 +16,36 @@ from rlvr.rollout import Completion
 
 @dataclass
 class Group:
-    """One prompt and its sampled responses."""
+    """One prompt and its responses: the unit of group-relative advantages.
+
+    TA-GRPO: a pooled group holds the responses to the original question q_0 and to its
+    rephrasings q_1..q_N (``variants`` says which, ``variant_prompt_ids[j]`` is q_j's prompt);
+    unpooled, each variant is its own group and ``pool_id`` ties the pool together.
+    """
 
     group_id: int
     row: dict
-    prompt_ids: list[int]
+    prompt_ids: list[int]  # q_0's prompt: responses are scored on it unless ratios are unanchored
     completions: list[Completion]
     texts: list[str]
     rewards: list[float] = field(default_factory=list)
     reward_parts: dict[str, list[float | None]] = field(default_factory=dict)
     scores: list[float] | None = None  # DaGRPO combined scores s (None: s = r)
+    variants: list[int] | None = None  # per response: 0 = q_0, j = rephrasing j (None: all 0)
+    variant_prompt_ids: list[list[int]] | None = None  # index j -> q_j's prompt (None: [prompt_ids])
+    pool_id: int | None = None  # TA-GRPO pool (None: the group itself)
+
+    @property
+    def pool(self) -> int:
+        return self.group_id if self.pool_id is None else self.pool_id
+
+    def variant_of(self, i: int) -> int:
+        return 0 if self.variants is None else self.variants[i]
+
+    def generation_prompt(self, i: int) -> list[int]:
+        """The prompt response i was sampled from (q_j)."""
+        j = self.variant_of(i)
+        return self.prompt_ids if j == 0 or self.variant_prompt_ids is None else self.variant_prompt_ids[j]
 
     @property
     def uniform(self) -> bool:
@@ -58,18 +78,30 @@ class Experience:
     rewards: torch.Tensor  # [N] float32
     scores: torch.Tensor  # [N] float32, DaGRPO's s (= rewards without a scorer)
     is_anchor: torch.Tensor  # [N] bool
+    pool_ids: torch.Tensor  # [N] long: TA-GRPO pools (= group_ids otherwise); never split across steps
+    variants: torch.Tensor  # [N] long: 0 = sampled from q_0
+    behaviour_prompt_ids: list[list[int]]  # prompts for old log-probs (truncated IS: q_j)
+    on_own_prompt: torch.Tensor  # [N] bool: scored on the prompt it was sampled from
     advantages: torch.Tensor | None = None  # [N]
     old_logprobs: list[torch.Tensor] | None = None  # N × [T_i]
     ref_logprobs: list[torch.Tensor] | None = None  # N × [T_i]
 
     @classmethod
-    def from_groups(cls, groups: list[Group]) -> Experience:
+    def from_groups(cls, groups: list[Group], *, ratio_anchor: str = "original") -> Experience:
+        """Flatten groups. ``ratio_anchor`` (TA-GRPO) picks the prompts each response is scored on:
+        ``original`` → q_0 for policy, old and reference; ``unanchored`` → q_j for all three;
+        ``truncated_is`` → q_0 for policy and reference, q_j for the old (behaviour) policy."""
         group_ids, prompts, responses, sampled, truncated, rewards, scores, anchor = ([] for _ in range(8))
+        pools, variants, behaviour = [], [], []
         for group in groups:
             group_scores = group.scores if group.scores is not None else group.rewards
-            for completion, reward, score in zip(group.completions, group.rewards, group_scores):
+            for i, (completion, reward, score) in enumerate(zip(group.completions, group.rewards, group_scores)):
+                own = group.generation_prompt(i)
                 group_ids.append(group.group_id)
-                prompts.append(group.prompt_ids)
+                pools.append(group.pool)
+                variants.append(group.variant_of(i))
+                prompts.append(own if ratio_anchor == "unanchored" else group.prompt_ids)
+                behaviour.append(group.prompt_ids if ratio_anchor == "original" else own)
                 responses.append(completion.token_ids)
                 sampled.append(completion.logprobs)
                 truncated.append(completion.truncated)
@@ -86,6 +118,10 @@ class Experience:
             rewards=torch.tensor(rewards, dtype=torch.float32),
             scores=torch.tensor(scores, dtype=torch.float32),
             is_anchor=torch.tensor(anchor, dtype=torch.bool),
+            pool_ids=torch.tensor(pools, dtype=torch.long),
+            variants=torch.tensor(variants, dtype=torch.long),
+            behaviour_prompt_ids=behaviour,
+            on_own_prompt=torch.tensor([ratio_anchor == "unanchored" or v == 0 for v in variants], dtype=torch.bool),
         )
 
     def __len__(self) -> int:
@@ -94,6 +130,8 @@ class Experience:
 
 def minibatches(group_ids: torch.Tensor, num_minibatches: int) -> list[list[int]]:
     """Split response indices into ``num_minibatches`` runs of whole groups (never a split group).
+
+    Pass pool ids to keep TA-GRPO pools whole.
 
     Groups are dealt in order of first appearance; the split balances the number of groups.
     """

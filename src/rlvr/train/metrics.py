@@ -14,8 +14,8 @@ import torch
 from rlvr.train.experience import Group
 
 
-def rollout_metrics(rollout, reward_names: list[str]) -> dict[str, float]:
-    """rollout/ and rewards/ metrics over every group generated in the step."""
+def rollout_metrics(rollout, reward_names: list[str], *, tagrpo: bool = False) -> dict[str, float]:
+    """rollout/ and rewards/ (and tagrpo/) metrics over every group generated in the step."""
     groups: list[Group] = rollout.generated
     own = [g.on_policy for g in groups]  # rollout/ metrics describe the policy's samples only
     rewards = [g.rewards[i] for g, idx in zip(groups, own) for i in idx]
@@ -43,7 +43,37 @@ def rollout_metrics(rollout, reward_names: list[str]) -> dict[str, float]:
         metrics[f"rewards/{name}_mean"] = statistics.fmean(values) if values else None
     metrics.update({k: v for k, v in rollout.reward_stats.items() if not k.startswith("dagrpo/_")})
     metrics.update(dagrpo_rollout_metrics(rollout.reward_stats))
+    if tagrpo:
+        metrics.update(tagrpo_rollout_metrics(groups))
     return metrics
+
+
+def tagrpo_rollout_metrics(groups: list[Group]) -> dict[str, float]:
+    """Uniform fractions per variant group (G responses to one q_j) vs per pool (all variants).
+
+    ``pool_rescue_frac``: of the uniform variant groups, the fraction whose pool is not uniform —
+    the gradient that pooling recovers (TAGRPO.md, "Why pooling helps").
+    """
+    by_pool: dict[int, dict[int, list[float]]] = {}
+    for g in groups:
+        for i in g.on_policy:
+            by_pool.setdefault(g.pool, {}).setdefault(g.variant_of(i), []).append(g.rewards[i])
+    variant_uniform, pool_uniform, rescued = [], [], 0
+    for variants in by_pool.values():
+        whole = [r for rewards in variants.values() for r in rewards]
+        pool_is_uniform = max(whole) == min(whole)
+        pool_uniform.append(pool_is_uniform)
+        for rewards in variants.values():
+            uniform = max(rewards) == min(rewards)
+            variant_uniform.append(uniform)
+            rescued += uniform and not pool_is_uniform
+    uniform_variants = sum(variant_uniform)
+    return {
+        "tagrpo/frac_uniform_variant_groups": statistics.fmean(variant_uniform),
+        "tagrpo/frac_uniform_pools": statistics.fmean(pool_uniform),
+        "tagrpo/pool_rescue_frac": rescued / uniform_variants if uniform_variants else 0.0,
+        "tagrpo/variants_per_pool": statistics.fmean(len(v) for v in by_pool.values()),
+    }
 
 
 def dagrpo_rollout_metrics(stats: dict[str, float]) -> dict[str, float]:

@@ -50,27 +50,63 @@ def collect_groups(run, step: int) -> RolloutResult:
         if not cfg.algorithm.dynamic_sampling:
             result.kept = groups
             break
-        result.kept.extend(g for g in groups if not g.uniform)
-        if len(result.kept) >= B:
+        kept_pools = [pool for pool in pools(groups) if not all(g.uniform for g in pool)]
+        result.kept.extend(g for pool in kept_pools[: B - len(pools(result.kept))] for g in pool)
+        if len(pools(result.kept)) >= B:
             break
-    result.kept = result.kept[:B]
     return result
 
 
+def pools(groups: list[Group]) -> list[list[Group]]:
+    """Consecutive groups sharing a pool id (TA-GRPO unpooled variants); one group per pool otherwise."""
+    out: list[list[Group]] = []
+    for group in groups:
+        if out and out[-1][0].pool == group.pool:
+            out[-1].append(group)
+        else:
+            out.append([group])
+    return out
+
+
 def generate_groups(run, rows: list[dict], *, seed: int) -> list[Group]:
-    """Sample G responses for each row; responses of one prompt share a fresh group id."""
-    G = run.cfg.rollout.num_generations
-    prompt_ids = [run.prompt_ids(row) for row in rows]
+    """Sample responses for each row and group them with fresh group ids.
+
+    GRPO: G responses to the question. TA-GRPO: G responses to q_0 and to each rephrasing q_j,
+    one pooled group per question (or, unpooled, one group per variant sharing a pool id).
+    ``equal_sampling``: (N+1)·G responses to q_0 only.
+    """
+    t = run.cfg.tagrpo
+    G = run.cfg.rollout.num_generations * (t.responses_per_prompt_factor if t.equal_sampling else 1)
+    variant_prompts = [run.variant_prompts(row) for row in rows]  # per row: [q_0, q_1, ...] token ids
     completions = run.engine.generate(
-        [ids for ids in prompt_ids for _ in range(G)],
+        [ids for variants in variant_prompts for ids in variants for _ in range(G)],
         max_new_tokens=run.cfg.rollout.max_completion_length,
         temperature=run.cfg.rollout.temperature,
         top_p=run.cfg.rollout.top_p,
         generator_seed=seed,
     )
-    groups = []
-    for k, (row, ids) in enumerate(zip(rows, prompt_ids)):
-        mine = completions[k * G : (k + 1) * G]
-        texts = [run.tokenizer.decode(c.token_ids, skip_special_tokens=True) for c in mine]
-        groups.append(Group(group_id=run.next_group_id(), row=row, prompt_ids=ids, completions=mine, texts=texts))
+    texts = [run.tokenizer.decode(c.token_ids, skip_special_tokens=True) for c in completions]
+    groups, start = [], 0
+    for row, variants in zip(rows, variant_prompts):
+        members = []  # (variant j, completion, text)
+        for j in range(len(variants)):
+            members += [(j, completions[k], texts[k]) for k in range(start, start + G)]
+            start += G
+        if t.pooled or len(variants) == 1:
+            groups.append(_group(run, row, variants, members, pool_id=None))
+        else:
+            pool = None
+            for j in range(len(variants)):
+                group = _group(run, row, variants, [m for m in members if m[0] == j], pool_id=pool)
+                pool = group.pool if pool is None else pool
+                group.pool_id = pool
+                groups.append(group)
     return groups
+
+
+def _group(run, row, variants, members, *, pool_id) -> Group:
+    return Group(
+        group_id=run.next_group_id(), row=row, prompt_ids=variants[0],
+        completions=[c for _, c, _ in members], texts=[text for _, _, text in members],
+        variants=[j for j, _, _ in members], variant_prompt_ids=variants, pool_id=pool_id,
+    )

@@ -31,6 +31,7 @@ from rlvr.train.experience import Experience
 from rlvr.train.grad_spikes import GradSpikes
 from rlvr.train.metrics import rollout_metrics, sample_records
 from rlvr.train.progress import Progress, memory_metrics
+from rlvr.train.rephrasings import attach_rephrasings, variant_prompt
 from rlvr.train.reference import AdapterOffReference
 from rlvr.train.resume import check_resumable_config
 from rlvr.train.rewarding import Rewarder
@@ -59,7 +60,7 @@ class Trainer:
         self.output_dir = Path(name)
         self._check_output_dir()  # fail before loading anything
         torch.manual_seed(cfg.run.seed)
-        self.rows = load_rows(cfg.data.data)
+        self.rows = attach_rephrasings(load_rows(cfg.data.data), cfg)
         self.sampler = PromptSampler(self.rows, seed=cfg.run.seed, shuffle=cfg.data.shuffle)
         self.policy, self.tokenizer = load_policy(
             cfg.model.model, dtype=cfg.model.dtype, trust_remote_code=cfg.model.trust_remote_code, seed=cfg.run.seed
@@ -87,7 +88,7 @@ class Trainer:
         self.samples_log = JsonlLog(self.output_dir / "samples.jsonl")
         self.group_counter = 0
         self.grad_spikes = GradSpikes(factor=cfg.run.grad_spike_factor)
-        self._prompt_cache: dict[str, list[int]] = {}
+        self._prompt_cache: dict[tuple[str, int], list[int]] = {}
 
     # ----------------------------------------------------------------- the algorithm
     def training_step(self, step: int) -> tuple[dict, list[dict]]:
@@ -105,7 +106,7 @@ class Trainer:
         advantages = None
         update_s = 0.0
         if rollout.kept:
-            experience = Experience.from_groups(rollout.kept)
+            experience = Experience.from_groups(rollout.kept, ratio_anchor=self.cfg.tagrpo.ratio_anchor)
             experience.advantages, advantage_metrics = compute_advantages(self.cfg, experience)  # [N]
             advantages = experience.advantages
             t_update = time.perf_counter()
@@ -117,7 +118,7 @@ class Trainer:
         step_s = time.perf_counter() - t0
         metrics = {
             "step": step,
-            **rollout_metrics(rollout, self.rewarder.names),
+            **rollout_metrics(rollout, self.rewarder.names, tagrpo=self.cfg.tagrpo.enabled),
             **advantage_metrics,
             **train_metrics,
             **self.grad_spikes.update(train_metrics["train/grad_norm"]),
@@ -163,14 +164,21 @@ class Trainer:
         )
 
     # ----------------------------------------------------------------- helpers used by the phases
-    def prompt_ids(self, row: dict) -> list[int]:
-        """Chat-formatted prompt tokens for a row (cached by row id)."""
-        if row["id"] not in self._prompt_cache:
-            messages = prompt_messages(row["prompt"], system_prompt=self.cfg.data.system_prompt,
+    def prompt_ids(self, row: dict, variant: int = 0) -> list[int]:
+        """Chat-formatted prompt tokens for a row's question (variant j > 0: rephrasing j), cached."""
+        key = (row["id"], variant)
+        if key not in self._prompt_cache:
+            prompt = row["prompt"] if variant == 0 else variant_prompt(row["prompt"], row["rephrasings"][variant - 1])
+            messages = prompt_messages(prompt, system_prompt=self.cfg.data.system_prompt,
                                        instruction=self.cfg.data.instruction)
             text = render_prompt(self.tokenizer, messages)
-            self._prompt_cache[row["id"]] = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        return self._prompt_cache[row["id"]]
+            self._prompt_cache[key] = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return self._prompt_cache[key]
+
+    def variant_prompts(self, row: dict) -> list[list[int]]:
+        """[q_0, q_1, ..., q_N] prompt tokens: the question, then its rephrasings when TA-GRPO is on."""
+        count = len(row.get("rephrasings") or []) if self.cfg.tagrpo.enabled else 0
+        return [self.prompt_ids(row, j) for j in range(count + 1)]
 
     def next_group_id(self) -> int:
         self.group_counter += 1

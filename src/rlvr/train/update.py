@@ -45,6 +45,8 @@ class UpdateStats:
     entropy_sum: float = 0.0
     mismatch_sum: float = 0.0
     mismatch_tokens: float = 0.0
+    gap_sum: float = 0.0
+    gap_tokens: float = 0.0
 
     def summary(self, *, beta: float, lr: float) -> dict[str, float | None]:
         norms = self.grad_norms or []
@@ -60,6 +62,7 @@ class UpdateStats:
             "rollout/logprob_mismatch": (
                 self.mismatch_sum / self.mismatch_tokens if self.mismatch_tokens else None
             ),
+            "tagrpo/anchor_logp_gap": self.gap_sum / self.gap_tokens if self.gap_tokens else None,
         }
 
 
@@ -77,9 +80,9 @@ def update_policy(
     algo = cfg.algorithm
     micro = micro_batch_size(cfg, len(experience))
     temperature = cfg.rollout.temperature
-    if algo.needs_old_logprobs:
+    if cfg.needs_old_logprobs:
         experience.old_logprobs = score_no_grad(
-            policy, experience.prompt_ids, experience.response_ids,
+            policy, experience.behaviour_prompt_ids, experience.response_ids,
             pad_token_id=pad_token_id, temperature=temperature, micro_batch_size=micro,
         )
     if algo.beta > 0:
@@ -89,11 +92,16 @@ def update_policy(
         )
     stats = UpdateStats(grad_norms=[])
     for iteration in range(algo.num_iterations):
-        for index, mini in enumerate(minibatches(experience.group_ids, algo.steps_per_generation)):
+        for index, mini in enumerate(minibatches(experience.pool_ids, algo.steps_per_generation)):
             on_policy = iteration == 0 and index == 0
             optimizer_step(cfg, policy, optimizer, scheduler, experience, mini,
                            micro=micro, pad_token_id=pad_token_id, stats=stats, on_policy=on_policy)
     return stats.summary(beta=algo.beta, lr=scheduler.get_last_lr()[0])
+
+
+def _ratio_cap(cfg: ExperimentConfig) -> float | None:
+    t = cfg.tagrpo
+    return t.truncated_is_cap if t.enabled and t.ratio_anchor == "truncated_is" else None
 
 
 def micro_batch_size(cfg: ExperimentConfig, num_responses: int) -> int:
@@ -135,7 +143,7 @@ def optimizer_step(
         per_token, clipped = clipped_surrogate(
             logprobs, old, exp.advantages[rows], mask,
             epsilon=algo.epsilon, epsilon_high=algo.epsilon_high, dual_clip=algo.dual_clip,
-            importance_level=algo.importance_sampling_level,
+            importance_level=algo.importance_sampling_level, ratio_cap=_ratio_cap(cfg),
         )  # [n, T]
         anchor = exp.is_anchor[rows].unsqueeze(-1)  # [n, 1]: expert tokens, no ratio, never clipped
         if bool(anchor.any()):
@@ -155,11 +163,17 @@ def optimizer_step(
         stats.tokens += float(mask.sum())
         stats.clipped_tokens += float(clipped.sum())
         stats.entropy_sum += float(entropy[mask].sum())
-        if on_policy:
+        if on_policy:  # sampler vs trainer log-probs; for rephrased responses scored on q_0 that is
+            # TA-GRPO's anchor gap |log π(o|q_j) − log π(o|q_0)| instead of the numerical mismatch
             sampled = pad_rows([torch.tensor(exp.sampling_logprobs[i]) for i in rows], width)
-            full = batch.response_mask & ~anchor
-            stats.mismatch_sum += float((logprobs.detach() - sampled).abs()[full].sum())
-            stats.mismatch_tokens += float(full.sum())
+            gap = (logprobs.detach() - sampled).abs()  # [n, T]
+            same_prompt = exp.on_own_prompt[rows]  # [n]
+            own = batch.response_mask & ~anchor & same_prompt.unsqueeze(-1)
+            moved = batch.response_mask & ~anchor & ~same_prompt.unsqueeze(-1)
+            stats.mismatch_sum += float(gap[own].sum())
+            stats.mismatch_tokens += float(own.sum())
+            stats.gap_sum += float(gap[moved].sum())
+            stats.gap_tokens += float(moved.sum())
     params = [p for p in policy.parameters() if p.requires_grad]
     max_norm = cfg.optim.max_grad_norm if cfg.optim.max_grad_norm > 0 else math.inf
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))

@@ -125,7 +125,8 @@ class LLMRephraser:
         prompts = [build_rephrase_prompt(question, k) for k in range(len(rngs))]
         try:
             replies = list(self.backend.complete(prompts))
-        except Exception as error:  # a back-end bug costs this question its candidates, not the run
+        # A back-end bug costs this question its candidates, not the run.
+        except Exception as error:  # noqa: BLE001
             logger.warning("rephrasing back end raised %s on %d prompts", type(error).__name__, len(prompts))
             return [None] * len(prompts)
         if len(replies) != len(prompts):

@@ -70,8 +70,7 @@ class Tally:
         histogram = ", ".join(f"{n}: {self.kept[n]}" for n in sorted(self.kept)) or "-"
         rejected = ", ".join(f"{reason} {self.rejected[reason]}" for reason in REASONS if self.rejected[reason])
         lines = [
-            f"questions rephrased: {self.questions} (already in the file: {self.resumed}) "
-            f"in {self.seconds:.1f} s",
+            f"questions rephrased: {self.questions} (already in the file: {self.resumed}) in {self.seconds:.1f} s",
             f"kept per question: mean {self.mean_kept:.2f}; histogram {{kept: questions}} {histogram}",
             f"candidates: {self.candidates}; rejected: {rejected or 'none'}; not needed: {self.surplus}",
         ]
@@ -115,7 +114,7 @@ def read_done_ids(out_path: str | Path) -> set[str]:
 def _question(row: dict) -> str:
     prompt = row.get("prompt")
     if not isinstance(prompt, str):
-        raise ValueError(
+        raise ValueError(  # like rows.py: a bad dataset row is a ValueError, whatever its type
             f"row {row.get('id')!r}: rephrasing needs a plain-text prompt, got a {type(prompt).__name__}; "
             "normalize rows with rlvr.data.load_rows and use a dataset whose question is a string"
         )

@@ -7,13 +7,16 @@ the order of independent sentences, the layout, and operator symbols.
 
 - ``wording``: a problem that is one instruction plus one arithmetic expression ("Calculate
   5 - 3 - 6.") is re-rendered with another template ("What is 5 - 3 - 6?"); any other question
-  gets a question ↔ imperative swap of its final sentence ("What is the total cost?" ↔ "Find
-  the total cost."), a synonym of its leading verb (calculate/compute/find/determine/work out),
-  and/or an instruction wrapper ("Solve the following problem: ...").
+  gets one or more of: a question ↔ imperative swap of its final sentence ("What is the total
+  cost?" ↔ "Find the total cost.", also trading the verbs calculate/compute/find/determine/work
+  out), same-meaning phrase swaps (SYNONYMS: bought → purchased, "80 emails a day" → "80 emails
+  per day", each day ↔ every day, ...), an instruction wrapper ("Solve the following problem:
+  ...", "... Give the final answer.").
 - ``reorder``: "If C, how many ...?" ↔ "How many ... if C?" (clauses without commas), or a swap
-  of two adjacent context sentences that are both independent (sentences.is_dependent), have
-  different subjects, share no names, and are not followed by a sentence with a pronoun. The
-  final question sentence always stays last.
+  of two adjacent context sentences that are independent (sentences.is_dependent) parallel
+  statements about different actors (same word after the subject, no shared names: "Tom has 3
+  cats. Sara has 2 dogs.") and are not followed by a sentence with a pronoun. The final
+  question sentence always stays last.
 - ``list_format``: prose → the facts as a bullet list, then the question (a leading "If C, ..."
   clause of the question may become a fact); a bullet list → prose.
 - ``notation``: operators of arithmetic expressions as words or other symbols
@@ -32,7 +35,7 @@ import re
 from collections.abc import Callable
 
 from rlvr.data.rephrase.arithmetic import OPERATOR_STYLES, expression_question, rewrite_operators, words_to_symbols
-from rlvr.data.rephrase.sentences import has_pronoun, is_dependent, names, split_sentences, subject
+from rlvr.data.rephrase.sentences import has_pronoun, is_dependent, names, split_sentences, subject_and_next
 
 Transform = Callable[[str, random.Random], "str | None"]
 
@@ -65,6 +68,7 @@ WRAPPER_PREFIXES = (
     "Work through this problem:",
     "Try this problem.",
 )
+_LABEL_PREFIXES = ("Problem:", "Work through this problem:")  # not above a "Facts:" block
 WRAPPER_SUFFIXES = ("Give the final answer.", "Answer the question above.", "What is the answer?")
 IMPERATIVE_VERBS = ("Calculate", "Compute", "Find", "Determine", "Work out")
 LIST_LAYOUTS = (  # (header line, bullet, label before the question)
@@ -92,8 +96,7 @@ SYNONYMS = (
     (r"\baltogether(?=[?.!,])", "in total"),
     (rf"\beach {_UNITS}\b", r"every \1"),
     (rf"\bevery {_UNITS}\b", r"each \1"),
-    (rf"\b(\S+) an? {_UNITS}\b", lambda m: m.group(0) if m.group(1).lower() in _NOT_A_RATE
-     or not (m.group(1)[-1] in "s0123456789") else f"{m.group(1)} per {m.group(2)}"),
+    (rf"\b(\S+) an? {_UNITS}\b", lambda m: _rate(m)),
     (rf"\bper {_UNITS}\b", lambda m: f"{'an' if m.group(1) == 'hour' else 'a'} {m.group(1)}"),
     (r"\breceives\b", "gets"),
     (r"\breceived\b", "got"),
@@ -111,6 +114,7 @@ _IF_FIRST = re.compile(r"^If ([^,?]+), ([a-z][^,]*\?)$")
 _IF_LAST = re.compile(r"^((?:How|What)[^,]*?) if ([^,?]+)\?$")
 _COUNTERFACTUAL = re.compile(r"\b(were|would|had|could|might)\b")
 _BULLET = re.compile(r"^\s*(?:[-*•])\s+(.*\S)\s*$")
+_SYNONYM_PATTERNS = tuple((re.compile(pattern, re.IGNORECASE), replacement) for pattern, replacement in SYNONYMS)
 
 
 def _capitalize(text: str) -> str:
@@ -131,6 +135,14 @@ def _split_final(text: str) -> tuple[str, str]:
     return text[:last.end()], text[last.end():]
 
 
+def _rate(match: re.Match) -> str:
+    """"80 emails a day" → "80 emails per day"; "It was a day" stays (the word before is no amount)."""
+    before = match.group(1)
+    if before.lower() in _NOT_A_RATE or before[-1] not in "s0123456789":
+        return match.group(0)
+    return f"{before} per {match.group(2)}"
+
+
 # --- wording ---------------------------------------------------------------------------------
 
 
@@ -146,7 +158,8 @@ def _final_sentence_options(final: str) -> list[str]:
 
 def _wrap(question: str, rng: random.Random) -> str:
     multiline = "\n" in question
-    pool = [p for p in WRAPPER_PREFIXES if p not in question] + [s for s in WRAPPER_SUFFIXES if s not in question]
+    prefixes = [p for p in WRAPPER_PREFIXES if p not in question and not (multiline and p in _LABEL_PREFIXES)]
+    pool = prefixes + [s for s in WRAPPER_SUFFIXES if s not in question]
     choice = rng.choice(pool)
     if choice in WRAPPER_SUFFIXES:
         return f"{question}\n\n{choice}"
@@ -154,21 +167,62 @@ def _wrap(question: str, rng: random.Random) -> str:
     return f"{choice}\n\n{question}" if on_own_line else f"{choice} {question}"
 
 
+def _synonym_edits(text: str) -> list[list[tuple[int, int, str]]]:
+    """Per SYNONYMS rule that changes something: its edits (start, end, replacement)."""
+    per_rule = []
+    for pattern, replacement in _SYNONYM_PATTERNS:
+        edits = []
+        for match in pattern.finditer(text):
+            new = match.expand(replacement) if isinstance(replacement, str) else replacement(match)
+            if new != match.group(0):
+                if match.group(0)[:1].isupper():
+                    new = _capitalize(new)
+                edits.append((match.start(), match.end(), new))
+        if edits:
+            per_rule.append(edits)
+    return per_rule
+
+
+def _apply_edits(text: str, edits: list[tuple[int, int, str]]) -> str:
+    pieces, cursor = [], 0
+    for start, end, new in sorted(edits):
+        if start < cursor:
+            continue  # overlaps an earlier edit: all edits refer to the original text
+        pieces += [text[cursor:start], new]
+        cursor = end
+    return "".join(pieces) + text[cursor:]
+
+
+def _synonyms(text: str, rng: random.Random) -> str | None:
+    per_rule = _synonym_edits(text)
+    if not per_rule:
+        return None
+    chosen = [edits for edits in per_rule if rng.random() < EXTRA_KIND_PROBABILITY] or [rng.choice(per_rule)]
+    return _apply_edits(text, [edit for edits in chosen for edit in edits])
+
+
+def _final_sentence(text: str, rng: random.Random) -> str | None:
+    head, final = _split_final(text)
+    options = _final_sentence_options(final)
+    return head + rng.choice(options) if options else None
+
+
 def wording(question: str, rng: random.Random) -> str | None:
-    """Instruction templates, question ↔ imperative swaps and verb synonyms (see module docstring)."""
+    """Instruction templates, question ↔ imperative swaps, synonyms, wrappers (module docstring)."""
     parsed = expression_question(question)
     if parsed is not None:
         _, expression = parsed
         renderings = [t.format(e=expression) for t in EXPRESSION_TEMPLATES]
         renderings = [r for r in renderings if r != question.strip()]
         return rng.choice(renderings)
-    head, final = _split_final(question)
-    options = _final_sentence_options(final)
+    # One edit chosen for sure, each other applicable one with probability 1/2; wrapper last.
+    edits = [edit for edit in (_final_sentence, _synonyms) if edit(question, random.Random(0)) is not None]
+    edits.append(_wrap)
+    primary = rng.choice(edits)
     text = question
-    if options:
-        text = head + rng.choice(options)
-    if not options or rng.random() < EXTRA_KIND_PROBABILITY:
-        text = _wrap(text, rng)
+    for edit in edits:
+        if edit is primary or rng.random() < EXTRA_KIND_PROBABILITY:
+            text = edit(text, rng) or text
     return text
 
 
@@ -185,10 +239,14 @@ def _clause_swap(final: str) -> str | None:
 
 
 def _swappable(first: str, second: str, following: str) -> bool:
-    return (not is_dependent(first) and not is_dependent(second)
-            and subject(first) != subject(second)
-            and not (names(first) | {subject(first)}) & (names(second) | {subject(second)})
-            and not has_pronoun(following))
+    """Two parallel statements about different actors ("Tom has 3 cats. Sara has 2 dogs.")."""
+    if is_dependent(first) or is_dependent(second) or has_pronoun(following):
+        return False
+    (subject_1, verb_1), (subject_2, verb_2) = subject_and_next(first), subject_and_next(second)
+    # Parallel (same word after the subject) and about different actors: a narrative pair
+    # ("Cole hid 3 dozen eggs. Lamar finds 5 eggs.") keeps its order.
+    return (subject_1 != subject_2 and verb_1 == verb_2
+            and not (names(first) | {subject_1}) & (names(second) | {subject_2}))
 
 
 def reorder(question: str, rng: random.Random) -> str | None:

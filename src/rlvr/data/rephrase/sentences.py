@@ -29,7 +29,7 @@ ANAPHORA = frozenset(
 # A sentence starting with one of these (or with a digit) continues the previous one.
 DEPENDENT_STARTS = ANAPHORA | frozenset(
     "the and or if when while because since as during once until unless in on at of for with from by out "
-    "additionally moreover furthermore besides".split()
+    "additionally moreover furthermore besides half all some most none many few several".split()
 )
 
 
@@ -57,9 +57,9 @@ def words(sentence: str) -> list[str]:
 
 
 def names(sentence: str) -> set[str]:
-    """Capitalised words after the first word (names, places), possessive ``'s`` removed."""
+    """Capitalised words after the first word (names, places), lower case, possessive ``'s`` removed."""
     found = _WORD.findall(sentence)[1:]
-    return {w.removesuffix("'s") for w in found if w[0].isupper()}
+    return {w.lower().removesuffix("'s") for w in found if w[0].isupper()}
 
 
 def is_dependent(sentence: str) -> bool:
@@ -80,7 +80,11 @@ def has_pronoun(sentence: str) -> bool:
     return any(t in PRONOUNS for t in words(sentence))
 
 
-def subject(sentence: str) -> str:
-    """The first word that is not an article, lower case ("A pen costs $2." → "pen")."""
+def subject_and_next(sentence: str) -> tuple[str, str]:
+    """The first word that is not an article and the word after it, lower case.
+
+    ``"A pen costs $2."`` → ``("pen", "costs")``; ``"Jennifer's dog has 8 puppies."`` →
+    ``("jennifer", "dog")``.
+    """
     tokens = [t for t in words(sentence) if t not in _ARTICLES]
-    return tokens[0] if tokens else ""
+    return (tokens[0] if tokens else "", tokens[1] if len(tokens) > 1 else "")

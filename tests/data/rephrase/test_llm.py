@@ -1,0 +1,96 @@
+"""LLM rephrasing: the prompt, reply clean-up, failures, and a run on a tiny random local model."""
+
+import json
+import random
+
+import pytest
+
+from rlvr.data.rephrase import REPHRASE_STYLES, LLMRephraser, build_rephrase_prompt, clean_reply, rephrase_rows
+
+QUESTION = "Tom has 3 apples and buys 4 more. How many apples does he have?"
+
+
+@pytest.mark.parametrize("reply, cleaned", [
+    ("  Tom owns 3 apples.  ", "Tom owns 3 apples."),
+    ('"Tom owns 3 apples."', "Tom owns 3 apples."),
+    ("“Tom owns 3 apples.”", "Tom owns 3 apples."),
+    ("Rewritten problem: Tom owns 3 apples.", "Tom owns 3 apples."),
+    ("**Rephrased problem:** Tom owns 3 apples.", "Tom owns 3 apples."),
+    ("Here is the rewritten problem:\n\nTom owns 3 apples.", "Tom owns 3 apples."),
+    ("```\nTom owns 3 apples.\n```", "Tom owns 3 apples."),
+    ("Problem: Tom owns 3 apples.\n\nAnswer: 7", "Tom owns 3 apples."),
+    ("Tom owns 3 apples.\nSolution: 3 + 4 = 7", "Tom owns 3 apples."),
+    ('"A" is for apple, "B" is for 3 bananas', '"A" is for apple, "B" is for 3 bananas'),  # not one quote
+    ("Rewritten problem:", None),
+    ("   ", None),
+    (None, None),
+    (42, None),
+])
+def test_clean_reply(reply, cleaned):
+    assert clean_reply(reply) == cleaned
+
+
+def test_prompt_keeps_the_question_and_the_rules_and_varies_by_candidate():
+    prompts = [build_rephrase_prompt(QUESTION, k) for k in range(len(REPHRASE_STYLES) + 1)]
+    assert all(QUESTION in p and "in digits" in p and "Do not solve" in p for p in prompts)
+    assert len(set(prompts)) == len(REPHRASE_STYLES) and prompts[0] == prompts[-1]
+
+
+class FakeBackend:
+    def __init__(self, replies):
+        self.replies = replies
+        self.prompts = []
+
+    def complete(self, prompts):
+        self.prompts.append(prompts)
+        return self.replies(prompts) if callable(self.replies) else list(self.replies)
+
+
+def test_llm_rephraser_cleans_replies_and_pipeline_filters_them(tmp_path):
+    replies = [
+        "Rewritten problem: Tom owns 3 apples and gets 4 more. How many apples does he own now?",
+        "Tom has 3 apples and buys 4 more. How many apples does he have?",  # unchanged
+        "Tom has three apples and buys 4 more. How many does he have?",  # spelled out
+        "Tom has 3 apples and buys 4 more, so he has 7.",  # solved
+        None,  # request failed
+        "- Tom has 3 apples.\n- He buys 4 more.\n\nHow many apples does he have?",
+    ]
+    backend = FakeBackend(replies)
+    rows = [{"id": "q", "prompt": QUESTION, "answer": "7"}]
+    path = tmp_path / "out.jsonl"
+    tally = rephrase_rows(rows, LLMRephraser(backend), n=3, k=6, out_path=path, progress=False)
+    record = json.loads(path.read_text())
+    assert record["rephrasings"] == [
+        "Tom owns 3 apples and gets 4 more. How many apples does he own now?",
+        "- Tom has 3 apples.\n- He buys 4 more.\n\nHow many apples does he have?",
+    ]
+    assert record["rejected"] == {"changed_numbers": 2, "no_output": 1, "unchanged": 1}
+    assert len(backend.prompts) == 1 and len(backend.prompts[0]) == 6  # one batch per question
+    assert tally.kept == {2: 1}
+
+
+@pytest.mark.parametrize("replies", [lambda prompts: 1 / 0, ["only one reply"]])
+def test_a_broken_backend_costs_the_candidates_not_the_run(replies):
+    rephraser = LLMRephraser(FakeBackend(replies))
+    assert rephraser.rephrase(QUESTION, [random.Random(k) for k in range(3)]) == [None, None, None]
+
+
+def test_a_backend_without_complete_is_rejected():
+    with pytest.raises(TypeError, match="complete"):
+        LLMRephraser(object())
+
+
+def test_local_model_backend_on_a_tiny_random_model_runs_and_rejects_garbage(tmp_path):
+    from rlvr.models import load_policy
+    from rlvr.rewards.scorers import LocalModelBackend
+
+    model, tokenizer = load_policy("tiny-random")
+    backend = LocalModelBackend(model, tokenizer, max_new_tokens=12, batch_size=4)
+    rows = [{"id": "q", "prompt": QUESTION, "answer": "7"}]
+    path = tmp_path / "out.jsonl"
+    tally = rephrase_rows(rows, LLMRephraser(backend), n=2, k=4, out_path=path, progress=False)
+    record = json.loads(path.read_text())
+    assert record["id"] == "q"
+    assert record["rephrasings"] == []  # random tokens keep neither 3 nor 4
+    assert sum(record["rejected"].values()) == 4
+    assert tally.kept == {0: 1}
