@@ -27,15 +27,16 @@ LEVEL_ONE = {"rewards", "data", "rollout", "eval", "models"}
 ALLOWED: dict[str, set[str]] = {
     "__init__": {"core"},
     "core": {"core"},
-    "rewards": {"core", "rewards"},
+    "rewards": {"core", "rewards", "models"},
     "data": {"core", "data"},
-    "eval": {"core", "eval"},
+    "eval": {"core", "eval", "models"},
     "models": {"core", "models"},
     "rollout": {"core", "rollout", "models", "data"},
     "config": {"core", "config"} | LEVEL_ONE,
     "train": {"core", "config", "train"} | LEVEL_ONE,
     "report": {"core", "report", "eval"},
-    "cli": {"core", "config", "train", "report", "cli"} | LEVEL_ONE,
+    "rephrase_cli": {"core", "rephrase_cli"} | LEVEL_ONE,
+    "cli": {"core", "config", "train", "report", "cli", "rephrase_cli"} | LEVEL_ONE,
 }
 CORE_THIRD_PARTY = {"torch"}
 

@@ -149,3 +149,13 @@ def test_dynamic_sampling_keeps_whole_pools(tmp_path, lowercase_reward):
         pools.setdefault(g.pool, []).append(g)
     assert len(pools) == 4  # the lowercase reward is never uniform over 16 responses
     assert all(len(members) == 4 for members in pools.values())  # q_0 + 3 rephrasings, never split
+
+
+def test_diversity_is_logged_every_k_steps(tmp_path):
+    import pytest
+
+    pytest.importorskip("sentence_transformers", reason="needs the embed extra")
+    cfg = build_config(tiny_overrides(tmp_path / "d", max_steps=2, diversity_steps=2, diversity_groups=2))
+    history = Trainer(cfg).train()
+    assert "rollout/diversity" not in history[0]
+    assert 0.0 <= history[1]["rollout/diversity"] <= 2.0

