@@ -11,6 +11,7 @@ import yaml
 
 from rlvr import __version__
 from rlvr.config import SECTIONS, field_help, load_config
+from rlvr.rephrase_cli import add_rephrase_parser, run_rephrase
 
 
 def _train_help() -> str:
@@ -46,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_train_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_rephrase_parser(sub)
     for command in (train, sft):
         command.add_argument("--config", help="YAML file of options (flat, or nested by section: "
                              + ", ".join(SECTIONS) + ")")
@@ -60,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     for noisy in ("httpx", "urllib3", "filelock"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    if args.command == "rephrase":
+        return run_rephrase(args)
     if args.command in ("train", "sft"):
         overrides = list(args.overrides)
         if args.command == "sft":

@@ -7,7 +7,8 @@ Thin: parse the arguments, build the rephraser (and the optional solver check), 
     if args.command == "rephrase":                # in main()
         return run_rephrase(args)
 
-Exit codes: 0 done; 2 bad arguments, data or model (the message says which and the fix).
+Exit codes: 0 done; 2 bad arguments, data or model, or a generator that gives nothing for the
+first questions (the message says which and the fix).
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ import sys
 from collections.abc import Callable
 
 from rlvr.data import DEFAULT_INSTRUCTION, load_rows
-from rlvr.data.rephrase import LLMRephraser, RuleRephraser, answers_equal, rephrase_rows
+from rlvr.data.rephrase import GenerationFailed, LLMRephraser, RuleRephraser, answers_equal, rephrase_rows
 
 VIA_FORMS = "'rules', 'model:<path-or-alias>' or 'openai:<base_url>'"
 REPHRASE_MAX_NEW_TOKENS = 512  # a rewritten problem: about the length of the original
 SOLVER_MAX_NEW_TOKENS = 512  # a short worked solution ending in \boxed{}
 OPENAI_TIMEOUT_S = 60.0
+OPENAI_MAX_RETRIES = 2
 LOCAL_BATCH_SIZE = 8
 
 _EXAMPLES = """examples:
@@ -101,7 +103,8 @@ def _rephraser(kind: str, target: str, args: argparse.Namespace):
     from rlvr.rewards.scorers import OpenAIChatBackend
 
     return LLMRephraser(OpenAIChatBackend(target, args.openai_model, api_key_env=args.api_key_env,
-                                          timeout_s=OPENAI_TIMEOUT_S, max_tokens=REPHRASE_MAX_NEW_TOKENS))
+                                          timeout_s=OPENAI_TIMEOUT_S, max_retries=OPENAI_MAX_RETRIES,
+                                          max_tokens=REPHRASE_MAX_NEW_TOKENS))
 
 
 class ModelSolver:
@@ -140,7 +143,7 @@ def run_rephrase(args: argparse.Namespace) -> int:
             answers_match = _verified_match(pool)
         tally = rephrase_rows(rows, rephraser, n=args.n, k=args.k, seed=args.seed, out_path=args.out,
                               solver=solver, answers_match=answers_match)
-    except ValueError as error:
+    except (ValueError, GenerationFailed) as error:
         print(f"rlvr rephrase: error: {error}", file=sys.stderr)
         return 2
     finally:

@@ -26,8 +26,8 @@ QUESTION = "Tom has 3 apples and buys 4 more. How many apples does he have?"
     ("1 + 2 =\n\nRewritten answer:", "1 + 2 ="),  # seen from SmolLM2-135M
     ("- Tom owns 3 apples.\n\nQuestion: How many?", "- Tom owns 3 apples.\n\nQuestion: How many?"),
     ('"A" is for apple, "B" is for 3 bananas', '"A" is for apple, "B" is for 3 bananas'),  # not one quote
-    ("Rewritten problem:", None),
-    ("   ", None),
+    ("Rewritten problem:", ""),
+    ("   ", ""),
     (None, None),
     (42, None),
 ])
@@ -96,6 +96,6 @@ def test_local_model_backend_on_a_tiny_random_model_runs_and_rejects_garbage(tmp
     tally = rephrase_rows(rows, LLMRephraser(backend), n=2, k=4, out_path=path, progress=False)
     record = json.loads(path.read_text())
     assert record["id"] == "q"
-    assert record["rephrasings"] == []  # random tokens keep neither 3 nor 4
-    assert sum(record["rejected"].values()) == 4
+    assert record["rephrasings"] == []  # random tokens (here: blank lines) keep neither 3 nor 4
+    assert sum(record["rejected"].values()) == 4 and "no_output" not in record["rejected"]
     assert tally.kept == {0: 1}

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from rlvr.data.rephrase import RuleRephraser, Tally, read_done_ids, rephrase_rows
+from rlvr.data.rephrase import GenerationFailed, RuleRephraser, Tally, read_done_ids, rephrase_rows
 
 
 def tag(rng):
@@ -117,3 +117,33 @@ def test_tally_mean_and_histogram():
     tally.kept.update({0: 1, 2: 1, 4: 2})
     assert tally.mean_kept == pytest.approx((0 + 2 + 8) / 4)
     assert "histogram {kept: questions} 0: 1, 2: 1, 4: 2" in tally.summary()
+
+
+class Silent:
+    """A rephraser that fails (all None) on the questions whose id is in `failing`."""
+
+    name = "silent"
+
+    def __init__(self, failing):
+        self.failing = failing
+
+    def rephrase(self, question, rngs):
+        fails = any(f"has {i} apples" in question for i in self.failing)
+        return [None if fails else f"Please answer: {question}" for _ in rngs]
+
+
+def test_a_question_without_any_candidate_is_not_written_and_is_retried(tmp_path):
+    path = tmp_path / "out.jsonl"
+    tally = run(path, rephraser=Silent(failing={2}))
+    assert [json.loads(line)["id"] for line in path.read_text().splitlines()] == ["q0", "q1", "q3", "q4", "q5"]
+    assert tally.no_candidates == 1 and "not written; rerun to retry" in tally.summary()
+    tally = run(path, rephraser=Silent(failing=set()))
+    assert tally.questions == 1 and tally.resumed == 5
+    assert json.loads(path.read_text().splitlines()[-1])["id"] == "q2"
+
+
+def test_a_generator_that_gives_nothing_stops_the_run_early(tmp_path):
+    path = tmp_path / "out.jsonl"
+    with pytest.raises(GenerationFailed, match="no candidate for the first 5 questions"):
+        run(path, rephraser=Silent(failing=range(100)), rows=rows(50))
+    assert path.read_text() == ""

@@ -57,3 +57,36 @@ def test_bad_arguments_exit_2_with_a_message(data_file, tmp_path, capsys, argv, 
     err = capsys.readouterr().err
     assert err.startswith("rlvr rephrase: error:") and message in err
     assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_an_unreachable_openai_server_stops_with_exit_2(data_file, tmp_path, capsys, monkeypatch):
+    rows = [{"id": str(i), "question": f"Tom has {i} apples. How many?", "answer": str(i)} for i in range(8)]
+    data_file.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    monkeypatch.setattr("rlvr.rephrase_cli.OPENAI_MAX_RETRIES", 0)
+    out = tmp_path / "out.jsonl"
+    argv = ["--data", str(data_file), "--n", "1", "--k", "2", "--via", "openai:http://127.0.0.1:9/v1",
+            "--openai-model", "m", "--out", str(out)]
+    assert run_rephrase(parse(argv)) == 2
+    assert "gave no candidate for the first 5 questions" in capsys.readouterr().err
+    assert out.read_text() == ""
+
+
+def test_solver_check_with_a_local_model(data_file, tmp_path, capsys, monkeypatch):
+    # A tiny random solver answers no original right, so the check is skipped for every question.
+    monkeypatch.setattr("rlvr.rephrase_cli.SOLVER_MAX_NEW_TOKENS", 4)
+    out = tmp_path / "out.jsonl"
+    argv = ["--data", str(data_file), "--n", "2", "--via", "rules", "--solver", "model:tiny-random", "--out", str(out)]
+    assert run_rephrase(parse(argv)) == 0
+    assert "solver check skipped on 3 questions" in capsys.readouterr().out
+    assert all(len(json.loads(line)["rephrasings"]) == 2 for line in out.read_text().splitlines())
+
+
+def test_model_solver_extracts_the_boxed_answer():
+    from rlvr.rephrase_cli import ModelSolver
+
+    class Backend:
+        def complete(self, prompts):
+            assert prompts[0].startswith("What is 2 + 3?\n\n") and "\\boxed{}" in prompts[0]
+            return ["2 + 3 = 5, so \\boxed{5}."]
+
+    assert ModelSolver(Backend())("What is 2 + 3?") == "5"

@@ -20,7 +20,7 @@ from rlvr.data.rephrase.filters import (
     select_candidates,
 )
 from rlvr.data.rephrase.llm import REPHRASE_PROMPT, REPHRASE_STYLES, LLMRephraser, build_rephrase_prompt, clean_reply
-from rlvr.data.rephrase.pipeline import Rephraser, Tally, candidate_rng, read_done_ids, rephrase_rows
+from rlvr.data.rephrase.pipeline import GenerationFailed, Rephraser, Tally, candidate_rng, read_done_ids, rephrase_rows
 from rlvr.data.rephrase.rules import TRANSFORMS, RuleRephraser, list_format, notation, reorder, wording
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "REPHRASE_PROMPT",
     "REPHRASE_STYLES",
     "TRANSFORMS",
+    "GenerationFailed",
     "LLMRephraser",
     "Rephraser",
     "RuleRephraser",

@@ -23,8 +23,8 @@ Clean-up (``clean_reply``): strip white space, a code fence, a leading label ("R
 problem:", "Here is the rewritten problem:", "**Rephrased:**", ...), and quotes around the
 whole text; cut at a line that starts a solution, a note or another labelled version
 ("Answer:", "Solution:", "Note:", "Explanation:", "Rewritten answer:", "Original problem:").
-A reply that is empty after this, or not a string, is None (a failure); filters.py judges the
-rest.
+A reply that is not a string (a failed request) is None, and counts as no candidate; a reply
+that is empty after this is "" (filters.py rejects it as ``empty``) and judges the rest.
 
 The back end is any object with ``complete(prompts: list[str]) -> list[str | None]`` (None: that
 request failed), e.g. rlvr.rewards.scorers.OpenAIChatBackend or LocalModelBackend; its sampling
@@ -96,7 +96,7 @@ def build_rephrase_prompt(question: str, k: int) -> str:
 
 
 def clean_reply(reply: object) -> str | None:
-    """The rewritten problem inside a reply (module docstring), or None."""
+    """The rewritten problem inside a reply (module docstring); None for a failed request (no str)."""
     if not isinstance(reply, str):
         return None
     text = reply.strip()
@@ -107,7 +107,7 @@ def clean_reply(reply: object) -> str | None:
     for left, right in _QUOTES:
         if len(text) >= 2 and text.startswith(left) and text.endswith(right) and text.count(left) <= 2:
             text = text[len(left):-len(right)].strip()
-    return text or None
+    return text
 
 
 class LLMRephraser:

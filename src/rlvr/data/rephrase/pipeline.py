@@ -1,6 +1,6 @@
 """``rephrase_rows``: K candidates per question → filters → up to N kept → one JSON line each.
 
-Output: one line per question, in row order,
+Output: one line per question, in row order (a question retried on a later run comes later),
     {"id": "<row id>", "rephrasings": ["...", ...], "rejected": {"<reason>": count, ...}}
 (reasons sorted by name; filters.py lists them). Training joins the file to the data by id.
 
@@ -11,6 +11,11 @@ Resuming: the file is append-only and each line is flushed and fsync'ed; rows wh
 has a line are skipped. A last line without its newline (the run died while writing it) is cut
 off and rewritten, so an interrupted run resumed with the same arguments ends with the same
 bytes as an uninterrupted one. Any other unreadable line is an error.
+
+A question for which the rephraser gave no candidate at all (every one None: a server down, a
+wrong model name) gets no line, so a rerun tries it again; it is counted as ``no_candidates``.
+If that happens to the first MAX_FAILED_START questions in a row, the run stops with
+GenerationFailed rather than walk through the whole dataset.
 
 Solver check ([design]): with a ``solver`` (question → final answer or None), the solver first
 answers the original question. If it gets the gold right, every candidate that passes the other
@@ -36,8 +41,14 @@ from rlvr.data.rephrase.filters import REASONS, answers_equal, select_candidates
 
 logger = logging.getLogger(__name__)
 
+MAX_FAILED_START = 5
+
 Solver = Callable[[str], "str | None"]
 AnswersMatch = Callable[[str, "str | None"], bool]
+
+
+class GenerationFailed(RuntimeError):
+    """The rephraser gave no candidate for the first MAX_FAILED_START questions."""
 
 
 class Rephraser(Protocol):
@@ -59,6 +70,7 @@ class Tally:
     candidates: int = 0
     surplus: int = 0  # candidates not checked because N were already kept
     solver_skipped: int = 0  # questions whose original the solver got wrong (no solver check)
+    no_candidates: int = 0  # questions without a single candidate: not written, retried next run
     seconds: float = 0.0
 
     @property
@@ -74,6 +86,8 @@ class Tally:
             f"kept per question: mean {self.mean_kept:.2f}; histogram {{kept: questions}} {histogram}",
             f"candidates: {self.candidates}; rejected: {rejected or 'none'}; not needed: {self.surplus}",
         ]
+        if self.no_candidates:
+            lines.append(f"no candidate at all (not written; rerun to retry): {self.no_candidates} questions")
         if self.solver_skipped:
             lines.append(f"solver check skipped on {self.solver_skipped} questions (solver wrong on the original)")
         return "\n".join(lines)
@@ -137,6 +151,16 @@ def _solver_check(solver: Solver | None, answers_match: AnswersMatch, question: 
     return (lambda candidate: answers_match(gold, solver(candidate))), False
 
 
+def _count_no_candidates(tally: Tally, rephraser: Rephraser) -> None:
+    tally.no_candidates += 1
+    if tally.questions == 0 and tally.no_candidates >= MAX_FAILED_START:
+        raise GenerationFailed(
+            f"{rephraser!r} gave no candidate for the first {tally.no_candidates} questions (a server that "
+            "cannot be reached, a wrong model name, a rule set that suits none of them); nothing was written "
+            "for them — fix the generator and rerun"
+        )
+
+
 def _append_line(file, record: dict) -> None:
     file.write(json.dumps(record, ensure_ascii=False) + "\n")
     file.flush()
@@ -177,6 +201,9 @@ def rephrase_rows(rows: Iterable[dict], rephraser: Rephraser, *, n: int, k: int 
             rngs = [candidate_rng(seed, str(row["id"]), j) for j in range(k)]
             candidates = rephraser.rephrase(question, rngs)
             assert len(candidates) == k, f"{rephraser!r} returned {len(candidates)} candidates for {k} rngs"
+            if all(candidate is None for candidate in candidates):
+                _count_no_candidates(tally, rephraser)
+                continue
             check, skipped = _solver_check(solver, answers_match, question, str(row["answer"]))
             selection = select_candidates(question, candidates, n=n, solver_check=check)
             _append_line(file, {"id": row["id"], "rephrasings": selection.kept,

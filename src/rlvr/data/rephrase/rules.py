@@ -83,7 +83,7 @@ EXTRA_KIND_PROBABILITY = 0.5
 _UNITS = r"(day|week|month|year|hour|minute)"
 _NOT_A_RATE = frozenset("is was has does this his its as us yes".split())  # "It was a day" stays
 # (pattern, replacement): same-meaning swaps, one direction where the other is ambiguous
-# ("purchase" may be a noun, "would like to" does not say the person).
+# ("purchase" and "needs" may be nouns, "would like to" does not say the person).
 SYNONYMS = (
     (r"\bbought\b", "purchased"),
     (r"\bpurchased\b", "bought"),
@@ -103,7 +103,6 @@ SYNONYMS = (
     (r"\bearns\b", "makes"),
     (r"\bearned\b", "made"),
     (r"\brequires\b", "needs"),
-    (r"\bneeds\b(?! to\b)", "requires"),
 )
 
 _DETERMINER = r"(the|his|her|their|its|your|our)"
@@ -275,7 +274,7 @@ def _list_to_prose(question: str) -> str | None:
     if sum(b is not None for b in bullets) < 2:
         return None
     out = []
-    for line, bullet in zip(lines, bullets):
+    for line, bullet in zip(lines, bullets, strict=True):
         if bullet is None:
             if line.strip():
                 out.append(line.strip())
