@@ -71,8 +71,8 @@ def _rule_rephrasings(rows: list[dict], cfg: ExperimentConfig) -> dict[str, list
         logger.warning("%d rows have chat-message prompts; rule rephrasing needs plain text, they get none",
                        len(rows) - len(text_rows))
     tally = rephrase_rows(text_rows, RuleRephraser(), n=n, seed=seed, out_path=path, progress=False)
-    logger.warning("TA-GRPO: %d questions had no rephrasings; made offline rule rephrasings (n=%d) "
-                   "cached at %s: %s", len(rows), n, path, tally)
+    logger.warning("TA-GRPO: %d questions had no rephrasings; made offline rule rephrasings (n=%d), "
+                   "cached at %s\n%s", len(rows), n, path, tally.summary())
     return read_rephrasings_file(path)
 
 
