@@ -19,7 +19,8 @@ def test_worked_example_masking():
     # o_1, o_2 lose their only contrast -> 0; o_3..o_7: (1-0)/(8*0.353553) = 0.353553.
     rewards = torch.tensor([0.0, 1, 1, 1, 1, 1, 1, 1])
     scores = torch.tensor([0.0, 0.1, 0.15, 0.9, 0.9, 0.9, 0.9, 0.9])
-    adv, mask = masked_pairwise_advantages(rewards, scores, G8, tau=0.2)
+    adv = masked_pairwise_advantages(rewards, scores, G8, tau=0.2)
+    mask = pair_mask(scores, G8, tau=0.2)
     expected = torch.tensor([-1.768, 0, 0, 0.354, 0.354, 0.354, 0.354, 0.354])
     torch.testing.assert_close(adv, expected, atol=1e-3, rtol=0)
     assert mask[0].tolist() == [False, False, False, True, True, True, True, True]
@@ -29,7 +30,7 @@ def test_worked_example_anchor():
     # all-wrong group of 8, one anchor (reward 1) replacing a rollout, tau = 0:
     # Â_anchor = 7 / (8 * 0.353553) = +2.474874, each wrong = -1 / (8 * 0.353553) = -0.353553.
     rewards = torch.tensor([1.0, 0, 0, 0, 0, 0, 0, 0])
-    adv, _ = masked_pairwise_advantages(rewards, rewards, G8, tau=0.0)
+    adv = masked_pairwise_advantages(rewards, rewards, G8, tau=0.0)
     assert adv[0].item() == pytest.approx(2.474867, abs=1e-5)
     torch.testing.assert_close(adv[1:], torch.full((7,), -0.353553), atol=1e-5, rtol=0)
 
@@ -39,7 +40,7 @@ def test_worked_example_anchor():
 def test_tau_zero_equals_grpo(values, groups, scale):
     rewards = torch.tensor(values, dtype=torch.float64)
     ids = torch.arange(len(values)) % groups
-    adv, _ = masked_pairwise_advantages(rewards, torch.rand(len(values), dtype=torch.float64), ids,
+    adv = masked_pairwise_advantages(rewards, torch.rand(len(values), dtype=torch.float64), ids,
                                         tau=0.0, scale_rewards=scale)
     torch.testing.assert_close(adv, grpo_advantages(rewards, ids, scale_rewards=scale), rtol=1e-9, atol=1e-9)
 
@@ -52,7 +53,8 @@ def test_advantages_sum_to_zero_in_each_group(values, scores, tau, contrast):
     rewards = torch.tensor(values, dtype=torch.float64)
     s = torch.tensor(scores[:n], dtype=torch.float64)
     ids = torch.arange(n) % 2
-    adv, mask = masked_pairwise_advantages(rewards, s, ids, tau=tau, contrast=contrast)
+    adv = masked_pairwise_advantages(rewards, s, ids, tau=tau, contrast=contrast)
+    mask = pair_mask(s, ids, tau=tau)
     assert torch.equal(mask, mask.T) and not mask.diagonal().any()
     for g in (0, 1):
         assert abs(float(adv[ids == g].sum())) < 1e-9
@@ -63,7 +65,8 @@ def test_equal_scores_pair_contributes_nothing():
     # Â_0 = [(1-0)*0 + (1-0)] / (3 * std) where only the pair (0,2) remains.
     rewards = torch.tensor([1.0, 0.0, 0.0])
     scores = torch.tensor([0.5, 0.5, 0.0])
-    adv, mask = masked_pairwise_advantages(rewards, scores, torch.zeros(3, dtype=torch.long), tau=0.1)
+    adv = masked_pairwise_advantages(rewards, scores, torch.zeros(3, dtype=torch.long), tau=0.1)
+    mask = pair_mask(scores, torch.zeros(3, dtype=torch.long), tau=0.1)
     assert not mask[0, 1] and not mask[1, 0]
     std = math.sqrt(((2 / 3) ** 2 + 2 * (1 / 3) ** 2) / 2)  # 0.57735
     assert adv[0].item() == pytest.approx(1 / (3 * (std + 1e-6)), rel=1e-6)
@@ -74,7 +77,7 @@ def test_equal_scores_pair_contributes_nothing():
 def test_divides_by_group_size_not_by_unmasked_count():
     rewards = torch.tensor([1.0, 0.0, 0.0, 0.0])
     scores = torch.tensor([1.0, 0.95, 0.0, 0.0])  # pair (0,1) masked at tau 0.2
-    adv, _ = masked_pairwise_advantages(rewards, scores, torch.zeros(4, dtype=torch.long), tau=0.2,
+    adv = masked_pairwise_advantages(rewards, scores, torch.zeros(4, dtype=torch.long), tau=0.2,
                                         scale_rewards="none")
     assert adv[0].item() == pytest.approx(2 / 4)  # two unmasked contrasts of +1, over G = 4
 
@@ -82,8 +85,8 @@ def test_divides_by_group_size_not_by_unmasked_count():
 def test_contrast_score_gives_signal_inside_all_correct_group():
     rewards = torch.ones(3)
     scores = torch.tensor([0.9, 0.5, 0.1])
-    reward_adv, _ = masked_pairwise_advantages(rewards, scores, torch.zeros(3, dtype=torch.long), tau=0.0)
-    score_adv, _ = masked_pairwise_advantages(rewards, scores, torch.zeros(3, dtype=torch.long), tau=0.0,
+    reward_adv = masked_pairwise_advantages(rewards, scores, torch.zeros(3, dtype=torch.long), tau=0.0)
+    score_adv = masked_pairwise_advantages(rewards, scores, torch.zeros(3, dtype=torch.long), tau=0.0,
                                               contrast="score", scale_rewards="none")
     assert torch.equal(reward_adv, torch.zeros(3))
     # c = s: Â_0 = [(0.9-0.5) + (0.9-0.1)] / 3 = 0.4
@@ -106,18 +109,18 @@ def test_stats_mask_leaves_anchor_out_of_the_std():
     # scaled (instead of 1/eps): Â_anchor = 7/8, each wrong -1/8.
     rewards = torch.tensor([1.0, 0, 0, 0, 0, 0, 0, 0])
     keep = torch.tensor([False] + [True] * 7)
-    adv, _ = masked_pairwise_advantages(rewards, rewards, G8, tau=0.0, stats_mask=keep)
+    adv = masked_pairwise_advantages(rewards, rewards, G8, tau=0.0, stats_mask=keep)
     torch.testing.assert_close(adv, torch.tensor([0.875] + [-0.125] * 7))
     # with a mixed on-policy part, sigma is their std: rewards [1 | 1,0,0,0]
     rewards = torch.tensor([1.0, 1, 0, 0, 0])
     keep = torch.tensor([False, True, True, True, True])
-    adv, _ = masked_pairwise_advantages(rewards, rewards, torch.zeros(5, dtype=torch.long), tau=0.0, stats_mask=keep)
+    adv = masked_pairwise_advantages(rewards, rewards, torch.zeros(5, dtype=torch.long), tau=0.0, stats_mask=keep)
     std = 0.5  # unbiased std of [1,0,0,0]
     assert adv[0].item() == pytest.approx(3 / (5 * (std + 1e-6)), rel=1e-6)
 
 
 def test_group_of_one_and_bad_names():
-    adv, _ = masked_pairwise_advantages(torch.tensor([1.0]), torch.tensor([1.0]), torch.tensor([3]), tau=0.2)
+    adv = masked_pairwise_advantages(torch.tensor([1.0]), torch.tensor([1.0]), torch.tensor([3]), tau=0.2)
     assert adv.tolist() == [0.0]
     with pytest.raises(ValueError, match="contrast"):
         masked_pairwise_advantages(torch.ones(2), torch.ones(2), torch.zeros(2, dtype=torch.long), tau=0, contrast="x")

@@ -69,7 +69,7 @@ def masked_pairwise_advantages(
     scale_rewards: str = "group",
     adaptive_kappa: float | None = None,
     stats_mask: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> torch.Tensor:
     """Masked pairwise advantages Â_i = Σ_j m_ij (c_i − c_j) / (G (σ + ε)).
 
     Args:
@@ -83,7 +83,7 @@ def masked_pairwise_advantages(
             ``anchor_in_stats=false`` leaves the anchors out.
 
     Returns:
-        (advantages [N] in the dtype of ``rewards``, mask [N, N] bool).
+        advantages [N] in the dtype of ``rewards`` (the mask itself: :func:`pair_mask`).
 
     Convention: unbiased std, std + ε; G is the group's size (anchors included); a group whose
     σ over ``stats_mask`` is 0 while its contrasts are not (anchor_in_stats=false on an all-wrong
@@ -103,7 +103,7 @@ def masked_pairwise_advantages(
     advantages = summed / (size * scale)
     advantages = torch.where(size < 2, torch.zeros_like(advantages), advantages)
     out_dtype = rewards.dtype if rewards.is_floating_point() else torch.get_default_dtype()
-    return advantages.to(out_dtype), mask
+    return advantages.to(out_dtype)
 
 
 def _scale(c, group_ids, scale_rewards, eps, stats_mask) -> torch.Tensor:

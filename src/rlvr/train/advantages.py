@@ -10,7 +10,7 @@ import torch
 
 from rlvr.config import ExperimentConfig
 from rlvr.core.advantages import get_advantage_estimator
-from rlvr.core.pairwise import masked_pairwise_advantages
+from rlvr.core.pairwise import masked_pairwise_advantages, pair_mask
 from rlvr.train.experience import Experience
 
 
@@ -21,16 +21,16 @@ def compute_advantages(cfg: ExperimentConfig, exp: Experience) -> tuple[torch.Te
         estimator = get_advantage_estimator(a.advantage_estimator)
         advantages = estimator(exp.rewards, exp.group_ids, scale_rewards=a.scale_rewards, eps=a.advantage_eps)
         return advantages, ({"dagrpo/zero_adv_frac": _zero_frac(advantages)} if d.enabled else {})
-    advantages, mask = masked_pairwise_advantages(
-        exp.rewards, exp.scores, exp.group_ids,
-        tau=d.pair_tau if d.pair_masking else 0.0,
-        contrast=d.contrast if d.pair_masking else "reward",
-        eps=a.advantage_eps,
-        scale_rewards=a.scale_rewards,
-        adaptive_kappa=d.pair_tau_kappa if d.pair_masking else None,
+    tau = d.pair_tau if d.pair_masking else 0.0
+    kappa = d.pair_tau_kappa if d.pair_masking else None
+    contrast = d.contrast if d.pair_masking else "reward"
+    advantages = masked_pairwise_advantages(
+        exp.rewards, exp.scores, exp.group_ids, tau=tau, contrast=contrast, eps=a.advantage_eps,
+        scale_rewards=a.scale_rewards, adaptive_kappa=kappa,
         stats_mask=None if d.anchor_in_stats else ~exp.is_anchor,
     )
-    return advantages, pair_metrics(mask, exp, advantages, contrast=d.contrast if d.pair_masking else "reward")
+    mask = pair_mask(exp.scores, exp.group_ids, tau=tau, adaptive_kappa=kappa)  # [N, N], for the metrics
+    return advantages, pair_metrics(mask, exp, advantages, contrast=contrast)
 
 
 def pair_metrics(mask: torch.Tensor, exp: Experience, advantages: torch.Tensor, *, contrast: str) -> dict[str, float]:
