@@ -12,6 +12,7 @@ import yaml
 from rlvr import __version__
 from rlvr.config import SECTIONS, field_help, load_config
 from rlvr.rephrase_cli import add_rephrase_parser, run_rephrase
+from rlvr.report_cli import add_report_parser, run_report
 
 
 def _train_help() -> str:
@@ -48,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_rephrase_parser(sub)
+    add_report_parser(sub)
     for command in (train, sft):
         command.add_argument("--config", help="YAML file of options (flat, or nested by section: "
                              + ", ".join(SECTIONS) + ")")
@@ -64,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     if args.command == "rephrase":
         return run_rephrase(args)
+    if args.command == "report":
+        return run_report(args)
     if args.command in ("train", "sft"):
         overrides = list(args.overrides)
         if args.command == "sft":

@@ -137,7 +137,9 @@ def load_runs(paths: list[str | Path], names: list[str] | None = None) -> list[R
     if not paths:
         raise ValueError("give at least one run directory")
     if names is not None and len(names) != len(paths):
-        raise ValueError(f"--names gives {len(names)} names for {len(paths)} runs; give one per run")
+        raise ValueError(f"--names gives {len(names)} names for {len(paths)} run directories; give one per run")
+    if names is not None and not all(n.strip() for n in names):
+        raise ValueError(f"--names has an empty name ({','.join(names)!r}); give one non-empty name per run")
     runs = [load_run(p, names[i] if names else None) for i, p in enumerate(paths)]
     seen: dict[str, Path] = {}
     for run in runs:
@@ -149,7 +151,7 @@ def load_runs(paths: list[str | Path], names: list[str] | None = None) -> list[R
 
 
 def load_eval(path: str | Path, label: str | None = None, run_name: str | None = None) -> EvalResult:
-    """Read one ``rlvr eval`` result file (see the module docstring of rlvr.report)."""
+    """Read one ``rlvr eval`` result file (format: the docstring of ``rlvr.eval.runner``)."""
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"{path}: no such eval file; pass a JSON written by `rlvr eval`")
@@ -184,21 +186,25 @@ def load_evals(runs: list[Run], extra_files: list[str | Path] = ()) -> list[Eval
 
     An extra file belongs to a run when it lies inside the run directory or its ``model`` is a
     path inside it (a checkpoint); otherwise it is labelled by its file stem. When a run has
-    several eval files, each label adds the file stem.
+    several eval files, each label adds the file stem. A file found in a run's eval/ folder that
+    is not an eval result is noted on the run and left out; a bad ``extra_files`` one is an error.
     """
-    found: list[tuple[Path, Run | None]] = []
+    explicit = {Path(p).resolve() for p in extra_files}
+    found: dict[Path, tuple[Path, Run | None]] = {}
     for run in runs:
-        found += [(p, run) for p in sorted((run.path / "eval").glob("*.json"))]
-    for extra in extra_files:
-        extra = Path(extra)
-        owner = next((r for r in runs if _inside(extra, r.path)), None)
-        found.append((extra, owner))
-    unique: dict[Path, tuple[Path, Run | None]] = {}
-    for path, owner in found:
-        unique.setdefault(path.resolve(), (path, owner))
+        for path in sorted((run.path / "eval").glob("*.json")):
+            found.setdefault(path.resolve(), (path, run))
+    for extra in map(Path, extra_files):
+        found.setdefault(extra.resolve(), (extra, next((r for r in runs if _inside(extra, r.path)), None)))
     results = []
-    for path, owner in unique.values():
-        result = load_eval(path)
+    for key, (path, owner) in found.items():
+        try:
+            result = load_eval(path)
+        except ValueError as error:
+            if key in explicit:
+                raise
+            owner.notes.append(f"left out {error}")
+            continue
         if owner is None:
             owner = next((r for r in runs if _model_in_run(result.model, r)), None)
         if owner is not None:
@@ -214,5 +220,6 @@ def load_evals(runs: list[Run], extra_files: list[str | Path] = ()) -> list[Eval
 
 
 def _model_in_run(model: str, run: Run) -> bool:
-    candidate = Path(model)
-    return candidate.is_absolute() and _inside(candidate, run.path)
+    """Whether ``model`` names a folder inside the run (absolute, or relative to where we run)."""
+    candidate = Path(model).expanduser()
+    return (candidate.is_absolute() or candidate.exists()) and _inside(candidate, run.path)

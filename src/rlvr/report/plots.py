@@ -48,6 +48,7 @@ def _axes(title: str, xlabel: str, ylabel: str):
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(True, alpha=0.3)
+    ax.set_axisbelow(True)
     return fig, ax
 
 
@@ -160,7 +161,7 @@ def grad_norm_panel(runs: list[Run], evals: list[EvalResult], path: Path) -> Dra
             points = [(s, v) for s, v in zip(norm.steps, norm.values) if s in flagged]
             if points:
                 xs, ys = zip(*points)
-                ax.plot(xs, ys, "x", color=color, markersize=10, markeredgewidth=2, label="_spikes")
+                ax.plot(xs, ys, "x", color=color, markersize=10, markeredgewidth=2, clip_on=False, label="_spikes")
                 spikes[run.name] = (tuple(float(x) for x in xs), tuple(ys))
     handles = [Line2D([], [], linestyle="", marker="x", color="black", label="spike")] if spikes else None
     _step_axis(ax)
