@@ -29,14 +29,16 @@ ALLOWED: dict[str, set[str]] = {
     "core": {"core"},
     "rewards": {"core", "rewards", "models"},
     "data": {"core", "data"},
-    "eval": {"core", "eval", "models"},
+    "eval": {"core", "eval", "models", "rollout", "rewards", "data"},
     "models": {"core", "models"},
     "rollout": {"core", "rollout", "models", "data"},
     "config": {"core", "config"} | LEVEL_ONE,
     "train": {"core", "config", "train"} | LEVEL_ONE,
     "report": {"core", "report", "eval"},
     "rephrase_cli": {"core", "rephrase_cli"} | LEVEL_ONE,
-    "cli": {"core", "config", "train", "report", "cli", "rephrase_cli"} | LEVEL_ONE,
+    "eval_cli": {"core", "eval_cli", "config"} | LEVEL_ONE,
+    "report_cli": {"core", "report", "report_cli", "eval"},
+    "cli": {"core", "config", "train", "report", "cli", "report_cli", "rephrase_cli", "eval_cli"} | LEVEL_ONE,
 }
 CORE_THIRD_PARTY = {"torch"}
 

@@ -11,6 +11,7 @@ import yaml
 
 from rlvr import __version__
 from rlvr.config import SECTIONS, field_help, load_config
+from rlvr.eval_cli import add_eval_parser, run_eval
 from rlvr.rephrase_cli import add_rephrase_parser, run_rephrase
 from rlvr.report_cli import add_report_parser, run_report
 
@@ -50,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_rephrase_parser(sub)
     add_report_parser(sub)
+    add_eval_parser(sub)
     for command in (train, sft):
         command.add_argument("--config", help="YAML file of options (flat, or nested by section: "
                              + ", ".join(SECTIONS) + ")")
@@ -68,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_rephrase(args)
     if args.command == "report":
         return run_report(args)
+    if args.command == "eval":
+        return run_eval(args)
     if args.command in ("train", "sft"):
         overrides = list(args.overrides)
         if args.command == "sft":

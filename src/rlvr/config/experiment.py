@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlvr.config.dagrpo import DaGRPOConfig
+from rlvr.config.evaluation import EvalConfig
 from rlvr.config.fields import _fail
 from rlvr.config.tagrpo import TAGRPOConfig
 from rlvr.config.sections import (
@@ -29,6 +30,7 @@ SECTIONS: dict[str, type] = {
     "dagrpo": DaGRPOConfig,
     "tagrpo": TAGRPOConfig,
     "optim": OptimConfig,
+    "eval": EvalConfig,
     "run": RunConfig,
 }
 
@@ -43,6 +45,7 @@ class ExperimentConfig:
     dagrpo: DaGRPOConfig = field(default_factory=DaGRPOConfig)
     tagrpo: TAGRPOConfig = field(default_factory=TAGRPOConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
     run: RunConfig = field(default_factory=RunConfig)
 
     def __post_init__(self) -> None:

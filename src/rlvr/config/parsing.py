@@ -98,6 +98,8 @@ def _coerce_scalar(key: str, kind: type, value: Any) -> Any:
     if kind is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
+        if isinstance(value, str) and value.strip().lstrip("-").isdigit():  # from a comma list
+            return int(value)
         raise TypeError(f"{key} must be an integer, got {value!r}")
     if kind is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):

@@ -1,5 +1,30 @@
-"""Evaluation: diversity of responses (pass@k and benchmark runs come with their issue)."""
+"""Evaluation: unbiased pass@k, benchmark runs (``evaluate``), diversity of responses.
+
+``evaluate`` and the other runner names are imported on first use: the runner pulls in the rollout
+engine and the verifier pool, which a report tool that only needs ``pass_at_k`` should not pay for.
+"""
 
 from rlvr.eval.diversity import group_diversity, mean_pairwise_cosine_distance
+from rlvr.eval.passk import mean_pass_at_k, pass_at_k
 
-__all__ = ["group_diversity", "mean_pairwise_cosine_distance"]
+_RUNNER_NAMES = ("evaluate", "format_table", "load_eval_datasets", "load_eval_rows", "summarize_dataset")
+
+__all__ = [
+    "evaluate",
+    "format_table",
+    "group_diversity",
+    "load_eval_datasets",
+    "load_eval_rows",
+    "mean_pairwise_cosine_distance",
+    "mean_pass_at_k",
+    "pass_at_k",
+    "summarize_dataset",
+]
+
+
+def __getattr__(name: str):
+    if name in _RUNNER_NAMES:
+        from rlvr.eval import runner
+
+        return getattr(runner, name)
+    raise AttributeError(f"module 'rlvr.eval' has no attribute {name!r}")

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 
 def _check_count(value, name: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"pass@k: {name} must be an int, got {value!r} ({type(value).__name__})")
+        raise TypeError(f"pass@k: {name} must be an int, got {value!r} ({type(value).__name__})")
     if value < 0:
         raise ValueError(f"pass@k: {name} must be >= 0, got {value}")
 

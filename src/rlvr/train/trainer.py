@@ -29,6 +29,7 @@ from rlvr.rollout import ROLLOUT_ENGINES
 from rlvr.train import checkpoint as ckpt
 from rlvr.train.advantages import compute_advantages
 from rlvr.train.dagrpo_phase import build_dagrpo_phase
+from rlvr.train.evaluation import evaluate_during_training, should_evaluate
 from rlvr.train.experience import Experience
 from rlvr.train.grad_spikes import GradSpikes
 from rlvr.train.metrics import rollout_metrics, sample_records
@@ -149,6 +150,8 @@ class Trainer:
         try:
             for step in range(start + 1, self.cfg.run.max_steps + 1):
                 metrics, samples = self.training_step(step)
+                if should_evaluate(self.cfg, step):
+                    metrics.update(evaluate_during_training(self, step))
                 self.metrics_log.write([metrics])
                 if self.cfg.run.log_completions:
                     self.samples_log.write(samples)

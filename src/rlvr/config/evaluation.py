@@ -1,0 +1,32 @@
+"""Evaluation during training: pass@k on held-out data every ``eval_steps`` steps."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rlvr.config.fields import _f, _fail
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    eval_steps: int = _f(0, "evaluate every K steps and at the end (0: never)")
+    eval_data: list[str] = _f([], "datasets to evaluate on (same forms as data=, or a benchmark name)")
+    eval_n: int = _f(4, "samples per problem")
+    eval_k: list[int] = _f([1, 2, 4], "k values of pass@k (each <= eval_n)")
+    eval_temperature: float = _f(0.6, "sampling temperature for evaluation")
+    eval_top_p: float = _f(0.95, "nucleus p for evaluation")
+    eval_max_completion_length: int | None = _f(None, "response budget (default: max_completion_length)")
+    eval_limit: int | None = _f(None, "evaluate only the first N problems of each dataset")
+
+    def __post_init__(self) -> None:
+        if self.eval_steps < 0:
+            _fail("eval_steps", self.eval_steps, "use 0 (off) or a positive interval")
+        if self.eval_steps and not self.eval_data:
+            _fail("eval_data", self.eval_data, "name at least one dataset, e.g. eval_data=gsm8k-100")
+        if self.eval_n < 1 or not self.eval_k or any(k < 1 or k > self.eval_n for k in self.eval_k):
+            _fail("eval_k", (self.eval_k, self.eval_n), "every k must be between 1 and eval_n")
+        if self.eval_temperature < 0 or not 0 < self.eval_top_p <= 1:
+            _fail("eval_temperature/eval_top_p", (self.eval_temperature, self.eval_top_p),
+                  "use temperature >= 0 (0: greedy) and top_p in (0, 1]")
+        if self.eval_limit is not None and self.eval_limit < 1:
+            _fail("eval_limit", self.eval_limit, "use a positive count or null")

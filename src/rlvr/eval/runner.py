@@ -1,0 +1,289 @@
+"""Benchmark evaluation: n samples per problem → verify → unbiased pass@k per dataset.
+
+    for each dataset, for each chunk of ⌊batch_size / n⌋ problems not yet in <out>.problems.jsonl:
+        sample n responses per problem (HFEngine; row seeds from (seed, dataset, id, j))
+        [greedy: one temperature-0 response per problem]
+        extract the final answer, verify against the gold in a VerifierPool → c correct of n
+        [diversity: mean pairwise embedding distance of the n responses]
+        append one line per problem (flushed: an interrupted run resumes where it stopped)
+    summary over every problem → <out> (JSON, atomic), printed as a table
+
+Prompts are built exactly as in training (rlvr.data.prompt_messages + the tokenizer's chat
+template, same default instruction), so a trained policy is evaluated on the format it learned.
+A verifier timeout scores the sample wrong and is counted (``timeouts``).
+
+Output (the report tool reads exactly these keys):
+    {"model": str,
+     "settings": {"n", "k": [...], "temperature", "top_p", "max_completion_length", "seed",
+                  "instruction", "system_prompt", "greedy", "answer_extraction"},
+     "datasets": {SPEC: {"num_problems", "pass@k": {"1": float, ...}, "greedy_accuracy": float|null,
+                         "frac_uniform", "frac_all_wrong", "diversity": float|null, "timeouts": int}}}
+``frac_uniform``: problems whose n samples are all right or all wrong (no GRPO signal);
+``frac_all_wrong``: problems with c = 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from rlvr.data import DEFAULT_INSTRUCTION, load_rows, prompt_messages, render_prompt
+from rlvr.data.benchmarks import BENCHMARKS, benchmark_spec, load_benchmark
+from rlvr.eval.passk import mean_pass_at_k
+from rlvr.eval.problems_file import ProblemsFile, problems_path
+from rlvr.eval.seeding import SeededPolicy, row_seed
+from rlvr.models import eos_token_ids
+from rlvr.models.embedding import require_embedding_packages
+from rlvr.rewards import EXTRACTION_MODES, VerifierPool, extract_answer
+from rlvr.rollout import HFEngine
+
+VERIFIER_WORKERS = 2
+VERIFIER_TIMEOUT_S = 5.0
+
+
+# ----------------------------------------------------------------------------------- datasets
+def load_eval_rows(spec: str) -> list[dict]:
+    """Rows of one spec: a registered benchmark ('math-500', 'aime24:path=FILE') or any load_rows spec."""
+    found = benchmark_spec(spec)
+    if found is not None:
+        name, path = found
+        return load_benchmark(name, path=path)
+    try:
+        return load_rows(spec)
+    except ValueError as error:
+        if "not a known source" in str(error):
+            raise ValueError(f"{error}; or a benchmark name: {', '.join(BENCHMARKS)}") from error
+        raise
+
+
+def load_eval_datasets(specs: Sequence[str], *, limit: int | None = None) -> dict[str, list[dict]]:
+    """{spec: its first `limit` rows} for every spec, in the order given."""
+    if isinstance(specs, str) or not specs:
+        raise ValueError(f"specs must be a non-empty list of dataset specs, got {specs!r}")
+    datasets: dict[str, list[dict]] = {}
+    for spec in specs:
+        spec = spec.strip() if isinstance(spec, str) else spec
+        if spec in datasets:
+            raise ValueError(f"dataset {spec!r} is given twice; list each dataset once")
+        datasets[spec] = load_eval_rows(spec)[:limit]
+    return datasets
+
+
+# ----------------------------------------------------------------------------------- settings
+def _check_args(n, ks, temperature, top_p, max_completion_length, batch_size, answer_extraction, limit) -> list[int]:
+    """Sorted unique ks after validating every setting (ValueError naming the setting and the fix)."""
+    def positive_int(value, name):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+    positive_int(n, "n")
+    positive_int(max_completion_length, "max_completion_length")
+    positive_int(batch_size, "batch_size")
+    if limit is not None:
+        positive_int(limit, "limit")
+    if not ks:
+        raise ValueError("ks is empty; give at least one k, e.g. [1]")
+    for k in ks:
+        positive_int(k, "every k")
+        if k > n:
+            raise ValueError(f"k={k} is larger than n={n}: pass@k needs at least k samples per problem; "
+                             f"raise n to {k} or drop k={k}")
+    if not temperature >= 0:
+        raise ValueError(f"temperature must be >= 0 (0 = greedy samples), got {temperature!r}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+    if answer_extraction not in EXTRACTION_MODES:
+        raise ValueError(f"answer_extraction must be one of {EXTRACTION_MODES}, got {answer_extraction!r}")
+    return sorted(set(ks))
+
+
+def _model_name(model) -> str:
+    name = getattr(model, "name_or_path", "") or getattr(getattr(model, "config", None), "_name_or_path", "")
+    return str(name) or type(model).__name__
+
+
+# ----------------------------------------------------------------------------------- one chunk
+class _ChunkEvaluator:
+    """Generates, verifies and scores a chunk of problems of one dataset."""
+
+    def __init__(self, model, tokenizer, pool: VerifierPool, settings: dict, batch_size: int):
+        self.tokenizer = tokenizer
+        self.pool = pool
+        self.s = settings
+        self.batch_size = batch_size
+        self.policy = SeededPolicy(model)
+        self.engine = HFEngine(self.policy, pad_token_id=tokenizer.pad_token_id,
+                               eos_token_ids=eos_token_ids(model, tokenizer), max_batch_size=batch_size)
+        self.device = str(next(model.parameters()).device)
+
+    def prompt_ids(self, row: dict) -> list[int]:
+        messages = prompt_messages(row["prompt"], system_prompt=self.s["system_prompt"],
+                                   instruction=self.s["instruction"])
+        return self.tokenizer(render_prompt(self.tokenizer, messages), add_special_tokens=False)["input_ids"]
+
+    def _texts(self, prompts: list[list[int]], seeds: list[int] | None, temperature: float) -> list[str]:
+        texts = []
+        for start in range(0, len(prompts), self.batch_size):  # one engine chunk per call: seeds line up
+            self.policy.row_seeds = seeds[start:start + self.batch_size] if seeds else []
+            completions = self.engine.generate(prompts[start:start + self.batch_size], temperature=temperature,
+                                               max_new_tokens=self.s["max_completion_length"], top_p=self.s["top_p"])
+            texts += [self.tokenizer.decode(c.token_ids, skip_special_tokens=True) for c in completions]
+        return texts
+
+    def run(self, dataset: str, rows: list[dict]) -> list[dict]:
+        n = self.s["n"]
+        prompts = [self.prompt_ids(row) for row in rows]
+        seeds = [row_seed(self.s["seed"], dataset, row["id"], j) for row in rows for j in range(n)]
+        samples = self._texts([p for p in prompts for _ in range(n)], seeds, self.s["temperature"])  # [P·n]
+        greedy = self._texts(prompts, None, 0.0) if self.s["greedy"] else []  # [P]
+        golds = [row["answer"] for row in rows for _ in range(n)] + ([row["answer"] for row in rows] if greedy else [])
+        preds = [extract_answer(text, self.s["answer_extraction"]) for text in samples + greedy]
+        results = self.pool.verify_batch(golds, preds)
+        records = []
+        for i, row in enumerate(rows):
+            mine = results[i * n:(i + 1) * n]
+            records.append({
+                "dataset": dataset,
+                "id": row["id"],
+                "n": n,
+                "correct": sum(r.correct for r in mine),
+                "greedy_correct": results[len(rows) * n + i].correct if greedy else None,
+                "diversity": self._diversity(samples[i * n:(i + 1) * n]),
+                "timeouts": sum(r.timed_out for r in mine) + (results[len(rows) * n + i].timed_out if greedy else 0),
+            })
+        return records
+
+    def _diversity(self, texts: list[str]) -> float | None:
+        if not self.s["diversity"]:
+            return None
+        from rlvr.eval.diversity import group_diversity
+
+        return group_diversity([texts], device=self.device)
+
+
+# ----------------------------------------------------------------------------------- summary
+def _mean(values: list) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def summarize_dataset(records: list[dict], ks: list[int], *, greedy: bool) -> dict:
+    """The per-dataset block of the output JSON from its per-problem records."""
+    counts = [(r["n"], r["correct"]) for r in records]
+    return {
+        "num_problems": len(records),
+        "pass@k": {str(k): mean_pass_at_k(counts, k) for k in ks},
+        "greedy_accuracy": _mean([float(r["greedy_correct"]) for r in records]) if greedy else None,
+        "frac_uniform": _mean([float(c in (0, n)) for n, c in counts]),
+        "frac_all_wrong": _mean([float(c == 0) for _, c in counts]),
+        "diversity": _mean([r["diversity"] for r in records if r["diversity"] is not None]),
+        "timeouts": sum(r["timeouts"] for r in records),
+    }
+
+
+def format_table(result: dict) -> str:
+    """A plain-text table: one row per dataset, one column per pass@k (plus greedy)."""
+    ks = [str(k) for k in result["settings"]["k"]]
+    width = max(len("dataset"), *(len(name) for name in result["datasets"]))
+    header = f"{'dataset':<{width}}  {'problems':>8}" + "".join(f"  {'pass@' + k:>8}" for k in ks) + f"  {'greedy':>8}"
+    lines = [header, "-" * len(header)]
+    for name, block in result["datasets"].items():
+        greedy = block["greedy_accuracy"]
+        lines.append(f"{name:<{width}}  {block['num_problems']:>8}"
+                     + "".join(f"  {block['pass@k'][k]:>8.4f}" for k in ks)
+                     + f"  {'-' if greedy is None else format(greedy, '.4f'):>8}")
+    return "\n".join(lines)
+
+
+def _write_json_atomic(path: Path, obj: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("w", encoding="utf-8") as file:
+        json.dump(obj, file, indent=2, ensure_ascii=False)
+        file.write("\n")
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(tmp, path)
+
+
+# ----------------------------------------------------------------------------------- entry point
+def evaluate(
+    model,
+    tokenizer,
+    specs: Sequence[str] | Mapping[str, list[dict]],
+    *,
+    n: int,
+    ks: Sequence[int],
+    temperature: float,
+    top_p: float,
+    max_completion_length: int,
+    out_path: str | os.PathLike,
+    instruction: str | None = DEFAULT_INSTRUCTION,
+    system_prompt: str | None = None,
+    greedy: bool = False,
+    answer_extraction: str = "boxed",
+    seed: int = 0,
+    batch_size: int = 64,
+    diversity: bool = False,
+    limit: int | None = None,
+    progress: bool = True,
+    model_name: str | None = None,
+) -> dict:
+    """Evaluate ``model`` on each dataset; write ``out_path`` (JSON) and return the same dict.
+
+    Args:
+        model, tokenizer: a causal LM on its device and its tokenizer (e.g. from rlvr.models.load_policy).
+        specs: dataset specs (anything rlvr.data.load_rows takes, or a benchmark name of
+            rlvr.data.benchmarks), or {spec: rows} already loaded with load_eval_datasets.
+        n: samples per problem; ks: the k of each pass@k (each ≤ n).
+        temperature, top_p, max_completion_length: sampling settings (temperature 0 = greedy).
+        out_path: summary JSON; per-problem results go to ``<out_path>.problems.jsonl``.
+        instruction, system_prompt: prompt format, as in training (None = none).
+        greedy: also score one temperature-0 response per problem (``greedy_accuracy``).
+        answer_extraction: 'boxed' or 'flexible' (also the last number), see rlvr.rewards.extract_answer.
+        seed: sampling seed; problem p's sample j uses row_seed(seed, dataset, p's id, j).
+        batch_size: sequences per generate call (memory bound; results do not depend on it).
+        diversity: per-problem mean pairwise embedding distance (needs sentence-transformers).
+        limit: evaluate only the first `limit` problems of each dataset.
+        progress: progress bar per dataset and the final table on stdout.
+        model_name: recorded as "model" (default: the model's name_or_path).
+
+    Raises:
+        ValueError: a bad setting, an unknown or unloadable dataset, or a problems file written
+            with other settings.
+    """
+    ks = _check_args(n, ks, temperature, top_p, max_completion_length, batch_size, answer_extraction, limit)
+    if diversity:
+        require_embedding_packages("diversity=True")
+    if isinstance(specs, Mapping):
+        datasets = {spec: list(rows)[:limit] for spec, rows in specs.items()}
+    else:
+        datasets = load_eval_datasets(specs, limit=limit)
+    model_name = model_name or _model_name(model)
+    settings = {"n": n, "k": ks, "temperature": temperature, "top_p": top_p,
+                "max_completion_length": max_completion_length, "seed": seed, "instruction": instruction,
+                "system_prompt": system_prompt, "greedy": greedy, "answer_extraction": answer_extraction}
+    # Everything that changes a problem's result (not k: pass@k is recomputed from the counts).
+    fingerprint = {"model": model_name, **{k: v for k, v in settings.items() if k != "k"}, "diversity": diversity}
+    per_call = max(1, batch_size // n)
+    with VerifierPool(num_workers=VERIFIER_WORKERS, timeout_s=VERIFIER_TIMEOUT_S) as pool, \
+            ProblemsFile(problems_path(out_path), fingerprint) as record:
+        chunk_evaluator = _ChunkEvaluator(model, tokenizer, pool, fingerprint, batch_size)
+        for spec, rows in datasets.items():
+            todo = [row for row in rows if not record.done(spec, row["id"])]
+            with tqdm(total=len(rows), initial=len(rows) - len(todo), desc=spec, disable=not progress) as bar:
+                for start in range(0, len(todo), per_call):
+                    for problem in chunk_evaluator.run(spec, todo[start:start + per_call]):
+                        record.add(problem)
+                        bar.update(1)
+        blocks = {spec: summarize_dataset([record.records[(spec, row["id"])] for row in rows], ks, greedy=greedy)
+                  for spec, rows in datasets.items()}
+    result = {"model": model_name, "settings": settings, "datasets": blocks}
+    _write_json_atomic(Path(out_path), result)
+    if progress:
+        print(format_table(result))
+    return result

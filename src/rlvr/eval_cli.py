@@ -1,0 +1,159 @@
+"""``rlvr eval``: pass@k of a model on one or more datasets, written to a JSON file.
+
+Thin: parse the arguments, load the datasets (fail fast), load the model, call
+``rlvr.eval.evaluate``. Wiring into cli.py::
+
+    add_eval_parser(sub)                          # in build_parser()
+    if args.command == "eval":                    # in main()
+        return run_eval(args)
+
+Standalone: ``python -m rlvr.eval_cli --model ... --data ... --out ...``.
+Exit codes: 0 done; 2 bad arguments, an unknown or unloadable dataset or model, or a results file
+written with other settings (the message says which and the fix).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rlvr.data import DEFAULT_INSTRUCTION
+
+DEFAULT_N = 16
+_EXAMPLES = """examples:
+  rlvr eval --model smollm2-135m --data gsm8k-100 --n 4 --k 1,2,4 --out eval/base.json
+  rlvr eval --model runs/grpo/checkpoints/step-000200/model --data gsm8k-100,rg:chain_sum:size=200 \\
+      --n 16 --greedy --out eval/step200.json
+  rlvr eval --model Qwen/Qwen2.5-Math-1.5B --data math-500,aime24,amc --n 32 --max_completion_length 3072 \\
+      --out eval/qwen.json
+  rlvr eval --model runs/grpo --data math-500:path=/data/math500.parquet --out eval/latest.json
+
+--model: an alias (smollm2-135m, tiny-random), a model folder, a run's checkpoint folder
+(RUN/checkpoints/step-N or its model/ subfolder), a run folder (its latest checkpoint) or a Hub id.
+--data: comma-separated specs: gsm8k-100, rg:NAME[:key=value...], a .jsonl/.json/.parquet file, a
+Hub id owner/name[:split=...][:config=...], or a benchmark name (math-500, aime24, aime25, amc,
+minerva, olympiadbench, gsm8k, gpqa-diamond; BENCHMARK:path=FILE for a local copy).
+Per-problem results go to OUT.problems.jsonl; rerunning the same command resumes from it."""
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="alias, model/checkpoint/run folder, or Hub id")
+    parser.add_argument("--data", required=True, help="dataset spec(s), comma-separated")
+    parser.add_argument("--out", required=True, help="summary JSON file (per-problem: OUT.problems.jsonl)")
+    parser.add_argument("--n", type=int, default=DEFAULT_N, help=f"samples per problem (default {DEFAULT_N})")
+    parser.add_argument("--k", help="comma-separated k of pass@k, each <= n (default 1,2,4,... up to n)")
+    parser.add_argument("--temperature", type=float, default=0.6, help="sampling temperature (default 0.6)")
+    parser.add_argument("--top_p", "--top-p", type=float, default=0.95, help="nucleus p (default 0.95)")
+    parser.add_argument("--max_completion_length", "--max-completion-length", type=int, default=1024,
+                        help="max new tokens per response (default 1024)")
+    parser.add_argument("--greedy", action="store_true", help="also report greedy (temperature 0) accuracy")
+    parser.add_argument("--diversity", action="store_true",
+                        help="per-problem response diversity (needs: pip install 'rlvr[embed]')")
+    parser.add_argument("--limit", type=int, help="only the first N problems of each dataset")
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    parser.add_argument("--dtype", default="float32", help="float32 or bfloat16 (default float32)")
+    parser.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
+    parser.add_argument("--batch-size", "--batch_size", type=int, default=64,
+                        help="sequences per generate call (memory only; results do not depend on it)")
+    parser.add_argument("--instruction", default=DEFAULT_INSTRUCTION,
+                        help="text appended to each question, as in training (default: the training default)")
+    parser.add_argument("--no-instruction", action="store_true", help="append no instruction")
+    parser.add_argument("--system-prompt", "--system_prompt", help="system message (default none)")
+    parser.add_argument("--answer-extraction", "--answer_extraction", default="boxed", choices=("boxed", "flexible"),
+                        help="boxed: \\boxed{}, '#### N', 'the answer is'; flexible: also the last number")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def add_eval_parser(subparsers) -> argparse.ArgumentParser:
+    """Add the ``eval`` command to an ``add_subparsers()`` object; returns its parser."""
+    parser = subparsers.add_parser(
+        "eval",
+        help="pass@k of a model on benchmarks or any dataset",
+        description="Sample n responses per problem, verify each against the gold answer and report the "
+        "unbiased pass@k per dataset (and greedy accuracy), with the training prompt format.",
+        epilog=_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_arguments(parser)
+    return parser
+
+
+def _ks(text: str | None, n: int) -> list[int]:
+    if text is None:
+        ks = [1 << i for i in range(n.bit_length()) if 1 << i <= n]
+        return ks + ([n] if ks[-1] != n else [])
+    try:
+        ks = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ValueError(f"--k {text!r} is not a comma-separated list of integers; write e.g. --k 1,2,4") from None
+    too_big = [k for k in ks if k > n]
+    if too_big:
+        raise ValueError(f"--k {too_big[0]} is larger than --n {n}: pass@k needs at least k samples per "
+                         f"problem; raise --n to {max(too_big)} or drop those k")
+    return ks
+
+
+def resolve_model_path(name: str) -> str:
+    """A run folder → its latest checkpoint's model/; a checkpoint folder → its model/; else `name`."""
+    path = Path(name).expanduser()
+    if not path.is_dir() or (path / "config.json").exists():
+        return name
+    if (path / "model" / "config.json").exists():
+        return str(path / "model")
+    steps = sorted(p for p in (path / "checkpoints").glob("step-*") if (p / "model" / "config.json").exists())
+    if steps:
+        print(f"rlvr eval: using the latest checkpoint {steps[-1]}", file=sys.stderr)
+        return str(steps[-1] / "model")
+    return name  # load_policy explains what the folder lacks
+
+
+def _device(name: str):
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"--device {name} but torch sees no CUDA device; use --device cpu")
+    return torch.device(name)
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    """Run ``rlvr eval`` (module docstring); returns the exit code."""
+    from rlvr.eval import evaluate, load_eval_datasets
+    from rlvr.models import load_policy
+
+    try:
+        if args.n < 1:
+            raise ValueError(f"--n must be >= 1, got {args.n}")
+        ks = _ks(args.k, args.n)
+        specs = [spec.strip() for spec in args.data.split(",") if spec.strip()]
+        datasets = load_eval_datasets(specs, limit=args.limit)  # before the model: fail fast
+        model_path = resolve_model_path(args.model)
+        model, tokenizer = load_policy(model_path, dtype=args.dtype)
+        model.to(_device(args.device))
+        evaluate(
+            model, tokenizer, datasets, n=args.n, ks=ks, temperature=args.temperature, top_p=args.top_p,
+            max_completion_length=args.max_completion_length, out_path=args.out,
+            instruction=None if args.no_instruction else args.instruction, system_prompt=args.system_prompt,
+            greedy=args.greedy, answer_extraction=args.answer_extraction, seed=args.seed,
+            batch_size=args.batch_size, diversity=args.diversity, limit=args.limit,
+            progress=not args.no_progress, model_name=model_path,
+        )
+    except ValueError as error:
+        print(f"rlvr eval: error: {error}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.out}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m rlvr.eval_cli ARGS``: the same as ``rlvr eval ARGS``."""
+    parser = argparse.ArgumentParser(prog="rlvr eval", epilog=_EXAMPLES,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_arguments(parser)
+    return run_eval(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
