@@ -1,7 +1,6 @@
 """Per-pair cost of VerifierPool against in-process math-verify and the fast path (not a test).
 
-Run: HF_HUB_OFFLINE=1 .venv/bin/python tests/rewards/bench_verify_pool.py
-Belongs in benchmarks/ (kept here only because this package's author could not write there).
+Run: HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_verify_pool.py
 """
 
 import logging

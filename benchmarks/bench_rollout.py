@@ -1,0 +1,205 @@
+"""Rollout throughput: rlvr's HFEngine against plain transformers `generate`, and both against the ceiling.
+
+Run (from the repository root, after `make setup`; TRL is not needed):
+
+    .venv/bin/python benchmarks/bench_rollout.py                       # batch 1,4,16,64; 64 new tokens; fp32, bf16
+    .venv/bin/python benchmarks/bench_rollout.py --quick               # smoke: batch 1,4; 16 tokens; fp32
+    .venv/bin/python benchmarks/bench_rollout.py --batches 16,64 --new-tokens 128 --dtypes bfloat16
+
+For each dtype and batch size both engines sample exactly --new-tokens tokens per sequence (EOS is
+suppressed until then with `min_new_tokens`, so every call produces batch x new_tokens tokens) from
+SmolLM2-135M-Instruct (rlvr's converted folder) on chat-formatted reasoning-gym chain_sum prompts,
+temperature 1, no top-k/top-p:
+
+  rlvr  `rlvr.rollout.HFEngine.generate` (left-padding, `generate` with output_logits=True, the sampling
+        log-probs of every token, per-sequence cutting), subclassed only to set min_new_tokens
+  hf    `model.generate(input_ids, attention_mask, generation_config)` with the same sampling settings,
+        nothing else
+
+and the two are run back to back (order alternating between repeats) so background load hits both.
+
+Ceiling: torch.matmul of two N x N matrices (--matmul-size, default 2048) in the same dtype, best of
+several runs, measured before and after the generation runs of that dtype (the higher is used).
+Fraction of ceiling = (2 x parameters x tokens/s) / matmul FLOP/s, i.e. the model's forward FLOPs per
+token (2 per weight; the tied embedding counted once, as the LM head; attention over the context
+ignored, small at these lengths) at the measured rate, over what a dense matmul reaches here.
+
+This is a script, not a test. Timings on a shared 2-core CPU are noisy.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+import warnings
+
+import torch
+from transformers import GenerationConfig
+
+from rlvr.config import DEFAULT_DATA
+from rlvr.data import load_rows, prompt_messages, render_prompt
+from rlvr.data.prompts import DEFAULT_INSTRUCTION
+from rlvr.models import eos_token_ids, load_policy, smollm2_path
+from rlvr.rollout.hf_engine import HFEngine
+
+
+class FixedLengthEngine(HFEngine):
+    """rlvr's engine, unchanged except that EOS is suppressed until max_new_tokens (fixed work per call)."""
+
+    def _generation_config(self, max_new_tokens, temperature, top_p):
+        config = super()._generation_config(max_new_tokens, temperature, top_p)
+        config.min_new_tokens = max_new_tokens
+        return config
+
+
+def matmul_flops(dtype: torch.dtype, n: int, reps: int = 5) -> float:
+    a = torch.randn(n, n).to(dtype)
+    b = torch.randn(n, n).to(dtype)
+    torch.matmul(a, b)  # warm-up
+    best = float("inf")
+    for _ in range(reps):
+        start = time.perf_counter()
+        torch.matmul(a, b)
+        best = min(best, time.perf_counter() - start)
+    return 2 * n**3 / best
+
+
+def raw_generate(model, prompts: list[list[int]], *, pad_id: int, eos_ids: list[int], new_tokens: int) -> int:
+    """Plain `generate` on the left-padded batch; returns the number of new tokens produced."""
+    width = max(len(p) for p in prompts)
+    input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)  # [n, P]
+    attention_mask = torch.zeros_like(input_ids)
+    for row, ids in enumerate(prompts):
+        input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
+        attention_mask[row, width - len(ids):] = 1
+    config = GenerationConfig(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=True,
+                              temperature=1.0, top_p=1.0, top_k=0, eos_token_id=eos_ids, pad_token_id=pad_id)
+    with torch.no_grad():
+        out = model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config)
+    return (out.shape[1] - width) * out.shape[0]
+
+
+def run_dtype(args, dtype: str, prompts_all: list[list[int]]) -> dict:
+    model, tokenizer = load_policy(str(smollm2_path()), dtype=dtype)
+    model.eval()
+    torch_dtype = next(model.parameters()).dtype
+    params = sum(p.numel() for p in model.parameters())
+    eos = eos_token_ids(model, tokenizer)
+    pad = tokenizer.pad_token_id
+    engine = FixedLengthEngine(model, pad_token_id=pad, eos_token_ids=eos, max_batch_size=max(args.batch_list))
+
+    def run(which: str, prompts: list[list[int]], new_tokens: int) -> tuple[float, int]:
+        torch.manual_seed(args.seed)
+        start = time.perf_counter()
+        if which == "rlvr":
+            completions = engine.generate(prompts, max_new_tokens=new_tokens, temperature=1.0)
+            tokens = sum(len(c.token_ids) for c in completions)
+        else:
+            tokens = raw_generate(model, prompts, pad_id=pad, eos_ids=eos, new_tokens=new_tokens)
+        return time.perf_counter() - start, tokens
+
+    flops_before = matmul_flops(torch_dtype, args.matmul_size)
+    for which in ("rlvr", "hf"):  # warm-up: first-call allocations, lazy inits
+        run(which, prompts_all[:2], 8)
+    rows = []
+    for batch in args.batch_list:
+        prompts = [prompts_all[i % len(prompts_all)] for i in range(batch)]
+        times = {"rlvr": [], "hf": []}
+        tokens = {}
+        for rep in range(args.repeats):
+            order = ("rlvr", "hf") if rep % 2 == 0 else ("hf", "rlvr")
+            for which in order:
+                seconds, count = run(which, prompts, args.new_tokens)
+                times[which].append(seconds)
+                tokens[which] = count
+        for which in ("rlvr", "hf"):
+            expected = batch * args.new_tokens
+            if tokens[which] != expected:
+                print(f"warning: {which} produced {tokens[which]} tokens, expected {expected}", file=sys.stderr)
+            seconds = statistics.median(times[which])
+            rows.append({"dtype": dtype, "batch": batch, "engine": which, "seconds": seconds,
+                         "tokens": tokens[which], "tok_s": tokens[which] / seconds, "all_seconds": times[which]})
+        r, h = rows[-2], rows[-1]
+        print(f"  [{dtype}] batch {batch:>3}: rlvr {r['tok_s']:7.1f} tok/s ({r['seconds']:.1f} s) | "
+              f"hf {h['tok_s']:7.1f} tok/s ({h['seconds']:.1f} s)", flush=True)
+    flops_after = matmul_flops(torch_dtype, args.matmul_size)
+    ceiling = max(flops_before, flops_after)
+    for row in rows:
+        row["fraction_of_ceiling"] = 2 * params * row["tok_s"] / ceiling
+    engine = model = None  # free the model before the next dtype
+    return {"dtype": dtype, "params": params, "matmul_flops_before": flops_before,
+            "matmul_flops_after": flops_after, "ceiling_flops": ceiling, "rows": rows}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--batches", default="1,4,16,64", help="comma list of batch sizes (default 1,4,16,64)")
+    parser.add_argument("--new-tokens", type=int, default=64, help="tokens sampled per sequence (default 64)")
+    parser.add_argument("--dtypes", default="float32,bfloat16", help="comma list: float32, bfloat16")
+    parser.add_argument("--repeats", type=int, default=1, help="timed calls per engine and batch; median (default 1)")
+    parser.add_argument("--matmul-size", type=int, default=2048, help="N of the N x N matmul ceiling (default 2048)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    parser.add_argument("--quick", action="store_true", help="smoke run: batches 1,4; 16 tokens; float32")
+    parser.add_argument("--json", default=None, help="also write the rows to this file")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.batches, args.new_tokens, args.dtypes = "1,4", 16, "float32"
+    args.batch_list = [int(b) for b in args.batches.split(",") if b.strip()]
+    dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    warnings.filterwarnings("ignore")
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    print(f"bench_rollout: torch {torch.__version__} ({torch.get_num_threads()} threads), transformers "
+          f"{transformers.__version__}, python {platform.python_version()}, {os.cpu_count()} CPUs; "
+          f"{args.new_tokens} new tokens per sequence")
+    _, tokenizer = load_policy(str(smollm2_path()), dtype="float32")
+    rows = load_rows(DEFAULT_DATA)
+    prompts = []
+    for row in rows[: max(args.batch_list)]:
+        text = render_prompt(tokenizer, prompt_messages(row["prompt"], system_prompt=None,
+                                                        instruction=DEFAULT_INSTRUCTION))
+        prompts.append(tokenizer(text, add_special_tokens=False)["input_ids"])
+    lengths = [len(p) for p in prompts]
+    print(f"prompts: {len(prompts)} chain_sum prompts, {min(lengths)}-{max(lengths)} tokens")
+    results = [run_dtype(args, dtype, prompts) for dtype in dtypes]
+
+    print()
+    print(f"{'dtype':<9} {'batch':>5} {'engine':<6} {'tok/s':>8} {'seconds':>8} {'of ceiling':>10}   rlvr/hf")
+    for res in results:
+        by_key = {(r["batch"], r["engine"]): r for r in res["rows"]}
+        for batch in args.batch_list:
+            for engine in ("rlvr", "hf"):
+                r = by_key[(batch, engine)]
+                ratio = f"{r['tok_s'] / by_key[(batch, 'hf')]['tok_s']:.2f}" if engine == "rlvr" else ""
+                print(f"{res['dtype']:<9} {batch:>5} {engine:<6} {r['tok_s']:>8.1f} {r['seconds']:>8.2f} "
+                      f"{100 * r['fraction_of_ceiling']:>9.2f}%   {ratio}")
+    print()
+    for res in results:
+        print(f"{res['dtype']}: {res['params'] / 1e6:.1f} M parameters -> {2 * res['params'] / 1e9:.3f} GFLOP/token; "
+              f"matmul {args.matmul_size}^2 {res['matmul_flops_before'] / 1e9:.0f} GFLOP/s before, "
+              f"{res['matmul_flops_after'] / 1e9:.0f} after (ceiling {res['ceiling_flops'] / 1e9:.0f}, "
+              f"= {res['ceiling_flops'] / (2 * res['params']):.0f} tok/s)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": {k: v for k, v in vars(args).items()}, "results": results}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
