@@ -48,6 +48,9 @@ class HFEngine:
         self.eos_token_ids = list(eos_token_ids)
         self.max_batch_size = max_batch_size
 
+    def sync_weights(self) -> None:
+        """Nothing to do: this engine samples from the training model itself."""
+
     @torch.no_grad()
     def generate(
         self,

@@ -25,7 +25,7 @@ from rlvr.data import PromptSampler, load_rows, prompt_messages, render_prompt
 from rlvr.eval import group_diversity
 from rlvr.models import apply_lora, copy_for_reference, eos_token_ids, load_policy
 from rlvr.models.embedding import require_embedding_packages
-from rlvr.rollout import ROLLOUT_ENGINES
+from rlvr.rollout import build_engine
 from rlvr.train import checkpoint as ckpt
 from rlvr.train.advantages import compute_advantages
 from rlvr.train.dagrpo_phase import build_dagrpo_phase
@@ -78,8 +78,8 @@ class Trainer:
         self.policy.to(self.device)
         self.policy.eval()  # no dropout: the on-policy ratio is exactly 1
         self.ref_model = self._reference_model()
-        self.engine = ROLLOUT_ENGINES[cfg.rollout.rollout_engine](self.policy, pad_token_id=self.tokenizer.pad_token_id,
-                               eos_token_ids=eos_token_ids(self.policy, self.tokenizer))
+        self.engine = build_engine(cfg.rollout.rollout_engine, self.policy, pad_token_id=self.tokenizer.pad_token_id,
+                                   eos_token_ids=eos_token_ids(self.policy, self.tokenizer))
         self.rewarder = Rewarder(cfg.reward.reward_funcs, cfg.reward.reward_weights,
                                  verifier_workers=cfg.reward.verifier_workers,
                                  verifier_timeout=cfg.reward.verifier_timeout,
@@ -117,6 +117,7 @@ class Trainer:
             t_update = time.perf_counter()
             train_metrics = update_policy(self.cfg, self.policy, self.optimizer, self.scheduler, experience,
                                           pad_token_id=self.tokenizer.pad_token_id, ref_model=self.ref_model)
+            self.engine.sync_weights()  # engines holding their own copy (vLLM) take the new weights
             update_s = time.perf_counter() - t_update
         else:
             logger.warning("step %d: every group had uniform rewards; no update", step)
@@ -243,6 +244,7 @@ class Trainer:
             return 0
         check_resumable_config(out / "config.yaml", self.cfg)
         ckpt.load_model_weights(self.policy, found)
+        self.engine.sync_weights()
         ckpt.load_training_state(found, optimizer=self.optimizer, scheduler=self.scheduler)
         state = ckpt.load_trainer_state(found)
         self.sampler.load_state_dict(state["sampler"])
