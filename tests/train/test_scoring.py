@@ -18,10 +18,81 @@ def _reference_logprobs(model, prompt, response, temperature):
 
 def test_collate_layout():
     batch = collate([[5, 6, 7], [8]], [[1, 2], [3, 4, 9]], pad_token_id=0)
-    assert batch.input_ids.tolist() == [[5, 6, 7, 1, 2, 0], [0, 0, 8, 3, 4, 9]]
-    assert batch.attention_mask.tolist() == [[1, 1, 1, 1, 1, 0], [0, 0, 1, 1, 1, 1]]
-    assert batch.position_ids.tolist() == [[0, 1, 2, 3, 4, 4], [0, 0, 0, 1, 2, 3]]
+    input_ids, attention_mask, position_ids = batch.concatenated()
+    assert input_ids.tolist() == [[5, 6, 7, 1, 2, 0], [0, 0, 8, 3, 4, 9]]
+    assert attention_mask.tolist() == [[1, 1, 1, 1, 1, 0], [0, 0, 1, 1, 1, 1]]
+    assert position_ids.tolist() == [[0, 1, 2, 3, 4, 4], [0, 0, 0, 1, 2, 3]]
     assert batch.response_mask.tolist() == [[True, True, False], [True, True, True]]
+    assert not batch.shares_prompts
+
+
+def test_collate_keeps_each_distinct_prompt_once():
+    batch = collate([[5, 6, 7], [8], [5, 6, 7], [8], [5, 6, 7]], [[1], [2], [3], [4, 4], [5]], pad_token_id=0)
+    assert batch.prompt_ids.tolist() == [[5, 6, 7], [0, 0, 8]]
+    assert batch.prompt_mask.tolist() == [[1, 1, 1], [0, 0, 1]]
+    assert batch.prompt_index.tolist() == [0, 1, 0, 1, 0]
+    assert batch.shares_prompts
+    assert batch.concatenated()[0].tolist()[3] == [0, 0, 8, 4, 4]
+
+
+def _grouped_batch():
+    # Three groups of unequal prompt lengths, responses of unequal lengths (one empty-ish: 1 token).
+    prompts = [[10, 11, 12, 13, 14]] * 3 + [[20, 21]] * 3 + [[30, 31, 32]] * 2
+    responses = [[40, 41], [42, 43, 44, 45], [46], [50, 51, 52, 53, 54], [55], [56, 57],
+                 [60, 61, 62], [63, 64, 65, 66, 67, 68]]
+    return prompts, responses
+
+
+def test_shared_prefix_matches_single_sequences():
+    model, _ = tiny_random_model_and_tokenizer(seed=3)
+    prompts, responses = _grouped_batch()
+    for temperature in (1.0, 0.7):
+        got = score_no_grad(model, prompts, responses, pad_token_id=0, temperature=temperature, micro_batch_size=8)
+        for p, r, lp in zip(prompts, responses, got):
+            torch.testing.assert_close(lp, _reference_logprobs(model, p, r, temperature), rtol=1e-5, atol=1e-5)
+
+
+def _loss_and_grads(model, batch, share_prefix):
+    model.zero_grad(set_to_none=True)
+    logprobs, entropy = score(model, batch, temperature=0.8, with_entropy=True, share_prefix=share_prefix)
+    weights = torch.linspace(-1.0, 1.0, logprobs.numel()).view_as(logprobs)  # distinct weight per token
+    loss = (logprobs * weights * batch.response_mask).sum()
+    loss.backward()
+    grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    return logprobs.detach(), entropy, grads
+
+
+def test_shared_prefix_gives_the_same_logprobs_entropy_and_gradients():
+    model, _ = tiny_random_model_and_tokenizer(seed=5)
+    prompts, responses = _grouped_batch()
+    batch = collate(prompts, responses, pad_token_id=0)
+    assert batch.shares_prompts
+    lp_a, ent_a, grads_a = _loss_and_grads(model, batch, share_prefix=True)
+    lp_b, ent_b, grads_b = _loss_and_grads(model, batch, share_prefix=False)
+    mask = batch.response_mask
+    torch.testing.assert_close(lp_a[mask], lp_b[mask], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ent_a[mask], ent_b[mask], rtol=1e-5, atol=1e-5)
+    assert grads_a.keys() == grads_b.keys() and len(grads_a) == len(list(model.parameters()))
+    for name in grads_a:  # the prompt's parameters get their gradient from every response of the group
+        torch.testing.assert_close(grads_a[name], grads_b[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_shared_prefix_with_lora_adapters():
+    from rlvr.models import apply_lora
+
+    model, _ = tiny_random_model_and_tokenizer(seed=6)
+    model = apply_lora(model, r=4, alpha=8, dropout=0.0, target_modules="all-linear")
+    for module in model.modules():  # non-zero B so the adapters matter
+        if hasattr(module, "lora_B"):
+            for layer in module.lora_B.values():
+                torch.nn.init.normal_(layer.weight, std=0.1)
+    batch = collate(*_grouped_batch(), pad_token_id=0)
+    lp_a, _, grads_a = _loss_and_grads(model, batch, share_prefix=True)
+    lp_b, _, grads_b = _loss_and_grads(model, batch, share_prefix=False)
+    torch.testing.assert_close(lp_a[batch.response_mask], lp_b[batch.response_mask], rtol=1e-5, atol=1e-5)
+    assert grads_a and grads_a.keys() == grads_b.keys()
+    for name in grads_a:
+        torch.testing.assert_close(grads_a[name], grads_b[name], rtol=1e-4, atol=1e-6, msg=name)
 
 
 def test_padded_batch_matches_single_sequences():

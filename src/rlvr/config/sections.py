@@ -56,7 +56,9 @@ class RolloutConfig:
     max_completion_length: int = _f(40, "max new tokens per response (verl: data.max_response_length)")
     temperature: float = _f(1.0, "sampling temperature; log-probs are computed at the same temperature")
     top_p: float = _f(1.0, "nucleus sampling p")
-    rollout_engine: str = _f("hf", "generation engine: hf (transformers generate)")
+    rollout_engine: str = _f("rlvr", "generation engine: rlvr (own loop on the transformers model: shared prefill, "
+                                     "preallocated KV cache, finished rows dropped), hf (transformers generate), "
+                                     "vllm (optional, own environment)")
 
     def __post_init__(self) -> None:
         if self.prompts_per_step < 1:

@@ -3,14 +3,34 @@
 Convention: logits are divided by the sampling temperature before log-softmax, so the trainer
 scores tokens under the same distribution the sampler drew them from (USERS.md #5). top_p is not
 applied (as in TRL and verl): the ratio is against the tempered, untruncated distribution.
+
+Cost: the logits of a training micro-batch are [N, T, V] (SmolLM2: 32 x 128 x 49152 fp32 = 0.8 GB),
+so every full pass over them counts. ``token_logprobs`` makes no [N, T, V] temporary at T = 1 with
+fp32 logits (one logsumexp pass and a gather); ``entropy_from_logits`` works a few rows at a time
+and can reuse that logsumexp.
 """
 
 from __future__ import annotations
 
 import torch
 
+_CHUNK_ELEMENTS = 1 << 24  # entropy temporaries stay below 64 MB of fp32
 
-def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, *, temperature: float = 1.0) -> torch.Tensor:
+
+def _tempered(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0 for scoring, got {temperature}")
+    scaled = logits.float()  # no copy when already fp32
+    return scaled if temperature == 1.0 else scaled / temperature
+
+
+def token_logprobs(
+    logits: torch.Tensor,
+    tokens: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    return_logsumexp: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """log softmax(logits / T)[token] for every position.
 
     Computed as gathered logit − logsumexp, so no [N, T, V] log-softmax tensor is kept.
@@ -18,28 +38,37 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, *, temperature: f
     Args:
         logits: [N, T, V] (any float dtype; computed in fp32).
         tokens: [N, T] long, the token at each position.
+        return_logsumexp: also return logsumexp(logits / T) [N, T] (for :func:`entropy_from_logits`).
 
     Returns:
-        [N, T] fp32 log-probs.
+        [N, T] fp32 log-probs (and the logsumexp).
     """
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0 for scoring, got {temperature}")
-    scaled = logits.float() / temperature  # [N, T, V]
+    scaled = _tempered(logits, temperature)  # [N, T, V]
+    lse = torch.logsumexp(scaled, dim=-1)  # [N, T]
     picked = scaled.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # [N, T]
-    return picked - torch.logsumexp(scaled, dim=-1)
+    return (picked - lse, lse) if return_logsumexp else picked - lse
 
 
-def entropy_from_logits(logits: torch.Tensor, *, temperature: float = 1.0) -> torch.Tensor:
-    """Entropy of softmax(logits / T) at every position: −Σ_v p log p.
+def entropy_from_logits(
+    logits: torch.Tensor, *, temperature: float = 1.0, logsumexp: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Entropy of softmax(logits / T) at every position: H = lse − Σ_v p_v·s_v with s = logits / T.
 
     Args:
         logits: [N, T, V].
+        logsumexp: logsumexp(logits / T) [N, T] if already known.
 
     Returns:
-        [N, T] fp32.
+        [N, T] fp32 (no gradient is tracked through the chunked sum; call under no_grad).
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0 for scoring, got {temperature}")
-    scaled = logits.float() / temperature  # [N, T, V]
-    logp = torch.log_softmax(scaled, dim=-1)
-    return -(logp.exp() * logp).sum(-1)
+    n, t, v = logits.shape
+    out = torch.empty((n, t), dtype=torch.float32, device=logits.device)
+    rows = max(1, _CHUNK_ELEMENTS // max(1, t * v))
+    for start in range(0, n, rows):
+        scaled = _tempered(logits[start : start + rows], temperature)  # [r, T, V]
+        lse = torch.logsumexp(scaled, dim=-1) if logsumexp is None else logsumexp[start : start + rows].float()
+        expected = torch.linalg.vecdot(torch.softmax(scaled, dim=-1), scaled)  # Σ_v p_v s_v, [r, T]
+        out[start : start + rows] = lse - expected
+    return out

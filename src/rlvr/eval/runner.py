@@ -1,7 +1,7 @@
 """Benchmark evaluation: n samples per problem → verify → unbiased pass@k per dataset.
 
     for each dataset, for each chunk of ⌊batch_size / n⌋ problems not yet in <out>.problems.jsonl:
-        sample n responses per problem (HFEngine; row seeds from (seed, dataset, id, j))
+        sample n responses per problem (DecodeEngine; row seeds from (seed, dataset, id, j))
         [greedy: one temperature-0 response per problem]
         extract the final answer, verify against the gold in a VerifierPool → c correct of n
         [diversity: mean pairwise embedding distance of the n responses]
@@ -36,11 +36,11 @@ from rlvr.data import DEFAULT_INSTRUCTION, load_rows, prompt_messages, render_pr
 from rlvr.data.benchmarks import BENCHMARKS, benchmark_spec, load_benchmark
 from rlvr.eval.passk import mean_pass_at_k
 from rlvr.eval.problems_file import ProblemsFile, problems_path
-from rlvr.eval.seeding import SeededPolicy, row_seed
+from rlvr.eval.seeding import row_seed
 from rlvr.models import eos_token_ids
 from rlvr.models.embedding import require_embedding_packages
 from rlvr.rewards import EXTRACTION_MODES, VerifierPool, extract_answer
-from rlvr.rollout import HFEngine
+from rlvr.rollout.decode_engine import DecodeEngine
 
 VERIFIER_WORKERS = 2
 VERIFIER_TIMEOUT_S = 5.0
@@ -116,9 +116,8 @@ class _ChunkEvaluator:
         self.pool = pool
         self.s = settings
         self.batch_size = batch_size
-        self.policy = SeededPolicy(model)
-        self.engine = HFEngine(self.policy, pad_token_id=tokenizer.pad_token_id,
-                               eos_token_ids=eos_token_ids(model, tokenizer), max_batch_size=batch_size)
+        self.engine = DecodeEngine(model, pad_token_id=tokenizer.pad_token_id,
+                                   eos_token_ids=eos_token_ids(model, tokenizer), max_batch_size=batch_size)
         self.device = str(next(model.parameters()).device)
 
     def prompt_ids(self, row: dict) -> list[int]:
@@ -128,12 +127,9 @@ class _ChunkEvaluator:
 
     def _texts(self, prompts: list[list[int]], seeds: list[int] | None, temperature: float) -> list[str]:
         texts = []
-        for start in range(0, len(prompts), self.batch_size):  # one engine chunk per call: seeds line up
-            self.policy.row_seeds = seeds[start:start + self.batch_size] if seeds else []
-            completions = self.engine.generate(prompts[start:start + self.batch_size], temperature=temperature,
-                                               max_new_tokens=self.s["max_completion_length"], top_p=self.s["top_p"])
-            texts += [self.tokenizer.decode(c.token_ids, skip_special_tokens=True) for c in completions]
-        return texts
+        completions = self.engine.generate(prompts, temperature=temperature, row_seeds=seeds,
+                                           max_new_tokens=self.s["max_completion_length"], top_p=self.s["top_p"])
+        return [self.tokenizer.decode(c.token_ids, skip_special_tokens=True) for c in completions]
 
     def run(self, dataset: str, rows: list[dict]) -> list[dict]:
         n = self.s["n"]

@@ -14,6 +14,7 @@ from rlvr.rollout.hf_engine import Completion, HFEngine
 
 # rollout_engine name -> "module:Class", imported on first use (vLLM is an optional dependency).
 ROLLOUT_ENGINES = {
+    "rlvr": "rlvr.rollout.decode_engine:DecodeEngine",
     "hf": "rlvr.rollout.hf_engine:HFEngine",
     "vllm": "rlvr.rollout.vllm_engine:VLLMEngine",
 }

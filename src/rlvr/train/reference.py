@@ -10,6 +10,10 @@ class AdapterOffReference:
         self.peft_model = peft_model
 
     @property
+    def config(self):
+        return self.peft_model.config
+
+    @property
     def training(self) -> bool:
         return self.peft_model.training
 

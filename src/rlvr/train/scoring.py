@@ -1,9 +1,17 @@
 """Score (prompt, response) token sequences under a model: per-token log-probs and entropy.
 
-Each micro-batch is collated to its own widths: prompts left-padded, responses right-padded,
-position ids from the attention mask (so they match what ``generate`` used for left-padded
-prompts). Only the logits of response positions are materialised (``logits_to_keep``), so the
-cost in vocabulary-sized tensors is [n, T_resp, V], never [n, P + T, V].
+A micro-batch is collated around its *distinct* prompts: a GRPO group repeats one prompt G times,
+so the prompt is run once and its keys/values are copied to its G responses (shared prefix). The
+forward is then two calls:
+
+    prompts  [U, P]  (left-padded, U distinct)           -> KV cache, logits of the last position
+    responses [n, T] (right-padded) on the copied cache  -> logits of response positions
+
+Position t's logits predict response token t: position 0 comes from the prompt's last logits,
+positions 1..T-1 from the response pass. This is the same computation as one forward over the
+concatenated [n, P + T] sequences (what ``share_prefix=False`` runs, and what happens when every
+prompt is distinct), with U·P instead of n·P prompt tokens in the forward and the backward.
+Only response positions ever get logits, so vocabulary-sized tensors are [n, T, V].
 """
 
 from __future__ import annotations
@@ -11,17 +19,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from transformers import DynamicCache
 
 from rlvr.core.logprobs import entropy_from_logits, token_logprobs
 
 
 @dataclass
 class Collated:
-    """A padded micro-batch of prompt+response sequences."""
+    """A padded micro-batch: distinct prompts (left-padded) and one response per row (right-padded)."""
 
-    input_ids: torch.Tensor  # [n, P + T]
-    attention_mask: torch.Tensor  # [n, P + T]
-    position_ids: torch.Tensor  # [n, P + T]
+    prompt_ids: torch.Tensor  # [U, P] the distinct prompts
+    prompt_mask: torch.Tensor  # [U, P]
+    prompt_index: torch.Tensor  # [n] row -> its prompt in prompt_ids
     response_ids: torch.Tensor  # [n, T]
     response_mask: torch.Tensor  # [n, T] bool
 
@@ -29,28 +38,63 @@ class Collated:
     def response_width(self) -> int:
         return self.response_ids.shape[1]
 
+    @property
+    def shares_prompts(self) -> bool:
+        return self.prompt_ids.shape[0] < self.response_ids.shape[0]
+
+    def concatenated(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """[n, P + T] input ids, attention mask and position ids of the unshared layout."""
+        input_ids = torch.cat([self.prompt_ids[self.prompt_index], self.response_ids], dim=1)
+        attention_mask = torch.cat([self.prompt_mask[self.prompt_index], self.response_mask.long()], dim=1)
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        return input_ids, attention_mask, position_ids
+
 
 def collate(prompts: list[list[int]], responses: list[list[int]], *, pad_token_id: int) -> Collated:
-    """Pad prompts on the left and responses on the right into one batch."""
-    n = len(prompts)
-    width_p = max(len(p) for p in prompts)
+    """Pad the distinct prompts on the left and the responses on the right."""
+    index: dict[tuple[int, ...], int] = {}
+    prompt_index = torch.tensor([index.setdefault(tuple(p), len(index)) for p in prompts], dtype=torch.long)
+    distinct = list(index)
+    width_p = max(len(p) for p in distinct)
     width_r = max(1, max(len(r) for r in responses))
-    input_ids = torch.full((n, width_p + width_r), pad_token_id, dtype=torch.long)  # [n, P + T]
-    attention_mask = torch.zeros_like(input_ids)
-    response_mask = torch.zeros((n, width_r), dtype=torch.bool)  # [n, T]
-    for row, (p, r) in enumerate(zip(prompts, responses)):
-        input_ids[row, width_p - len(p) : width_p] = torch.tensor(p, dtype=torch.long)
-        input_ids[row, width_p : width_p + len(r)] = torch.tensor(r, dtype=torch.long)
-        attention_mask[row, width_p - len(p) : width_p + len(r)] = 1
+    prompt_ids = torch.full((len(distinct), width_p), pad_token_id, dtype=torch.long)  # [U, P]
+    prompt_mask = torch.zeros_like(prompt_ids)
+    for u, p in enumerate(distinct):
+        prompt_ids[u, width_p - len(p) :] = torch.tensor(p, dtype=torch.long)
+        prompt_mask[u, width_p - len(p) :] = 1
+    response_ids = torch.full((len(responses), width_r), pad_token_id, dtype=torch.long)  # [n, T]
+    response_mask = torch.zeros((len(responses), width_r), dtype=torch.bool)
+    for row, r in enumerate(responses):
+        response_ids[row, : len(r)] = torch.tensor(r, dtype=torch.long)
         response_mask[row, : len(r)] = True
-    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # [n, P + T]
-    return Collated(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=position_ids,
-        response_ids=input_ids[:, width_p:],
-        response_mask=response_mask,
-    )
+    return Collated(prompt_ids, prompt_mask, prompt_index, response_ids, response_mask)
+
+
+def response_logits(model, batch: Collated, *, share_prefix: bool = True) -> list[torch.Tensor]:
+    """Logits predicting each response token, as pieces to be read in order along T.
+
+    Returns:
+        [first [n, 1, V], rest [n, T - 1, V]] with the shared prefix, or [[n, T, V]] without it.
+    """
+    device = next(model.parameters()).device
+    width = batch.response_width
+    if not (share_prefix and batch.shares_prompts):
+        input_ids, attention_mask, position_ids = (x.to(device) for x in batch.concatenated())
+        out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                    logits_to_keep=width + 1, use_cache=False)
+        return [out.logits[:, :-1, :]]
+    prompt_ids, prompt_mask = batch.prompt_ids.to(device), batch.prompt_mask.to(device)
+    index = batch.prompt_index.to(device)
+    cache = DynamicCache(config=model.config)
+    first = model(input_ids=prompt_ids, attention_mask=prompt_mask,
+                  position_ids=(prompt_mask.cumsum(-1) - 1).clamp(min=0),
+                  cache=cache, use_cache=True, logits_to_keep=1).logits  # [U, 1, V]
+    cache.batch_select_indices(index)  # every row gets its prompt's keys/values (gradients add up)
+    attention_mask = torch.cat([prompt_mask[index], batch.response_mask.to(device).long()], dim=1)
+    position_ids = prompt_mask.sum(-1)[index, None] + torch.arange(width, device=device)  # [n, T]
+    rest = model(input_ids=batch.response_ids.to(device), attention_mask=attention_mask,
+                 position_ids=position_ids, cache=cache, use_cache=True, logits_to_keep=width).logits
+    return [first[index], rest[:, :-1, :]]
 
 
 def score(
@@ -59,35 +103,33 @@ def score(
     *,
     temperature: float,
     with_entropy: bool = False,
+    share_prefix: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token log-probs of the response tokens (and, optionally, the policy's entropy there).
 
     Args:
-        model: a causal LM accepting ``logits_to_keep``.
+        model: a causal LM accepting ``logits_to_keep`` and a ``cache``.
         batch: from :func:`collate`.
         temperature: logits are divided by it (the sampling temperature).
         with_entropy: also return the per-token entropy (computed without grad).
+        share_prefix: run each distinct prompt once (see the module docstring).
 
     Returns:
         (logprobs [n, T] fp32, entropy [n, T] or None); padded positions hold junk that the
         response mask removes.
     """
     device = next(model.parameters()).device
-    width_r = batch.response_width
-    out = model(
-        input_ids=batch.input_ids.to(device),
-        attention_mask=batch.attention_mask.to(device),
-        position_ids=batch.position_ids.to(device),
-        logits_to_keep=width_r + 1,
-        use_cache=False,
-    )
-    logits = out.logits[:, :-1, :]  # [n, T, V]: position t predicts response token t
-    logprobs = token_logprobs(logits, batch.response_ids.to(device), temperature=temperature)
-    entropy = None
-    if with_entropy:
-        with torch.no_grad():
-            entropy = entropy_from_logits(logits.detach(), temperature=temperature)
-    return logprobs, entropy
+    tokens = batch.response_ids.to(device)
+    logprobs, entropy, offset = [], [], 0
+    for logits in response_logits(model, batch, share_prefix=share_prefix):
+        span = tokens[:, offset : offset + logits.shape[1]]
+        offset += logits.shape[1]
+        lp, lse = token_logprobs(logits, span, temperature=temperature, return_logsumexp=True)
+        logprobs.append(lp)
+        if with_entropy:
+            with torch.no_grad():
+                entropy.append(entropy_from_logits(logits.detach(), temperature=temperature, logsumexp=lse.detach()))
+    return torch.cat(logprobs, dim=1), (torch.cat(entropy, dim=1) if with_entropy else None)
 
 
 @torch.no_grad()

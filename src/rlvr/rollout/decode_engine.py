@@ -1,0 +1,194 @@
+"""rlvr's rollout engine: a sampling loop on the transformers model's forward.
+
+Same contract and same sampler as :class:`~rlvr.rollout.hf_engine.HFEngine` (transformers'
+``generate``), less of the work:
+
+- **shared prefill**: a prompt repeated G times (a GRPO group) is run through the model once; its
+  keys/values are copied to the G rows;
+- **preallocated KV cache** (:mod:`rlvr.rollout.kv_cache`): no per-step concatenation;
+- **finished rows leave the batch**: when a quarter of the rows have emitted EOS the cache keeps
+  only the live rows, so decoding cost follows the responses still running;
+- **sampling log-probs computed in the loop** from one [n, V] row of logits per step; the
+  [n, T, V] logits ``generate(output_logits=True)`` keeps are never stored.
+
+Sampling: x ~ softmax(top_p(logits / T)) with transformers' own ``TemperatureLogitsWarper`` and
+``TopPLogitsWarper``, drawn by inverse-CDF sampling (one uniform number per row); the reported log-prob is
+log softmax(logits / T)[x] (top_p not renormalised: the trainer's convention). ``row_seeds`` gives
+each row its own generator, so a row's sample does not depend on the rest of the batch (used by
+``rlvr eval``).
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
+
+from rlvr.rollout.hf_engine import Completion
+from rlvr.rollout.kv_cache import make_cache
+
+
+class DecodeEngine:
+    """Batched sampling with shared prefill, a preallocated cache and compaction of finished rows.
+
+    Args:
+        model: a transformers causal LM (or PEFT wrapper).
+        pad_token_id: id used for left padding.
+        eos_token_ids: ids that end a response.
+        max_batch_size: at most this many sequences decode together (bounds KV-cache memory).
+        compact_below: drop finished rows once the live fraction of the batch falls below this
+            (0 never drops them: each step then decodes the whole batch, as ``generate`` does).
+    """
+
+    def __init__(self, model, *, pad_token_id: int, eos_token_ids: list[int], max_batch_size: int = 64,
+                 compact_below: float = 0.75):
+        if not eos_token_ids:
+            raise ValueError("the rollout engine needs at least one EOS token id")
+        self.model = model
+        self.pad_token_id = pad_token_id
+        self.eos_token_ids = list(eos_token_ids)
+        self.max_batch_size = max_batch_size
+        self.compact_below = compact_below
+
+    def sync_weights(self) -> None:
+        """Nothing to do: this engine samples from the training model itself."""
+
+    @torch.no_grad()
+    def generate(
+        self,
+        prompts: list[list[int]],
+        *,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float = 1.0,
+        generator_seed: int | None = None,
+        row_seeds: list[int] | None = None,
+    ) -> list[Completion]:
+        """Sample one completion per prompt (repeat a prompt G times for a group).
+
+        Args:
+            prompts: N token-id lists.
+            max_new_tokens: the response budget.
+            temperature: > 0 samples; 0 decodes greedily.
+            top_p: nucleus p.
+            generator_seed: if given, torch's global RNG is seeded with it first.
+            row_seeds: N seeds; row r then samples with its own ``torch.Generator``.
+
+        Returns:
+            N completions in prompt order.
+        """
+        if row_seeds is not None and len(row_seeds) != len(prompts):
+            raise ValueError(f"row_seeds has {len(row_seeds)} seeds for {len(prompts)} prompts")
+        if generator_seed is not None:
+            torch.manual_seed(generator_seed)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            out: list[Completion] = []
+            for start in range(0, len(prompts), self.max_batch_size):
+                stop = start + self.max_batch_size
+                seeds = row_seeds[start:stop] if row_seeds is not None else None
+                out.extend(self._generate_chunk(prompts[start:stop], max_new_tokens, temperature, top_p, seeds))
+            return out
+        finally:
+            self.model.train(was_training)
+
+    # ------------------------------------------------------------------ one batch
+    def _generate_chunk(self, prompts, max_new_tokens, temperature, top_p, row_seeds) -> list[Completion]:
+        device = next(self.model.parameters()).device
+        n = len(prompts)
+        unique: dict[tuple[int, ...], int] = {}
+        row_prompt = torch.tensor([unique.setdefault(tuple(p), len(unique)) for p in prompts], device=device)  # [n]
+        firsts = list(unique)
+        width = max(len(p) for p in firsts)
+        prompt_ids = torch.full((len(firsts), width), self.pad_token_id, dtype=torch.long)  # [U, P]
+        prompt_mask = torch.zeros_like(prompt_ids)
+        for u, ids in enumerate(firsts):
+            prompt_ids[u, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+            prompt_mask[u, width - len(ids) :] = 1
+        prompt_ids, prompt_mask = prompt_ids.to(device), prompt_mask.to(device)
+
+        # Prefill each distinct prompt once, then give every row its prompt's keys/values.
+        cache = make_cache(self.model.config, width + max_new_tokens)
+        out = self.model(input_ids=prompt_ids, attention_mask=prompt_mask,
+                         position_ids=(prompt_mask.cumsum(-1) - 1).clamp(min=0),
+                         cache=cache, use_cache=True, logits_to_keep=1)
+        cache.batch_select_indices(row_prompt)
+        logits = out.logits[row_prompt, -1, :]  # [n, V]
+        attention_mask = prompt_mask[row_prompt]  # [n, P + t]
+        next_position = prompt_mask.sum(-1)[row_prompt]  # [n]
+
+        sampler = _Sampler(temperature, top_p, row_seeds, device)
+        tokens = torch.full((n, max_new_tokens), self.pad_token_id, dtype=torch.long)  # [n, T]
+        logprobs = torch.zeros((n, max_new_tokens))  # [n, T]
+        lengths = torch.zeros(n, dtype=torch.long)  # tokens produced per row
+        done = torch.zeros(n, dtype=torch.bool)
+        live = torch.arange(n)  # original row of each batch row
+        eos = torch.tensor(self.eos_token_ids, device=device)
+        for t in range(max_new_tokens):
+            chosen, chosen_logp = sampler.draw(logits, live)  # [b], [b]
+            fresh = ~done[live]  # rows of the batch still producing tokens
+            rows = live[fresh]
+            tokens[rows, t] = chosen[fresh].cpu()
+            logprobs[rows, t] = chosen_logp[fresh].float().cpu()
+            lengths[rows] = t + 1
+            done[rows] |= torch.isin(chosen[fresh], eos).cpu()
+            if t == max_new_tokens - 1 or bool(done.all()):
+                break
+            keep = ~done[live]  # [b]
+            if int(keep.sum()) < self.compact_below * len(live):
+                index = keep.nonzero().squeeze(-1).to(device)
+                cache.batch_select_indices(index)
+                live, chosen = live[keep], chosen[index]
+                attention_mask, next_position = attention_mask[index], next_position[index]
+            attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(live), 1))], dim=1)
+            out = self.model(input_ids=chosen[:, None], attention_mask=attention_mask,
+                             position_ids=next_position[:, None], cache=cache, use_cache=True)
+            next_position = next_position + 1
+            logits = out.logits[:, -1, :]
+        return [self._completion(tokens[r, : lengths[r]], logprobs[r, : lengths[r]], bool(done[r]), max_new_tokens)
+                for r in range(n)]
+
+    @staticmethod
+    def _completion(ids: torch.Tensor, logprobs: torch.Tensor, ended: bool, max_new_tokens: int) -> Completion:
+        return Completion(ids.tolist(), logprobs.tolist(), truncated=not ended and len(ids) >= max_new_tokens)
+
+
+class _Sampler:
+    """x ~ softmax(top_p(logits / T)) (greedy when T = 0), with its log softmax(logits / T)."""
+
+    def __init__(self, temperature: float, top_p: float, row_seeds: list[int] | None, device):
+        self.temperature = temperature
+        warpers = []
+        if temperature > 0:
+            warpers.append(TemperatureLogitsWarper(temperature))
+            if top_p < 1.0:
+                warpers.append(TopPLogitsWarper(top_p))
+        self.warpers = LogitsProcessorList(warpers)
+        self.generators = (None if row_seeds is None else
+                           [torch.Generator(device=device).manual_seed(int(s)) for s in row_seeds])
+
+    def draw(self, logits: torch.Tensor, live: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = logits.float()  # [b, V]
+        scaled = logits / self.temperature if self.temperature not in (0, 1) else logits
+        logp = torch.log_softmax(scaled, dim=-1)  # [b, V]
+        if self.temperature == 0:
+            chosen = logits.argmax(dim=-1)
+        else:
+            probs = torch.softmax(self.warpers(None, logits), dim=-1) if self.warpers else logp.exp()
+            chosen = self._inverse_cdf(probs, live)
+        return chosen, logp.gather(-1, chosen[:, None]).squeeze(-1)
+
+    def _inverse_cdf(self, probs: torch.Tensor, live: torch.Tensor) -> torch.Tensor:
+        """Token i with cdf[i-1] <= u < cdf[i], u ~ U[0, total): P(i) = p_i exactly.
+
+        One uniform number per row instead of ``torch.multinomial``'s one exponential draw per
+        vocabulary entry (27 ms per step at 32 x 49152 here, a quarter of a SmolLM2 decoding step).
+        """
+        cdf = probs.cumsum(dim=-1, dtype=torch.float64)  # [b, V]
+        if self.generators is None:
+            u = torch.rand((len(probs), 1), dtype=torch.float64, device=probs.device)
+        else:
+            u = torch.cat([torch.rand((1, 1), dtype=torch.float64, device=probs.device, generator=self.generators[int(r)])
+                           for r in live])
+        u = u * cdf[:, -1:]  # [b, 1]
+        return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp(max=probs.shape[-1] - 1)
