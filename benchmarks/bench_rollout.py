@@ -1,4 +1,4 @@
-"""Rollout throughput: rlvr's HFEngine against plain transformers `generate`, and both against the ceiling.
+"""Rollout throughput: rlvr's DecodeEngine against plain transformers `generate`, and both against the ceiling.
 
 Run (from the repository root, after `make setup`; TRL is not needed):
 
@@ -7,14 +7,16 @@ Run (from the repository root, after `make setup`; TRL is not needed):
     .venv/bin/python benchmarks/bench_rollout.py --batches 16,64 --new-tokens 128 --dtypes bfloat16
 
 For each dtype and batch size both engines sample exactly --new-tokens tokens per sequence (EOS is
-suppressed until then with `min_new_tokens`, so every call produces batch x new_tokens tokens) from
+suppressed: `min_new_tokens` for generate, an EOS id that never occurs for rlvr, so every call
+produces batch x new_tokens tokens and finished-row compaction never kicks in) from
 SmolLM2-135M-Instruct (rlvr's converted folder) on chat-formatted reasoning-gym chain_sum prompts,
-temperature 1, no top-k/top-p:
+temperature 1, no top-k/top-p. With --group-size G the batch holds batch/G distinct prompts, each
+repeated G times (a GRPO rollout); the default 1 makes every prompt distinct.
 
-  rlvr  `rlvr.rollout.HFEngine.generate` (left-padding, `generate` with output_logits=True, the sampling
-        log-probs of every token, per-sequence cutting), subclassed only to set min_new_tokens
+  rlvr  `rlvr.rollout.DecodeEngine.generate` (the trainer's default engine: shared prefill,
+        preallocated KV cache, inverse-CDF sampling, sampling log-probs of every token)
   hf    `model.generate(input_ids, attention_mask, generation_config)` with the same sampling settings,
-        nothing else
+        nothing else (no log-probs)
 
 and the two are run back to back (order alternating between repeats) so background load hits both.
 
@@ -23,6 +25,12 @@ several runs, measured before and after the generation runs of that dtype (the h
 Fraction of ceiling = (2 x parameters x tokens/s) / matmul FLOP/s, i.e. the model's forward FLOPs per
 token (2 per weight; the tied embedding counted once, as the LM head; attention over the context
 ignored, small at these lengths) at the measured rate, over what a dense matmul reaches here.
+
+Second ceiling, per batch size ("shape ceiling"): the time of one decoding step's matrix products
+alone (every Linear of the model, LM head included, on a [batch, in] input, timed back to back) gives
+the tokens/s a decoder would reach if nothing but those products ran. At small batches these
+products are skinny and far from the square-matmul rate; this says how much of the gap is the
+shapes themselves and how much is everything else (attention, sampling, framework overhead).
 
 This is a script, not a test. Timings on a shared 2-core CPU are noisy.
 """
@@ -50,16 +58,23 @@ from rlvr.config import DEFAULT_DATA
 from rlvr.data import load_rows, prompt_messages, render_prompt
 from rlvr.data.prompts import DEFAULT_INSTRUCTION
 from rlvr.models import eos_token_ids, load_policy, smollm2_path
-from rlvr.rollout.hf_engine import HFEngine
+from rlvr.rollout.decode_engine import DecodeEngine
+
+NEVER = -1  # an EOS id no sampled token equals: fixed work per call
 
 
-class FixedLengthEngine(HFEngine):
-    """rlvr's engine, unchanged except that EOS is suppressed until max_new_tokens (fixed work per call)."""
-
-    def _generation_config(self, max_new_tokens, temperature, top_p):
-        config = super()._generation_config(max_new_tokens, temperature, top_p)
-        config.min_new_tokens = max_new_tokens
-        return config
+def shape_ceiling_tok_s(model, batch: int, dtype: torch.dtype, reps: int = 3) -> float:
+    """tokens/s if a decoding step at this batch cost only its Linear products (best of reps)."""
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    inputs = {m.in_features: torch.randn(batch, m.in_features).to(dtype) for m in linears}
+    best = float("inf")
+    with torch.no_grad():
+        for _ in range(reps + 1):  # the first round warms up
+            start = time.perf_counter()
+            for m in linears:
+                torch.nn.functional.linear(inputs[m.in_features], m.weight)
+            best = min(best, time.perf_counter() - start)
+    return batch / best
 
 
 def matmul_flops(dtype: torch.dtype, n: int, reps: int = 5) -> float:
@@ -96,7 +111,7 @@ def run_dtype(args, dtype: str, prompts_all: list[list[int]]) -> dict:
     params = sum(p.numel() for p in model.parameters())
     eos = eos_token_ids(model, tokenizer)
     pad = tokenizer.pad_token_id
-    engine = FixedLengthEngine(model, pad_token_id=pad, eos_token_ids=eos, max_batch_size=max(args.batch_list))
+    engine = DecodeEngine(model, pad_token_id=pad, eos_token_ids=[NEVER], max_batch_size=max(args.batch_list))
 
     def run(which: str, prompts: list[list[int]], new_tokens: int) -> tuple[float, int]:
         torch.manual_seed(args.seed)
@@ -113,7 +128,9 @@ def run_dtype(args, dtype: str, prompts_all: list[list[int]]) -> dict:
         run(which, prompts_all[:2], 8)
     rows = []
     for batch in args.batch_list:
-        prompts = [prompts_all[i % len(prompts_all)] for i in range(batch)]
+        group = min(args.group_size, batch)
+        prompts = [prompts_all[(i // group) % len(prompts_all)] for i in range(batch)]
+        shape_tok_s = shape_ceiling_tok_s(model, batch, torch_dtype)
         times = {"rlvr": [], "hf": []}
         tokens = {}
         for rep in range(args.repeats):
@@ -128,7 +145,8 @@ def run_dtype(args, dtype: str, prompts_all: list[list[int]]) -> dict:
                 print(f"warning: {which} produced {tokens[which]} tokens, expected {expected}", file=sys.stderr)
             seconds = statistics.median(times[which])
             rows.append({"dtype": dtype, "batch": batch, "engine": which, "seconds": seconds,
-                         "tokens": tokens[which], "tok_s": tokens[which] / seconds, "all_seconds": times[which]})
+                         "tokens": tokens[which], "tok_s": tokens[which] / seconds, "all_seconds": times[which],
+                         "shape_ceiling_tok_s": shape_tok_s})
         r, h = rows[-2], rows[-1]
         print(f"  [{dtype}] batch {batch:>3}: rlvr {r['tok_s']:7.1f} tok/s ({r['seconds']:.1f} s) | "
               f"hf {h['tok_s']:7.1f} tok/s ({h['seconds']:.1f} s)", flush=True)
@@ -136,6 +154,7 @@ def run_dtype(args, dtype: str, prompts_all: list[list[int]]) -> dict:
     ceiling = max(flops_before, flops_after)
     for row in rows:
         row["fraction_of_ceiling"] = 2 * params * row["tok_s"] / ceiling
+        row["fraction_of_shape_ceiling"] = row["tok_s"] / row["shape_ceiling_tok_s"]
     engine = model = None  # free the model before the next dtype
     return {"dtype": dtype, "params": params, "matmul_flops_before": flops_before,
             "matmul_flops_after": flops_after, "ceiling_flops": ceiling, "rows": rows}
@@ -149,6 +168,8 @@ def main(argv=None) -> int:
     parser.add_argument("--dtypes", default="float32,bfloat16", help="comma list: float32, bfloat16")
     parser.add_argument("--repeats", type=int, default=1, help="timed calls per engine and batch; median (default 1)")
     parser.add_argument("--matmul-size", type=int, default=2048, help="N of the N x N matmul ceiling (default 2048)")
+    parser.add_argument("--group-size", type=int, default=1,
+                        help="each distinct prompt repeated this many times in a batch (default 1)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     parser.add_argument("--quick", action="store_true", help="smoke run: batches 1,4; 16 tokens; float32")
@@ -180,15 +201,18 @@ def main(argv=None) -> int:
     results = [run_dtype(args, dtype, prompts) for dtype in dtypes]
 
     print()
-    print(f"{'dtype':<9} {'batch':>5} {'engine':<6} {'tok/s':>8} {'seconds':>8} {'of ceiling':>10}   rlvr/hf")
+    print(f"{'dtype':<9} {'batch':>5} {'engine':<6} {'tok/s':>8} {'seconds':>8} {'of ceiling':>10} "
+          f"{'of shape ceiling':>16}   rlvr/hf")
     for res in results:
         by_key = {(r["batch"], r["engine"]): r for r in res["rows"]}
         for batch in args.batch_list:
             for engine in ("rlvr", "hf"):
                 r = by_key[(batch, engine)]
                 ratio = f"{r['tok_s'] / by_key[(batch, 'hf')]['tok_s']:.2f}" if engine == "rlvr" else ""
+                shape = "" if engine == "rlvr" else f"   (shape ceiling {r['shape_ceiling_tok_s']:.0f} tok/s)"
                 print(f"{res['dtype']:<9} {batch:>5} {engine:<6} {r['tok_s']:>8.1f} {r['seconds']:>8.2f} "
-                      f"{100 * r['fraction_of_ceiling']:>9.2f}%   {ratio}")
+                      f"{100 * r['fraction_of_ceiling']:>9.2f}% {100 * r['fraction_of_shape_ceiling']:>15.1f}%   "
+                      f"{ratio}{shape}")
     print()
     for res in results:
         print(f"{res['dtype']}: {res['params'] / 1e6:.1f} M parameters -> {2 * res['params'] / 1e9:.3f} GFLOP/token; "

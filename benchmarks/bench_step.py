@@ -16,17 +16,18 @@ clipping at 1.0, constant lr, and one optimiser step per rollout (TRL: per_devic
 gradient_accumulation_steps = steps_per_generation = 1, so no old-log-prob pass in either).
 TRL's own defaults that would make it slower for reasons unrelated to the algorithm are switched off:
 gradient_checkpointing=False (TRL's default is True), no vLLM, no completion logging, report_to none.
-What stays each library's own choice (and is part of what is measured): the optimiser implementation
-(TRL/transformers default `adamw_torch_fused`, rlvr `torch.optim.AdamW` default), TRL's chunked
-"fused LM head" log-probs vs rlvr's logits_to_keep + logsumexp, rlvr's `output_logits=True` in generate
-(it keeps the sampling log-probs to measure the train/inference mismatch), the data order and the RNG.
+What stays each library's own choice (and is part of what is measured): the rollout engine (TRL:
+transformers `generate`; rlvr: its default `rollout_engine=rlvr` DecodeEngine, or --rlvr-engine hf for
+`generate`), the optimiser implementation (both fused AdamW), TRL's chunked "fused LM head" log-probs
+vs rlvr's shared-prefix scoring (each distinct prompt run once per micro-batch, logits only at
+response positions), the data order and the RNG.
 
 The steps alternate in one process: TRL step k (timed from on_step_begin to on_step_end by a
 TrainerCallback), then rlvr step k (Trainer.training_step and its time/ metrics), so background load
 hits both alike. The first --warmup steps of each are dropped; medians (and minima) over the rest.
 
 Breakdown, attributed the same way for both (wrappers, not the libraries' own timers):
-  generate  rlvr HFEngine.generate / TRL _generate_single_turn (the `generate` call and its unpacking)
+  generate  rlvr engine.generate / TRL _generate_single_turn (the `generate` call and its unpacking)
   reward    rlvr Rewarder (time/reward_s) / TRL _calculate_rewards
   logprobs  every forward outside generation: policy with grad and, with beta > 0, the reference
             (rlvr train.update.score + score_no_grad / TRL _get_per_token_logps_and_entropies)
@@ -157,6 +158,7 @@ def build_rlvr(args, dtype: str, beta: float, model_path: str, out_dir: str):
         "max_grad_norm": 1.0, "lr_scheduler_type": "constant", "epsilon": 0.2,
         "max_steps": args.warmup + args.steps, "seed": args.seed, "output_dir": out_dir,
         "progress_bar": False, "log_completions": False, "verifier_workers": 1,
+        "rollout_engine": args.rlvr_engine,
     })
     trainer = Trainer(cfg)
     engine_generate = trainer.engine.generate
@@ -372,7 +374,9 @@ def run_setting(args, name: str, model_path: str) -> dict:
                             after_trl_step)
     prompt_check = check_prompt_tokens(rlvr_trainer, trl_trainer, rows)
     trl_opt = str(trl_trainer.args.optim)
-    print(f"  [{name}] {prompt_check}; TRL optim={trl_opt}; rlvr optim=torch.optim.AdamW(defaults)", flush=True)
+    rlvr_opt = f"torch.optim.AdamW(fused={rlvr_trainer.optimizer.defaults.get('fused')})"
+    print(f"  [{name}] {prompt_check}; TRL optim={trl_opt}; rlvr optim={rlvr_opt}; rlvr engine="
+          f"{type(rlvr_trainer.engine).__name__}", flush=True)
     start = time.perf_counter()
     trl_trainer.train()
     wall = time.perf_counter() - start
@@ -452,6 +456,7 @@ def main(argv=None) -> int:
     parser.add_argument("--prompts", type=int, default=4, help="B, prompts per step (default 4)")
     parser.add_argument("--generations", type=int, default=8, help="G, completions per prompt (default 8)")
     parser.add_argument("--lr", type=float, default=1e-6, help="learning rate for both (default 1e-6)")
+    parser.add_argument("--rlvr-engine", default="rlvr", help="rlvr's rollout_engine: rlvr (default) or hf")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     parser.add_argument("--no-check", action="store_true", help="skip the loss-numerics comparison")

@@ -54,6 +54,25 @@ def test_token_logprobs_gradient_matches_log_softmax():
     torch.testing.assert_close(a.grad.float(), b.grad.float())
 
 
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_token_logprobs_fused_backward_matches_autograd_with_weighted_positions(temperature):
+    # Distinct weight per position, repeated tokens, fp32 logits (the in-place path at T = 1).
+    torch.manual_seed(0)
+    logits = torch.randn(3, 5, 11) * 4
+    tokens = torch.tensor([[1, 1, 1, 0, 10], [2, 3, 2, 3, 2], [10, 9, 8, 7, 6]])
+    weights = torch.randn(3, 5)
+    a = logits.clone().requires_grad_()
+    b = logits.clone().requires_grad_()
+    out, lse = token_logprobs(a, tokens, temperature=temperature, return_logsumexp=True)
+    (out * weights).sum().backward()
+    reference = torch.log_softmax(b / temperature, -1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    (reference * weights).sum().backward()
+    torch.testing.assert_close(out, reference)
+    torch.testing.assert_close(lse, torch.logsumexp(logits / temperature, -1))
+    torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-6)
+    assert not lse.requires_grad
+
+
 @pytest.mark.parametrize("temperature", [1.0, 0.3, 5.0])
 @pytest.mark.parametrize("vocab", [1, 2, 7, 50])
 def test_entropy_of_uniform_logits_is_log_v(vocab, temperature):

@@ -72,7 +72,7 @@ def test_sampling_logprobs_equal_teacher_forced_scores(temperature):
         torch.testing.assert_close(torch.tensor(c.logprobs), lp, rtol=1e-5, atol=1e-5)
 
 
-def test_compaction_does_not_change_greedy_results():
+def test_compaction_does_not_change_results():
     model, tok = tiny_random_model_and_tokenizer(seed=0)
     eos = [_frequent_token(model, tok)]
     compacting, _, _, _ = _engines(eos=eos, compact_below=1.0)  # drop finished rows at every step
@@ -80,6 +80,14 @@ def test_compaction_does_not_change_greedy_results():
     a = compacting.generate(PROMPTS, max_new_tokens=12, temperature=0.0)
     b = never.generate(PROMPTS, max_new_tokens=12, temperature=0.0)
     assert [c.token_ids for c in a] == [c.token_ids for c in b]
+    # Sampling too: every row draws from its own position of the step's uniform numbers.
+    eos = list(range(100, 130))  # sampled rows end at different steps
+    compacting, _, _, _ = _engines(eos=eos, compact_below=1.0)
+    never, _, _, _ = _engines(eos=eos, compact_below=0.0)
+    a = compacting.generate(PROMPTS, max_new_tokens=12, temperature=1.0, generator_seed=4)
+    b = never.generate(PROMPTS, max_new_tokens=12, temperature=1.0, generator_seed=4)
+    assert [c.token_ids for c in a] == [c.token_ids for c in b]
+    assert len({len(c.token_ids) for c in a}) > 1
 
 
 def _expected_first_token_probs(model, prompt, temperature, top_p):

@@ -112,3 +112,15 @@ def test_score_entropy_shape_and_grad():
     assert logprobs.shape == entropy.shape == (1, 2)
     assert logprobs.requires_grad and not entropy.requires_grad
     assert (entropy > 0).all()
+
+
+def test_shared_prefix_with_one_token_responses():
+    model, _ = tiny_random_model_and_tokenizer(seed=7)
+    batch = collate([[10, 11, 12]] * 2 + [[20]] * 2, [[40], [41], [42], [43]], pad_token_id=0)
+    assert batch.response_width == 1 and batch.shares_prompts
+    lp_a, ent_a, grads_a = _loss_and_grads(model, batch, share_prefix=True)
+    lp_b, ent_b, grads_b = _loss_and_grads(model, batch, share_prefix=False)
+    torch.testing.assert_close(lp_a, lp_b, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ent_a, ent_b, rtol=1e-5, atol=1e-5)
+    for name in grads_a:
+        torch.testing.assert_close(grads_a[name], grads_b[name], rtol=1e-4, atol=1e-6, msg=name)

@@ -5,9 +5,11 @@ scores tokens under the same distribution the sampler drew them from (USERS.md #
 applied (as in TRL and verl): the ratio is against the tempered, untruncated distribution.
 
 Cost: the logits of a training micro-batch are [N, T, V] (SmolLM2: 32 x 128 x 49152 fp32 = 0.8 GB),
-so every full pass over them counts. ``token_logprobs`` makes no [N, T, V] temporary at T = 1 with
-fp32 logits (one logsumexp pass and a gather); ``entropy_from_logits`` works a few rows at a time
-and can reuse that logsumexp.
+so every full pass over them counts. ``token_logprobs`` makes no [N, T, V] temporary in its forward
+at T = 1 with fp32 logits (one logsumexp pass and a gather), and its backward writes the gradient
+    d logp_t / d s_v = 1[v = x_t] − softmax(s)_v
+into one new [N, T, V] tensor in place (autograd's generic logsumexp + gather backward allocates
+four). ``entropy_from_logits`` works a few rows at a time and can reuse the logsumexp.
 """
 
 from __future__ import annotations
@@ -44,9 +46,28 @@ def token_logprobs(
         [N, T] fp32 log-probs (and the logsumexp).
     """
     scaled = _tempered(logits, temperature)  # [N, T, V]
-    lse = torch.logsumexp(scaled, dim=-1)  # [N, T]
-    picked = scaled.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # [N, T]
-    return (picked - lse, lse) if return_logsumexp else picked - lse
+    logprobs, lse = _TokenLogprob.apply(scaled, tokens)
+    return (logprobs, lse) if return_logsumexp else logprobs
+
+
+class _TokenLogprob(torch.autograd.Function):
+    """(s[x] − logsumexp(s), logsumexp(s)) with a fused backward for the first output."""
+
+    @staticmethod
+    def forward(ctx, scaled: torch.Tensor, tokens: torch.Tensor):
+        lse = torch.logsumexp(scaled, dim=-1)  # [N, T]
+        picked = scaled.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # [N, T]
+        ctx.save_for_backward(scaled, tokens, lse)
+        ctx.mark_non_differentiable(lse)
+        return picked - lse, lse
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor, _grad_lse: torch.Tensor):
+        scaled, tokens, lse = ctx.saved_tensors
+        grad_scaled = torch.sub(scaled, lse.unsqueeze(-1)).exp_()  # softmax, [N, T, V]
+        grad_scaled.mul_(-grad.unsqueeze(-1))
+        grad_scaled.scatter_add_(-1, tokens.unsqueeze(-1), grad.unsqueeze(-1))
+        return grad_scaled, None
 
 
 def entropy_from_logits(

@@ -12,9 +12,16 @@ models with sliding-window or other layer kinds.
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import Cache, DynamicLayer
+from transformers.models.llama.modeling_llama import LlamaModel
+
+# The forward keyword that takes a cache: `cache` in recent transformers, `past_key_values` before
+# (older versions silently ignore an unknown `cache=`, which would score without the prompt).
+CACHE_KWARG = "cache" if "cache" in inspect.signature(LlamaModel.forward).parameters else "past_key_values"
 
 
 class PreallocatedLayer(DynamicLayer):

@@ -22,6 +22,7 @@ import torch
 from transformers import DynamicCache
 
 from rlvr.core.logprobs import entropy_from_logits, token_logprobs
+from rlvr.rollout.kv_cache import CACHE_KWARG
 
 
 @dataclass
@@ -73,6 +74,9 @@ def collate(prompts: list[list[int]], responses: list[list[int]], *, pad_token_i
 def response_logits(model, batch: Collated, *, share_prefix: bool = True) -> list[torch.Tensor]:
     """Logits predicting each response token, as pieces to be read in order along T.
 
+    Only the positions needed get logits (``logits_to_keep`` as an index tensor), so the pieces are
+    fresh contiguous tensors: no [n, T, V] slice whose backward would allocate the full shape again.
+
     Returns:
         [first [n, 1, V], rest [n, T - 1, V]] with the shared prefix, or [[n, T, V]] without it.
     """
@@ -80,21 +84,26 @@ def response_logits(model, batch: Collated, *, share_prefix: bool = True) -> lis
     width = batch.response_width
     if not (share_prefix and batch.shares_prompts):
         input_ids, attention_mask, position_ids = (x.to(device) for x in batch.concatenated())
+        prompt_width = batch.prompt_ids.shape[1]
+        keep = torch.arange(prompt_width - 1, prompt_width + width - 1, device=device)
         out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                    logits_to_keep=width + 1, use_cache=False)
-        return [out.logits[:, :-1, :]]
+                    logits_to_keep=keep, use_cache=False)
+        return [out.logits]
     prompt_ids, prompt_mask = batch.prompt_ids.to(device), batch.prompt_mask.to(device)
     index = batch.prompt_index.to(device)
     cache = DynamicCache(config=model.config)
     first = model(input_ids=prompt_ids, attention_mask=prompt_mask,
                   position_ids=(prompt_mask.cumsum(-1) - 1).clamp(min=0),
-                  cache=cache, use_cache=True, logits_to_keep=1).logits  # [U, 1, V]
+                  **{CACHE_KWARG: cache}, use_cache=width > 1, logits_to_keep=1).logits  # [U, 1, V]
+    if width == 1:
+        return [first[index]]
     cache.batch_select_indices(index)  # every row gets its prompt's keys/values (gradients add up)
     attention_mask = torch.cat([prompt_mask[index], batch.response_mask.to(device).long()], dim=1)
     position_ids = prompt_mask.sum(-1)[index, None] + torch.arange(width, device=device)  # [n, T]
     rest = model(input_ids=batch.response_ids.to(device), attention_mask=attention_mask,
-                 position_ids=position_ids, cache=cache, use_cache=True, logits_to_keep=width).logits
-    return [first[index], rest[:, :-1, :]]
+                 position_ids=position_ids, **{CACHE_KWARG: cache}, use_cache=True,
+                 logits_to_keep=torch.arange(width - 1, device=device)).logits  # [n, T - 1, V]
+    return [first[index], rest]
 
 
 def score(
