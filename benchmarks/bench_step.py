@@ -194,7 +194,12 @@ def rlvr_step(trainer, step: int) -> dict:
 def build_trl(args, dtype: str, beta: float, model_path: str, rows: list[dict], rlvr_cfg, out_dir: str,
               on_step_end):
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback
+    from transformers import (
+        AutoModelForCausalLM,
+        AutoTokenizer,
+        PrinterCallback,
+        TrainerCallback,
+    )
     from trl import GRPOConfig, GRPOTrainer
 
     from rlvr.data import prompt_messages

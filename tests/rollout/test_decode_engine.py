@@ -2,7 +2,13 @@
 
 import pytest
 import torch
-from transformers import LogitsProcessorList, MistralConfig, Qwen2Config, TemperatureLogitsWarper, TopPLogitsWarper
+from transformers import (
+    LogitsProcessorList,
+    MistralConfig,
+    Qwen2Config,
+    TemperatureLogitsWarper,
+    TopPLogitsWarper,
+)
 from transformers.cache_utils import DynamicCache
 
 from rlvr.models import eos_token_ids, tiny_random_model_and_tokenizer

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import importlib
 
-from rlvr.rollout.hf_engine import Completion, HFEngine
+from rlvr.rollout.completion import Completion
+from rlvr.rollout.hf_engine import HFEngine
 
 # rollout_engine name -> "module:Class", imported on first use (vLLM is an optional dependency).
 ROLLOUT_ENGINES = {

@@ -24,18 +24,16 @@ from __future__ import annotations
 import torch
 from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
 
-from rlvr.rollout.hf_engine import Completion
+from rlvr.rollout.base import LocalEngine, left_pad
+from rlvr.rollout.completion import Completion
 from rlvr.rollout.kv_cache import CACHE_KWARG, make_cache
 
 
-class DecodeEngine:
+class DecodeEngine(LocalEngine):
     """Batched sampling with shared prefill, a preallocated cache and compaction of finished rows.
 
     Args:
-        model: a transformers causal LM (or PEFT wrapper).
-        pad_token_id: id used for left padding.
-        eos_token_ids: ids that end a response.
-        max_batch_size: at most this many sequences decode together (bounds KV-cache memory).
+        model, pad_token_id, eos_token_ids, max_batch_size: as :class:`~rlvr.rollout.base.LocalEngine`.
         compact_below: drop finished rows once the live fraction of the batch falls below this;
             1 (default) drops them as soon as any finishes (measured fastest: each drop copies the
             cache of the live rows, cheaper than decoding a dead row for the following steps),
@@ -44,56 +42,9 @@ class DecodeEngine:
 
     def __init__(self, model, *, pad_token_id: int, eos_token_ids: list[int], max_batch_size: int = 64,
                  compact_below: float = 1.0):
-        if not eos_token_ids:
-            raise ValueError("the rollout engine needs at least one EOS token id")
-        self.model = model
-        self.pad_token_id = pad_token_id
-        self.eos_token_ids = list(eos_token_ids)
-        self.max_batch_size = max_batch_size
+        super().__init__(model, pad_token_id=pad_token_id, eos_token_ids=eos_token_ids,
+                         max_batch_size=max_batch_size)
         self.compact_below = compact_below
-
-    def sync_weights(self) -> None:
-        """Nothing to do: this engine samples from the training model itself."""
-
-    @torch.no_grad()
-    def generate(
-        self,
-        prompts: list[list[int]],
-        *,
-        max_new_tokens: int,
-        temperature: float,
-        top_p: float = 1.0,
-        generator_seed: int | None = None,
-        row_seeds: list[int] | None = None,
-    ) -> list[Completion]:
-        """Sample one completion per prompt (repeat a prompt G times for a group).
-
-        Args:
-            prompts: N token-id lists.
-            max_new_tokens: the response budget.
-            temperature: > 0 samples; 0 decodes greedily.
-            top_p: nucleus p.
-            generator_seed: if given, torch's global RNG is seeded with it first.
-            row_seeds: N seeds; row r then samples with its own ``torch.Generator``.
-
-        Returns:
-            N completions in prompt order.
-        """
-        if row_seeds is not None and len(row_seeds) != len(prompts):
-            raise ValueError(f"row_seeds has {len(row_seeds)} seeds for {len(prompts)} prompts")
-        if generator_seed is not None:
-            torch.manual_seed(generator_seed)
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            out: list[Completion] = []
-            for start in range(0, len(prompts), self.max_batch_size):
-                stop = start + self.max_batch_size
-                seeds = row_seeds[start:stop] if row_seeds is not None else None
-                out.extend(self._generate_chunk(prompts[start:stop], max_new_tokens, temperature, top_p, seeds))
-            return out
-        finally:
-            self.model.train(was_training)
 
     # ------------------------------------------------------------------ one batch
     def _generate_chunk(self, prompts, max_new_tokens, temperature, top_p, row_seeds) -> list[Completion]:
@@ -101,14 +52,8 @@ class DecodeEngine:
         n = len(prompts)
         unique: dict[tuple[int, ...], int] = {}
         row_prompt = torch.tensor([unique.setdefault(tuple(p), len(unique)) for p in prompts], device=device)  # [n]
-        firsts = list(unique)
-        width = max(len(p) for p in firsts)
-        prompt_ids = torch.full((len(firsts), width), self.pad_token_id, dtype=torch.long)  # [U, P]
-        prompt_mask = torch.zeros_like(prompt_ids)
-        for u, ids in enumerate(firsts):
-            prompt_ids[u, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-            prompt_mask[u, width - len(ids) :] = 1
-        prompt_ids, prompt_mask = prompt_ids.to(device), prompt_mask.to(device)
+        prompt_ids, prompt_mask = (x.to(device) for x in left_pad(list(unique), self.pad_token_id))  # [U, P]
+        width = prompt_ids.shape[1]
 
         # Prefill each distinct prompt once, then give every row its prompt's keys/values.
         cache = make_cache(self.model.config, width + max_new_tokens)

@@ -12,93 +12,28 @@ log-probs measures the training/inference mismatch (USERS.md #5).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from transformers import GenerationConfig
 
 from rlvr.core.logprobs import token_logprobs
+from rlvr.rollout.base import LocalEngine, left_pad
+from rlvr.rollout.completion import Completion
 
 
-@dataclass(frozen=True)
-class Completion:
-    """One sampled response."""
+class HFEngine(LocalEngine):
+    """Batched sampling with ``model.generate`` (the reference engine; no ``row_seeds``)."""
 
-    token_ids: list[int]
-    logprobs: list[float]  # sampling log-probs, one per token (empty for off-policy anchors)
-    truncated: bool
-    is_anchor: bool = False  # an expert solution injected by DaGRPO, not sampled from the policy
-
-
-class HFEngine:
-    """Batched sampling with ``model.generate``.
-
-    Args:
-        model: a transformers causal LM (or PEFT wrapper).
-        pad_token_id: id used for left padding.
-        eos_token_ids: ids that end a response.
-        max_batch_size: at most this many sequences per ``generate`` call (bounds KV-cache memory).
-    """
-
-    def __init__(self, model, *, pad_token_id: int, eos_token_ids: list[int], max_batch_size: int = 64):
-        if not eos_token_ids:
-            raise ValueError("the rollout engine needs at least one EOS token id")
-        self.model = model
-        self.pad_token_id = pad_token_id
-        self.eos_token_ids = list(eos_token_ids)
-        self.max_batch_size = max_batch_size
-
-    def sync_weights(self) -> None:
-        """Nothing to do: this engine samples from the training model itself."""
-
-    @torch.no_grad()
-    def generate(
-        self,
-        prompts: list[list[int]],
-        *,
-        max_new_tokens: int,
-        temperature: float,
-        top_p: float = 1.0,
-        generator_seed: int | None = None,
-    ) -> list[Completion]:
-        """Sample one completion per prompt (repeat a prompt G times for a group).
-
-        Args:
-            prompts: N token-id lists.
-            max_new_tokens: the response budget.
-            temperature: > 0 samples; 0 decodes greedily.
-            top_p: nucleus p.
-            generator_seed: if given, torch's global RNG is seeded with it first.
-
-        Returns:
-            N completions in prompt order.
-        """
-        if generator_seed is not None:
-            torch.manual_seed(generator_seed)
-        out: list[Completion] = []
-        for start in range(0, len(prompts), self.max_batch_size):
-            chunk = prompts[start : start + self.max_batch_size]
-            out.extend(self._generate_chunk(chunk, max_new_tokens, temperature, top_p))
-        return out
-
-    def _generate_chunk(self, prompts, max_new_tokens, temperature, top_p) -> list[Completion]:
+    def _generate_chunk(self, prompts, max_new_tokens, temperature, top_p, row_seeds) -> list[Completion]:
+        if row_seeds is not None:
+            raise ValueError("the hf engine has no row_seeds: use rollout_engine=rlvr")
         device = next(self.model.parameters()).device
-        width = max(len(p) for p in prompts)
-        input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)  # [n, P]
-        attention_mask = torch.zeros_like(input_ids)
-        for row, ids in enumerate(prompts):
-            input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-            attention_mask[row, width - len(ids) :] = 1
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            result = self.model.generate(
-                input_ids=input_ids.to(device),
-                attention_mask=attention_mask.to(device),
-                generation_config=self._generation_config(max_new_tokens, temperature, top_p),
-            )
-        finally:
-            self.model.train(was_training)
+        input_ids, attention_mask = left_pad(prompts, self.pad_token_id)  # [n, P]
+        width = input_ids.shape[1]
+        result = self.model.generate(
+            input_ids=input_ids.to(device),
+            attention_mask=attention_mask.to(device),
+            generation_config=self._generation_config(max_new_tokens, temperature, top_p),
+        )
         new_tokens = result.sequences[:, width:].cpu()  # [n, T']
         logits = torch.stack(result.logits, dim=1)  # [n, T', V]
         logprobs = token_logprobs(logits, new_tokens.to(logits.device), temperature=temperature or 1.0).cpu()

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from rlvr.rollout.hf_engine import Completion
+from rlvr.rollout.completion import Completion
 
 logger = logging.getLogger(__name__)
 
