@@ -17,6 +17,8 @@ repeated G times (a GRPO rollout); the default 1 makes every prompt distinct.
         preallocated KV cache, inverse-CDF sampling, sampling log-probs of every token)
   hf    `model.generate(input_ids, attention_mask, generation_config)` with the same sampling settings,
         nothing else (no log-probs)
+  vllm  (--engines rlvr,hf,vllm, run with .venv-vllm/bin/python) rlvr's VLLMEngine's in-process
+        `vllm.LLM.generate` with min_tokens = max_tokens and ignore_eos, no log-probs
 
 and the two are run back to back (order alternating between repeats) so background load hits both.
 
@@ -104,6 +106,24 @@ def raw_generate(model, prompts: list[list[int]], *, pad_id: int, eos_ids: list[
     return (out.shape[1] - width) * out.shape[0]
 
 
+def vllm_generate(model, *, pad_id: int, eos_ids: list[int], seed: int):
+    """A fixed-work generate on rlvr's VLLMEngine's vllm.LLM (EOS ignored, no log-probs)."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    from rlvr.rollout.vllm_engine import VLLMEngine
+
+    engine = VLLMEngine(model, pad_token_id=pad_id, eos_token_ids=eos_ids)
+
+    def run(prompts: list[list[int]], new_tokens: int) -> int:
+        params = SamplingParams(n=1, temperature=1.0, top_p=1.0, max_tokens=new_tokens, min_tokens=new_tokens,
+                                ignore_eos=True, seed=seed)  # seeded, as the trainer samples
+        outs = engine.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
+        return sum(len(o.outputs[0].token_ids) for o in outs)
+
+    return run
+
+
 def run_dtype(args, dtype: str, prompts_all: list[list[int]]) -> dict:
     model, tokenizer = load_policy(str(smollm2_path()), dtype=dtype)
     model.eval()
@@ -112,6 +132,8 @@ def run_dtype(args, dtype: str, prompts_all: list[list[int]]) -> dict:
     eos = eos_token_ids(model, tokenizer)
     pad = tokenizer.pad_token_id
     engine = DecodeEngine(model, pad_token_id=pad, eos_token_ids=[NEVER], max_batch_size=max(args.batch_list))
+    engines = args.engine_list
+    vllm_run = vllm_generate(model, pad_id=pad, eos_ids=eos, seed=args.seed) if "vllm" in engines else None
 
     def run(which: str, prompts: list[list[int]], new_tokens: int) -> tuple[float, int]:
         torch.manual_seed(args.seed)
@@ -119,27 +141,29 @@ def run_dtype(args, dtype: str, prompts_all: list[list[int]]) -> dict:
         if which == "rlvr":
             completions = engine.generate(prompts, max_new_tokens=new_tokens, temperature=1.0)
             tokens = sum(len(c.token_ids) for c in completions)
+        elif which == "vllm":
+            tokens = vllm_run(prompts, new_tokens)
         else:
             tokens = raw_generate(model, prompts, pad_id=pad, eos_ids=eos, new_tokens=new_tokens)
         return time.perf_counter() - start, tokens
 
     flops_before = matmul_flops(torch_dtype, args.matmul_size)
-    for which in ("rlvr", "hf"):  # warm-up: first-call allocations, lazy inits
+    for which in engines:  # warm-up: first-call allocations, lazy inits
         run(which, prompts_all[:2], 8)
     rows = []
     for batch in args.batch_list:
         group = min(args.group_size, batch)
         prompts = [prompts_all[(i // group) % len(prompts_all)] for i in range(batch)]
         shape_tok_s = shape_ceiling_tok_s(model, batch, torch_dtype)
-        times = {"rlvr": [], "hf": []}
+        times = {which: [] for which in engines}
         tokens = {}
         for rep in range(args.repeats):
-            order = ("rlvr", "hf") if rep % 2 == 0 else ("hf", "rlvr")
+            order = engines if rep % 2 == 0 else engines[::-1]
             for which in order:
                 seconds, count = run(which, prompts, args.new_tokens)
                 times[which].append(seconds)
                 tokens[which] = count
-        for which in ("rlvr", "hf"):
+        for which in engines:
             expected = batch * args.new_tokens
             if tokens[which] != expected:
                 print(f"warning: {which} produced {tokens[which]} tokens, expected {expected}", file=sys.stderr)
@@ -147,9 +171,8 @@ def run_dtype(args, dtype: str, prompts_all: list[list[int]]) -> dict:
             rows.append({"dtype": dtype, "batch": batch, "engine": which, "seconds": seconds,
                          "tokens": tokens[which], "tok_s": tokens[which] / seconds, "all_seconds": times[which],
                          "shape_ceiling_tok_s": shape_tok_s})
-        r, h = rows[-2], rows[-1]
-        print(f"  [{dtype}] batch {batch:>3}: rlvr {r['tok_s']:7.1f} tok/s ({r['seconds']:.1f} s) | "
-              f"hf {h['tok_s']:7.1f} tok/s ({h['seconds']:.1f} s)", flush=True)
+        print(f"  [{dtype}] batch {batch:>3}: " + " | ".join(
+            f"{r['engine']} {r['tok_s']:7.1f} tok/s ({r['seconds']:.1f} s)" for r in rows[-len(engines):]), flush=True)
     flops_after = matmul_flops(torch_dtype, args.matmul_size)
     ceiling = max(flops_before, flops_after)
     for row in rows:
@@ -168,6 +191,8 @@ def main(argv=None) -> int:
     parser.add_argument("--dtypes", default="float32,bfloat16", help="comma list: float32, bfloat16")
     parser.add_argument("--repeats", type=int, default=1, help="timed calls per engine and batch; median (default 1)")
     parser.add_argument("--matmul-size", type=int, default=2048, help="N of the N x N matmul ceiling (default 2048)")
+    parser.add_argument("--engines", default="rlvr,hf",
+                        help="comma list of rlvr, hf, vllm (vllm: run with .venv-vllm/bin/python; default rlvr,hf)")
     parser.add_argument("--group-size", type=int, default=1,
                         help="each distinct prompt repeated this many times in a batch (default 1)")
     parser.add_argument("--seed", type=int, default=0)
@@ -178,6 +203,9 @@ def main(argv=None) -> int:
     if args.quick:
         args.batches, args.new_tokens, args.dtypes = "1,4", 16, "float32"
     args.batch_list = [int(b) for b in args.batches.split(",") if b.strip()]
+    args.engine_list = [e.strip() for e in args.engines.split(",") if e.strip()]
+    if "hf" not in args.engine_list or set(args.engine_list) - {"rlvr", "hf", "vllm"}:
+        parser.error("--engines: a comma list of rlvr, hf, vllm that includes hf (the reference)")
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -202,14 +230,14 @@ def main(argv=None) -> int:
 
     print()
     print(f"{'dtype':<9} {'batch':>5} {'engine':<6} {'tok/s':>8} {'seconds':>8} {'of ceiling':>10} "
-          f"{'of shape ceiling':>16}   rlvr/hf")
+          f"{'of shape ceiling':>16}   engine/hf")
     for res in results:
         by_key = {(r["batch"], r["engine"]): r for r in res["rows"]}
         for batch in args.batch_list:
-            for engine in ("rlvr", "hf"):
+            for engine in args.engine_list:
                 r = by_key[(batch, engine)]
-                ratio = f"{r['tok_s'] / by_key[(batch, 'hf')]['tok_s']:.2f}" if engine == "rlvr" else ""
-                shape = "" if engine == "rlvr" else f"   (shape ceiling {r['shape_ceiling_tok_s']:.0f} tok/s)"
+                ratio = f"{r['tok_s'] / by_key[(batch, 'hf')]['tok_s']:.2f}" if engine != "hf" else ""
+                shape = "" if engine != "hf" else f"   (shape ceiling {r['shape_ceiling_tok_s']:.0f} tok/s)"
                 print(f"{res['dtype']:<9} {batch:>5} {engine:<6} {r['tok_s']:>8.1f} {r['seconds']:>8.2f} "
                       f"{100 * r['fraction_of_ceiling']:>9.2f}% {100 * r['fraction_of_shape_ceiling']:>15.1f}%   "
                       f"{ratio}{shape}")

@@ -120,6 +120,15 @@ def test_seeded_generation_is_reproducible(engine):
 
 
 @needs_vllm
+def test_seeded_batch_larger_than_the_default_prefill_budget(engine):
+    # 40 x 300 prompt tokens > vLLM's default per-step token budget: a split prefill with seeded
+    # requests crashed vLLM 0.32 on CPU ("CPU Generator does not use offset").
+    prompts = [[(i + j) % 250 for j in range(300)] for i in range(40)]
+    out = engine.generate(prompts, max_new_tokens=4, temperature=1.0, generator_seed=3)
+    assert len(out) == 40 and all(1 <= len(c.token_ids) <= 4 for c in out)
+
+
+@needs_vllm
 @pytest.mark.parametrize("temperature", [1.0, 0.6])
 def test_sampling_logprobs_match_trainer_scoring(engine, policy, temperature):
     prompts = [p for p in SHORT_PROMPTS + LONG_PROMPTS[:1] for _ in range(4)]

@@ -210,7 +210,10 @@ class VLLMEngine:
         kv_heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
         tokens = max(kv_cache_tokens, self.max_model_len)
         per_token = 2 * text.num_hidden_layers * kv_heads * _head_dim(config) * dtype.itemsize  # K and V
-        return {"kv_cache_memory_bytes": tokens * per_token}
+        # A prefill split over scheduler steps rewinds each seeded request's generator, which vLLM
+        # 0.32 cannot do on CPU ("CPU Generator does not use offset", measured at 64 x 65 prompt
+        # tokens): let one step take every token the KV cache can hold, so prefills are never split.
+        return {"kv_cache_memory_bytes": tokens * per_token, "max_num_batched_tokens": tokens}
 
     @staticmethod
     def _names_to_sync(weights: dict[str, torch.Tensor], saved: set[str]) -> list[str]:

@@ -23,6 +23,7 @@ from transformers import DynamicCache
 
 from rlvr.core.logprobs import entropy_from_logits, token_logprobs
 from rlvr.rollout.kv_cache import CACHE_KWARG
+from rlvr.train.experience import length_buckets
 
 
 @dataclass
@@ -151,20 +152,17 @@ def score_no_grad(
     temperature: float,
     micro_batch_size: int,
 ) -> list[torch.Tensor]:
-    """Log-probs for many sequences in micro-batches; one 1-D tensor per response."""
+    """Log-probs for many sequences in micro-batches of similar length; one 1-D tensor per response."""
     was_training = model.training
     model.eval()
     try:
-        result: list[torch.Tensor] = []
-        for start in range(0, len(prompts), micro_batch_size):
-            batch = collate(
-                prompts[start : start + micro_batch_size],
-                responses[start : start + micro_batch_size],
-                pad_token_id=pad_token_id,
-            )
+        result: list[torch.Tensor | None] = [None] * len(responses)
+        everything = list(range(len(responses)))
+        for rows in length_buckets(everything, [len(r) for r in responses], micro_batch_size):
+            batch = collate([prompts[i] for i in rows], [responses[i] for i in rows], pad_token_id=pad_token_id)
             logprobs, _ = score(model, batch, temperature=temperature)
-            for row, r in enumerate(responses[start : start + micro_batch_size]):
-                result.append(logprobs[row, : len(r)].cpu())
+            for row, i in enumerate(rows):
+                result[i] = logprobs[row, : len(responses[i])].cpu()
         return result
     finally:
         model.train(was_training)

@@ -5,7 +5,8 @@ Per optimiser step (one mini-batch):
     loss = aggregate(clipped_surrogate(logp, old_logp, A) + β·KL_k3(logp, ref_logp), mode)
 
 accumulated over micro-batches with the *mini-batch's* token and sequence counts as denominators,
-so k micro-batches of b give exactly the loss and gradient of one batch of k·b (USERS.md #6).
+so k micro-batches of b give exactly the loss and gradient of one batch of k·b (USERS.md #6). The
+micro-batches hold responses of similar length (``length_buckets``), so little of a forward is padding.
 
 Anchors (DaGRPO's expert responses) replace the clipped term by ψ-weighted log-likelihood:
 −Â·ψ(π_θ(a_t)), never clipped (core.losses.anchor_surrogate).
@@ -27,7 +28,7 @@ import torch
 from rlvr.config import ExperimentConfig
 from rlvr.core.kl import kl_k3
 from rlvr.core.losses import aggregate, anchor_surrogate, clipped_surrogate
-from rlvr.train.experience import Experience, minibatches, pad_rows
+from rlvr.train.experience import Experience, length_buckets, minibatches, pad_rows
 from rlvr.train.scoring import collate, score, score_no_grad
 
 
@@ -132,8 +133,7 @@ def optimizer_step(
     keep = ~exp.truncated if algo.mask_truncated_completions else torch.ones_like(exp.truncated)
     num_tokens = float(sum(len(exp.response_ids[i]) for i in mini if keep[i]))
     loss_total = 0.0
-    for start in range(0, len(mini), micro):
-        rows = mini[start : start + micro]
+    for rows in length_buckets(mini, [len(exp.response_ids[i]) for i in mini], micro):
         batch = collate([exp.prompt_ids[i] for i in rows], [exp.response_ids[i] for i in rows],
                         pad_token_id=pad_token_id)
         mask = batch.response_mask & keep[rows].unsqueeze(-1)  # [n, T]

@@ -73,6 +73,7 @@ def test_resume_after_a_crash_mid_line_gives_the_uninterrupted_file(tmp_path):
     # A finished file: nothing left to do, nothing generated.
     tally = rephrase_rows(rows(8), echo, n=2, seed=0, out_path=crashed, progress=False)
     assert tally.questions == 0 and tally.resumed == 8 and echo.calls == []
+    assert "nothing rephrased in this run" in tally.summary() and "mean 0.00" not in tally.summary()
     assert crashed.read_bytes() == full.read_bytes()
 
 

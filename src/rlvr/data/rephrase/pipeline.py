@@ -83,7 +83,8 @@ class Tally:
         rejected = ", ".join(f"{reason} {self.rejected[reason]}" for reason in REASONS if self.rejected[reason])
         lines = [
             f"questions rephrased: {self.questions} (already in the file: {self.resumed}) in {self.seconds:.1f} s",
-            f"kept per question: mean {self.mean_kept:.2f}; histogram {{kept: questions}} {histogram}",
+            (f"kept per question: mean {self.mean_kept:.2f}; histogram {{kept: questions}} {histogram}"
+             if self.questions else "kept per question: - (nothing rephrased in this run)"),
             f"candidates: {self.candidates}; rejected: {rejected or 'none'}; not needed: {self.surplus}",
         ]
         if self.no_candidates:
