@@ -18,7 +18,7 @@ TRL's own defaults that would make it slower for reasons unrelated to the algori
 gradient_checkpointing=False (TRL's default is True), no vLLM, no completion logging, report_to none.
 What stays each library's own choice (and is part of what is measured): the rollout engine (TRL:
 transformers `generate`; rlvr: its default `rollout_engine=rlvr` DecodeEngine, or --rlvr-engine hf for
-`generate`), the optimiser implementation (both fused AdamW), TRL's chunked "fused LM head" log-probs
+`generate`), the optimiser implementation (TRL: fused AdamW; rlvr: torch.optim.AdamW defaults), TRL's chunked "fused LM head" log-probs
 vs rlvr's shared-prefix scoring (each distinct prompt run once per micro-batch, logits only at
 response positions), the data order and the RNG.
 

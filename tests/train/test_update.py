@@ -91,32 +91,6 @@ def test_steps_per_generation_makes_that_many_optimizer_steps():
     assert metrics["train/skipped_steps"] == 0
 
 
-def test_trainer_uses_fused_adamw_and_it_matches_the_plain_update(tmp_path):
-    # The trainer builds AdamW(fused=True) on CPU; the fused kernel must apply the same update.
-    from rlvr.train.trainer import Trainer
-
-    from .conftest import tiny_overrides
-
-    trainer = Trainer(build_config(tiny_overrides(tmp_path / "run", max_steps=1)))
-    assert trainer.optimizer.defaults["fused"] is True
-    trainer.rewarder.close()
-    torch.manual_seed(0)
-    plain = [torch.nn.Parameter(torch.randn(5, 3)), torch.nn.Parameter(torch.randn(7))]
-    fused = [torch.nn.Parameter(p.detach().clone()) for p in plain]
-    options = {"lr": 1e-2, "betas": (0.9, 0.99), "weight_decay": 0.1}
-    opt_plain = torch.optim.AdamW(plain, **options)
-    opt_fused = torch.optim.AdamW(fused, fused=True, **options)
-    for step in range(5):
-        grads = [torch.randn_like(p) for p in plain]
-        for params, opt in ((plain, opt_plain), (fused, opt_fused)):
-            for p, g in zip(params, grads):
-                p.grad = g.clone()
-            opt.step()
-    for a, b in zip(plain, fused):
-        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
-    assert not torch.equal(plain[0], fused[0].new_zeros(5, 3))
-
-
 def test_length_buckets_example_and_invariants():
     lengths = [256, 20, 130, 128, 64, 250]
     assert length_buckets([10, 11, 12, 13, 14, 15], lengths, 4) == [[10, 15, 12, 13], [14], [11]]

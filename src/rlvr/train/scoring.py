@@ -98,13 +98,26 @@ def response_logits(model, batch: Collated, *, share_prefix: bool = True) -> lis
                   **{CACHE_KWARG: cache}, use_cache=width > 1, logits_to_keep=1).logits  # [U, 1, V]
     if width == 1:
         return [first[index]]
-    cache.batch_select_indices(index)  # every row gets its prompt's keys/values (gradients add up)
+    _copy_prompts_to_rows(cache, index, first.dtype)  # every row gets its prompt's keys/values
     attention_mask = torch.cat([prompt_mask[index], batch.response_mask.to(device).long()], dim=1)
     position_ids = prompt_mask.sum(-1)[index, None] + torch.arange(width, device=device)  # [n, T]
     rest = model(input_ids=batch.response_ids.to(device), attention_mask=attention_mask,
                  position_ids=position_ids, **{CACHE_KWARG: cache}, use_cache=True,
                  logits_to_keep=torch.arange(width - 1, device=device)).logits  # [n, T - 1, V]
     return [first[index], rest]
+
+
+def _copy_prompts_to_rows(cache, index: torch.Tensor, dtype: torch.dtype) -> None:
+    """keys[u] -> rows of prompt u, as a product with a one-hot [n, U] matrix.
+
+    Plain indexing would do the same forward, but its backward accumulates the G rows' gradients
+    with index_put(accumulate=True), whose summation order varied under CPU load (a resumed run
+    then differed from an uninterrupted one by ~4e-9); the matrix product's backward is a GEMM.
+    """
+    onehot = torch.nn.functional.one_hot(index, num_classes=int(index.max()) + 1).to(dtype)  # [n, U]
+    for layer in cache.layers:
+        layer.keys = torch.tensordot(onehot.to(layer.keys.dtype), layer.keys, dims=([1], [0]))
+        layer.values = torch.tensordot(onehot.to(layer.values.dtype), layer.values, dims=([1], [0]))
 
 
 def score(
