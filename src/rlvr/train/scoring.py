@@ -22,6 +22,7 @@ import torch
 from transformers import DynamicCache
 
 from rlvr.core.logprobs import entropy_from_logits, token_logprobs
+from rlvr.rollout.base import left_pad
 from rlvr.rollout.kv_cache import CACHE_KWARG
 from rlvr.train.experience import length_buckets
 
@@ -56,14 +57,8 @@ def collate(prompts: list[list[int]], responses: list[list[int]], *, pad_token_i
     """Pad the distinct prompts on the left and the responses on the right."""
     index: dict[tuple[int, ...], int] = {}
     prompt_index = torch.tensor([index.setdefault(tuple(p), len(index)) for p in prompts], dtype=torch.long)
-    distinct = list(index)
-    width_p = max(len(p) for p in distinct)
+    prompt_ids, prompt_mask = left_pad(list(index), pad_token_id)  # [U, P]
     width_r = max(1, max(len(r) for r in responses))
-    prompt_ids = torch.full((len(distinct), width_p), pad_token_id, dtype=torch.long)  # [U, P]
-    prompt_mask = torch.zeros_like(prompt_ids)
-    for u, p in enumerate(distinct):
-        prompt_ids[u, width_p - len(p) :] = torch.tensor(p, dtype=torch.long)
-        prompt_mask[u, width_p - len(p) :] = 1
     response_ids = torch.full((len(responses), width_r), pad_token_id, dtype=torch.long)  # [n, T]
     response_mask = torch.zeros((len(responses), width_r), dtype=torch.bool)
     for row, r in enumerate(responses):
