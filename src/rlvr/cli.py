@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import subprocess
 import sys
 
 import yaml
@@ -60,8 +61,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def launch_torchrun(nproc: int, argv: list[str]) -> int:
+    """``rlvr train nproc=N ...``: run the same command under torchrun with N processes on this machine."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+               "-m", "rlvr.cli", *argv]
+    print(f"rlvr: launching {nproc} processes: {' '.join(command[1:])}", file=sys.stderr)
+    return subprocess.run(command, check=False).returncode
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     for noisy in ("httpx", "urllib3", "filelock"):
@@ -87,9 +97,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.dry_run:
             print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
             return 0
+        if cfg.run.nproc > 1 and "WORLD_SIZE" not in os.environ:
+            return launch_torchrun(cfg.run.nproc, argv)
         from transformers.utils import logging as hf_logging
 
         from rlvr.train.sft import make_trainer  # heavy imports only when training
+        from rlvr.train.trainer import TrainingStopped
 
         hf_logging.disable_progress_bar()  # weight loading/saving bars would break our own bar
         try:
@@ -97,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as error:
             print(f"rlvr {args.command}: {error}", file=sys.stderr)
             return 2
+        except TrainingStopped as error:
+            print(f"rlvr {args.command}: stopped: {error}", file=sys.stderr)
+            return 3
         return 0
     return 1
 

@@ -11,6 +11,7 @@ from rlvr.eval.problems_file import problems_path
 from rlvr.eval.seeding import row_seed
 from rlvr.models import tiny_random_model_and_tokenizer
 from rlvr.rewards import VerifyResult
+from tests.helpers.hostile_names import files_under, hostile_names
 
 TOP_KEYS = {"model", "settings", "datasets"}
 SETTINGS_KEYS = {"n", "k", "temperature", "top_p", "max_completion_length", "seed", "instruction",
@@ -188,3 +189,16 @@ def test_diversity_is_recorded_per_problem_and_averaged(tiny, tmp_path):
     values = [json.loads(line)["diversity"] for line in problems_path(out).read_text().splitlines()[1:]]
     assert len(values) == 2 and all(isinstance(v, float) and v >= 0 for v in values)
     assert result["datasets"][data]["diversity"] == pytest.approx(sum(values) / 2)
+
+
+def test_hostile_dataset_names_and_row_ids_never_become_paths(tiny, tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "VerifierPool", CountingPool)
+    work = tmp_path / "work" / "deep"
+    work.mkdir(parents=True)
+    monkeypatch.chdir(work)  # so a relative "../../x" would land inside tmp_path, where it is seen
+    names = hostile_names(tmp_path)
+    specs = {name: [{"id": name, "prompt": "q", "answer": "0,0"}] for name in names}
+    specs["ids"] = [{"id": name, "prompt": "q", "answer": "0,0"} for name in names]
+    result = _run(tiny, specs, work / "out" / "e.json", n=2, ks=[1, 2])
+    assert list(result["datasets"]) == [*names, "ids"] and result["datasets"]["ids"]["num_problems"] == len(names)
+    assert files_under(tmp_path) == {"work/deep/out/e.json", "work/deep/out/e.json.problems.jsonl"}

@@ -11,6 +11,7 @@ from rlvr.models import (
     copy_for_reference,
     eos_token_ids,
     load_policy,
+    loading,
     parse_dtype,
     tiny_random_model_and_tokenizer,
 )
@@ -94,11 +95,34 @@ def test_pickle_weights_need_explicit_opt_in(tmp_path):
     model, tokenizer = tiny_random_model_and_tokenizer()
     model.config.save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)
+    # What save_pretrained(safe_serialization=False) wrote before transformers 5 (which ignores the
+    # flag and always writes safetensors): only a pickle pytorch_model.bin.
     torch.save(model.state_dict(), tmp_path / "pytorch_model.bin")
     with pytest.raises(ValueError, match="allow_pickle_weights=True"):
         load_policy(str(tmp_path))
     loaded, _ = load_policy(str(tmp_path), allow_pickle_weights=True)
     assert torch.equal(loaded.lm_head.weight, model.lm_head.weight)
+
+
+@pytest.mark.parametrize("trust_remote_code", [False, True])
+def test_trust_remote_code_is_off_by_default_and_passed_through(tmp_path, monkeypatch, trust_remote_code):
+    model, tokenizer = tiny_random_model_and_tokenizer()
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    seen = []
+    for cls in (loading.AutoModelForCausalLM, loading.AutoTokenizer):
+        real = cls.from_pretrained
+
+        def spy(*args, real=real, **kwargs):
+            seen.append((kwargs["trust_remote_code"], kwargs.get("use_safetensors")))
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(cls, "from_pretrained", spy)
+    load_policy(str(tmp_path))
+    assert seen == [(False, None), (False, True)]  # tokenizer, then model (safetensors only)
+    seen.clear()
+    load_policy(str(tmp_path), trust_remote_code=trust_remote_code)
+    assert seen == [(trust_remote_code, None), (trust_remote_code, True)]
 
 
 @pytest.mark.parametrize("path", ["./no/such/model", os.path.join("a", "b", "c"), "/definitely/not/here"])

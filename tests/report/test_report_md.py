@@ -3,10 +3,14 @@
 import argparse
 import re
 
-from rlvr.cli import main
-from rlvr.report_cli import add_report_parser, run_report
+import pytest
 
-from .conftest import PNG_HEADER
+from rlvr.cli import main
+from rlvr.report import make_report
+from rlvr.report_cli import add_report_parser, run_report
+from tests.helpers.hostile_names import files_under, hostile_names
+
+from .conftest import GRPO_RECORDS, PNG_HEADER, base_config, eval_result, write_run
 
 
 def report(argv: list[str]) -> int:
@@ -87,3 +91,16 @@ def test_report_of_a_real_tiny_random_run(tmp_path, monkeypatch):
         assert data[:8] == PNG_HEADER and len(data) > 10_000, file
         assert f"]({file})" in text
     assert "`kl`" in text  # beta = 0: no KL logged, the panel is skipped
+
+
+@pytest.mark.filterwarnings("ignore:Glyph 0:UserWarning", "ignore:Tight layout not applied:UserWarning")
+def test_hostile_run_and_benchmark_names_never_become_paths(tmp_path):
+    names = hostile_names(tmp_path)
+    evals = {f"e{i}.json": eval_result(name, {"1": 0.5}, spec=name) for i, name in enumerate(names)}
+    run = write_run(tmp_path, "run", GRPO_RECORDS, base_config("grpo", tmp_path / "run"), evals=evals)
+    before = files_under(tmp_path)
+    path = make_report([run], tmp_path / "rep", names=["../../escaped-run"])
+    text = path.read_text()
+    assert all(f"| {name} |" in text for name in ("../../etc/passwd", "x" * 200))  # the names are shown
+    new = files_under(tmp_path) - before
+    assert new and all(file.startswith("rep/") for file in new), new

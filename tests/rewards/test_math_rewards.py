@@ -1,8 +1,14 @@
 """MathAccuracy and format_reward with TRL's reward signature."""
 
+
 import pytest
 
-from rlvr.rewards import FORMAT_MAX_TAIL_CHARS, MathAccuracy, completion_text, format_reward
+from rlvr.rewards import (
+    FORMAT_MAX_TAIL_CHARS,
+    MathAccuracy,
+    completion_text,
+    format_reward,
+)
 
 
 def chat(text):
@@ -20,11 +26,13 @@ def test_accuracy_plain_and_conversational(pool):
     answers = ["0.5", "1000", "8", "3"]
     assert accuracy(["p"] * 4, completions, answer=answers) == [1.0, 1.0, 0.0, 0.0]
     assert accuracy(["p"] * 4, [chat(c) for c in completions], answer=answers) == [1.0, 1.0, 0.0, 0.0]
-    assert accuracy.stats == {"calls": 8, "correct": 4, "no_answer": 2, "timeouts": 0, "errors": 0}
+    assert accuracy.stats == {"calls": 8, "correct": 4, "no_answer": 2, "timeouts": 0, "errors": 0,
+                              "gold_unparsed": 0}
     assert accuracy.pop_stats() == {"accuracy/calls": 8, "accuracy/correct": 4,
                                     "accuracy/no_answer": 2, "accuracy/timeouts": 0,
-                                    "accuracy/errors": 0}
-    assert accuracy.stats == {"calls": 0, "correct": 0, "no_answer": 0, "timeouts": 0, "errors": 0}
+                                    "accuracy/errors": 0, "accuracy/gold_unparsed": 0}
+    assert accuracy.stats == {"calls": 0, "correct": 0, "no_answer": 0, "timeouts": 0, "errors": 0,
+                              "gold_unparsed": 0}
 
 
 def test_accuracy_counts_timeouts_and_survives_huge_inputs(pool):
@@ -33,6 +41,49 @@ def test_accuracy_counts_timeouts_and_survives_huge_inputs(pool):
     assert accuracy(None, completions, answer=["3"] * 4) == [0.0, 0.0, 0.0, 1.0]
     stats = accuracy.stats
     assert (stats["timeouts"], stats["no_answer"], stats["correct"]) == (1, 2, 1)
+
+
+def _nested(command, depth, core):
+    for _ in range(depth):
+        core = command.format(core)
+    return core
+
+
+ADVERSARIAL = {
+    "2 MB of digits": "9" * 2_000_000,
+    "2 MB of words, then a box": "word " * 400_000 + r"\boxed{3}",
+    "2 MB answer-is": "The answer is " + "1" * 2_000_000,
+    "nested frac": r"\boxed{" + _nested(r"\frac{{{}}}{{2}}", 40, "1") + "}",
+    "nested sqrt": r"\boxed{" + _nested(r"\sqrt{{{}}}", 60, "2") + "}",
+    "power tower": r"\boxed{10^10^10^10}",
+    "braced power tower": r"\boxed{10^{10^{10^{10}}}}",
+    "factorial tower": r"\boxed{100000!!}",
+    "unbalanced box": r"\boxed{\frac{1}{{2}",
+    "unbalanced inside": r"The answer is \frac{1}{{{2}",
+    "unmatched left": r"\boxed{\left( \frac{1}{2} \right.}",
+}
+
+
+@pytest.mark.parametrize("answer_extraction", ["boxed", "flexible"])
+def test_adversarial_completions_score_zero_and_the_pool_keeps_working(pool, answer_extraction):
+    accuracy = MathAccuracy(pool, answer_extraction)
+    # every comparison is bounded by the pool's hard kill (timeout_s + KILL_GRACE_S): a hang would
+    # stall this call, and CI's time limit would catch it (no wall-clock assert in tests)
+    rewards = accuracy(None, list(ADVERSARIAL.values()), answer=["4"] * len(ADVERSARIAL))
+    assert rewards == [0.0] * len(ADVERSARIAL)
+    assert accuracy.stats["calls"] == len(ADVERSARIAL) and accuracy.stats["correct"] == 0
+    assert accuracy(None, [r"\boxed{\frac{8}{2}}", "#### 4"], answer=["4", "4"]) == [1.0, 1.0]
+
+
+def test_a_gold_that_does_not_parse_scores_zero_and_is_counted(pool):
+    accuracy = MathAccuracy(pool)
+    completions = [r"\boxed{\sqrt{2}}", r"\boxed{√2}", r"\boxed{1}", "no answer"]
+    # "√2" and "\frac{" are not math to math-verify: only a textual match scores.
+    assert accuracy(None, completions, answer=["√2", "√2", r"\frac{", r"\frac{"]) == [0.0, 1.0, 0.0, 0.0]
+    stats = accuracy.pop_stats()
+    assert stats["accuracy/gold_unparsed"] == 2 and stats["accuracy/errors"] == 0
+    assert stats["accuracy/no_answer"] == 1
+    assert accuracy(None, [r"\boxed{\sqrt{4}}"], answer=["2"]) == [1.0]  # the pool is unaffected
 
 
 def test_accuracy_needs_answer_column(pool):

@@ -95,6 +95,41 @@ def test_failures_become_none_and_are_counted():
     assert counts["all_none"] == 2
 
 
+@pytest.mark.parametrize("returned", [
+    None,                          # no list at all
+    1.0,                           # a scalar
+    torch.tensor(1.0),             # a 0-d tensor (tolist() gives a float)
+    [1.0, 0.0, 1.0, 0.0],          # too many values
+    [],                            # too few
+    "1.0",                         # a string is iterable: three characters
+    [[1.0], [0.0], [1.0]],         # nested
+    [1.0, 1j, 0.0],                # complex is not a real number
+    {"a": 1.0, "b": 0.0, "c": 1.0},  # a dict iterates its keys
+])
+def test_malformed_returns_count_as_an_error(returned):
+    totals, per_func, counts = combine_rewards([named("bad", returned), named("ok", [0.5] * 3)], None,
+                                               ["p"] * 3, ["c"] * 3, {})
+    assert per_func["bad"] == [None] * 3 and counts["bad/errors"] == 1
+    assert totals == [0.5] * 3  # the other function still counts
+
+
+def test_raising_every_exception_type_is_contained():
+    for error in (ValueError("v"), KeyError("k"), ZeroDivisionError(), RecursionError(), MemoryError()):
+        def boom(prompts, completions, error=error, **columns):
+            raise error
+        _, per_func, counts = combine_rewards([boom], None, ["p"], ["c"], {})
+        assert per_func["boom"] == [None] and counts["boom/errors"] == 1
+
+
+def test_ints_too_large_for_a_float_are_nonfinite():
+    # float(10**400) overflows: the value is dropped like inf, the rest of the batch is kept.
+    totals, per_func, counts = combine_rewards([named("big", [10**400, -(10**400), 3])], None,
+                                               ["p"] * 3, ["c"] * 3, {})
+    assert per_func["big"] == [None, None, 3.0]
+    assert counts == {"big/errors": 0, "big/nonfinite": 2, "all_none": 2}
+    assert totals == [0.0, 0.0, 3.0]
+
+
 def test_tensor_outputs_and_duplicate_names():
     first = named("r", torch.tensor([1.0, 2.0]))
     second = named("r", [True, False])

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from rlvr.rewards import VerifierPool, VerifyResult, normalize_answer
+from rlvr.rewards.verify_worker import GOLD_UNPARSED
 
 CORRECT = VerifyResult(correct=True)
 WRONG = VerifyResult(correct=False)
@@ -74,6 +75,13 @@ def test_adversarial_predictions_do_not_hang(pool):
     results = pool.verify_batch(["3", "3"], [nested, "2" * 100_000])
     assert all(not r.correct for r in results)
     assert pool.verify_batch(["4"], ["4.0"]) == [CORRECT]
+
+
+def test_a_gold_math_verify_cannot_parse_is_reported_not_raised(pool):
+    unparsed = VerifyResult(correct=False, error=GOLD_UNPARSED)
+    results = pool.verify_batch([r"\frac{", "√2", "#", "√2"], ["1", r"\sqrt{2}", "#", " √2 "])
+    assert results == [unparsed, unparsed, CORRECT, CORRECT]  # equal as text: the fast path
+    assert pool.verify_batch(["√4"], ["2"]) == [unparsed]
 
 
 def test_unresponsive_workers_are_killed_and_replaced(pool):

@@ -1,9 +1,15 @@
-"""Config: presets, CLI parsing, validation messages."""
+"""Config: presets, CLI parsing, validation messages, security defaults."""
+
+import dataclasses
+import re
 
 import pytest
 import yaml
 
-from rlvr.config import ExperimentConfig, build_config, field_help, load_config
+import rlvr.train.trainer as trainer_module
+from rlvr.config import SECTIONS, ExperimentConfig, build_config, field_help, load_config
+
+from .conftest import tiny_overrides
 
 
 def test_defaults_are_grpo():
@@ -82,3 +88,32 @@ def test_every_field_has_help():
     rows = field_help()
     assert len(rows) > 30
     assert all(text for _, _, _, text in rows)
+
+
+def test_no_option_can_hold_an_api_key():
+    # config.yaml is written to every run directory: options may only *name* the env var of a key.
+    secret_words = {"key", "keys", "secret", "password", "passwd", "token", "credential", "credentials", "auth"}
+    named = [f"{section}.{f.name}" for section, cls in SECTIONS.items() for f in dataclasses.fields(cls)
+             if secret_words & set(re.split(r"[_\W]+", f.name.lower()))]
+    assert named == ["dagrpo.judge_api_key_env"]
+    assert all(name.endswith("_env") for name in named)
+    assert ExperimentConfig().dagrpo.judge_api_key_env == "OPENAI_API_KEY"
+
+
+def test_trust_remote_code_is_off_by_default_and_reaches_load_policy(tmp_path, monkeypatch):
+    assert ExperimentConfig().model.trust_remote_code is False
+    seen = []
+
+    class Loaded(Exception):
+        pass
+
+    def spy(name, **kwargs):
+        seen.append(kwargs["trust_remote_code"])
+        raise Loaded  # stop before any model is built
+
+    monkeypatch.setattr(trainer_module, "load_policy", spy)
+    for value, overrides in ((False, {}), (True, {"trust_remote_code": True})):
+        cfg = build_config(tiny_overrides(tmp_path / str(value), data="rg:chain_sum:size=4", **overrides))
+        with pytest.raises(Loaded):
+            trainer_module.Trainer(cfg)
+        assert seen[-1] is value

@@ -66,7 +66,7 @@ def test_anchor_gradient_is_minus_adv_grad_logp_and_never_clipped():
     exp.old_logprobs = [torch.full((4,), -30.0), torch.full((2,), -30.0)]  # ratios would be e^30: clipped if PPO
     cfg = _cfg(anchors="always", epsilon=0.2, max_grad_norm=0.0)  # no clipping of the recorded grads
     opt = RecordingOptimizer(model.parameters())
-    optimizer_step(cfg, model, opt, NoScheduler(), exp, [0, 1], micro=2, pad_token_id=tok.pad_token_id,
+    optimizer_step(cfg, model, opt, NoScheduler(), exp, [[0, 1]], micro=2, pad_token_id=tok.pad_token_id,
                    stats=UpdateStats(grad_norms=[]), on_policy=False)
     # expected: d/dθ of -(2.0 * Σ_t log π(a_t)) / 6 tokens (token_mean over the mini-batch)
     ids = torch.tensor([prompt + anchor_ids])
@@ -166,6 +166,7 @@ def test_dagrpo_preset_with_steps_scorer_on_reasoning_gym(tmp_path):
 
 def test_judge_over_http_never_writes_the_api_key(tmp_path, monkeypatch):
     from tests.helpers.openai_server import FakeServer
+    from tests.helpers.secret_scan import assert_no_secret_in_dir
 
     key = "sk-secret-never-in-files-2718"
     monkeypatch.setenv("RLVR_TEST_JUDGE_KEY", key)
@@ -182,9 +183,7 @@ def test_judge_over_http_never_writes_the_api_key(tmp_path, monkeypatch):
     assert server.requests and server.requests[0][1]["Authorization"] == f"Bearer {key}"
     assert metrics["dagrpo/scorer_fail_frac"] == 0.0
     assert metrics["dagrpo/score_mean"] == pytest.approx(0.5 * metrics["rollout/reward_mean"] + 0.5 * 0.7, abs=1e-6)
-    for path in (tmp_path / "j").rglob("*"):
-        if path.is_file():
-            assert key.encode() not in path.read_bytes(), path
+    assert_no_secret_in_dir(tmp_path / "j", key)
 
 
 def test_judge_with_a_local_model_back_end(tmp_path):

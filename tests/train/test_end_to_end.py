@@ -1,6 +1,7 @@
 """End to end on tiny-random: the reward rises, parameters change, resume equals no interruption."""
 
 import json
+import math
 
 import pytest
 import torch
@@ -139,3 +140,40 @@ def test_cli_dry_run_prints_resolved_config(capsys):
     printed = yaml.safe_load(capsys.readouterr().out)
     assert printed["algorithm"]["scale_rewards"] == "none"
     assert printed["algorithm"]["beta"] == 0.01
+
+
+def _nan_on_calls(monkeypatch, calls: set[int]):
+    """Make the loss of the listed optimiser-step calls (1-based micro-batch count) NaN."""
+    from rlvr.train import update
+
+    real, seen = update.aggregate, {"n": 0}
+
+    def aggregate(*args, **kwargs):
+        seen["n"] += 1
+        loss = real(*args, **kwargs)
+        return loss * float("nan") if seen["n"] in calls else loss
+
+    monkeypatch.setattr(update, "aggregate", aggregate)
+
+
+def test_a_nonfinite_step_is_skipped_and_the_run_goes_on(tmp_path, lowercase_reward, monkeypatch):
+    _nan_on_calls(monkeypatch, {1})
+    trainer = _run(tmp_path, "nan", lowercase_reward, max_steps=3)
+    skipped = [m["train/skipped_steps"] for m in trainer.metrics_log.read()]
+    assert skipped == [1, 0, 0]
+    assert all(math.isfinite(m["train/loss"]) for m in trainer.metrics_log.read()[1:])
+
+
+def test_repeated_nonfinite_steps_stop_the_run_with_a_clear_message(tmp_path, lowercase_reward, monkeypatch):
+    from rlvr.train.trainer import TrainingStopped
+
+    _nan_on_calls(monkeypatch, set(range(1, 100)))
+    cfg = build_config(tiny_overrides(tmp_path / "nan", reward_funcs=[lowercase_reward], max_steps=5,
+                                      max_skipped_steps=2))
+    trainer = Trainer(cfg)
+    before = {k: v.clone() for k, v in trainer.policy.state_dict().items()}
+    with pytest.raises(TrainingStopped, match=r"step 2: 2 optimiser steps in a row had a non-finite loss"):
+        trainer.train()
+    assert [m["train/skipped_steps"] for m in trainer.metrics_log.read()] == [1, 1]  # both steps logged
+    after = trainer.policy.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)  # no NaN ever reached the weights

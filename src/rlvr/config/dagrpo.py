@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlvr.config.fields import _f, _fail
+from rlvr.rewards.api_keys import check_api_key_env, check_base_url
 
 SCORER_NAMES = ("none", "reward", "steps", "embed", "judge")
 
@@ -56,6 +57,9 @@ class DaGRPOConfig:
             _fail("judge_model/judge_base_url", (self.judge_model, self.judge_base_url),
                   "the judge scorer needs exactly one back end: judge_model=PATH_OR_ALIAS, or "
                   "judge_base_url=URL with judge_model_name=NAME")
+        check_api_key_env(self.judge_api_key_env, "judge_api_key_env")  # config.yaml must never hold a key
+        if self.judge_base_url is not None:
+            check_base_url(self.judge_base_url, "judge_base_url")
         if self.judge_base_url is not None and not self.judge_model_name:
             _fail("judge_model_name", self.judge_model_name, "name the model served at judge_base_url")
         if self.judge_timeout <= 0 or self.judge_max_retries < 0:

@@ -25,6 +25,8 @@ class ModelConfig:
     dtype: str = _f("float32", "parameter dtype: float32 | bfloat16")
     device: str = _f("auto", "auto (cuda if available, else cpu) | cpu | cuda | cuda:N")
     trust_remote_code: bool = _f(False, "allow model code from the Hub (off: safetensors + built-in code only)")
+    allow_pickle_weights: bool = _f(False, "also load *.bin/*.pt pickle weights (unpickling can run arbitrary code: "
+                                           "only for files you trust); off: safetensors only")
     lora_r: int = _f(0, "LoRA rank; 0 trains all parameters")
     lora_alpha: int = _f(16, "LoRA alpha")
     lora_dropout: float = _f(0.0, "LoRA dropout")
@@ -180,6 +182,9 @@ class RunConfig:
     num_completions_to_log: int = _f(8, "responses written to samples.jsonl per step")
     progress_bar: bool = _f(True, "show a progress bar")
     grad_spike_factor: float = _f(5.0, "count a grad-norm spike when it exceeds this many times the running median")
+    max_skipped_steps: int = _f(3, "stop when this many optimiser steps in a row had a non-finite loss or gradient")
+    nproc: int = _f(1, "processes on this machine (rlvr train nproc=N launches torchrun); under torchrun leave 1")
+    parallelism: str = _f("ddp", "how ranks share the policy: ddp (a full copy each) | fsdp (FSDP2 fully_shard)")
 
     def __post_init__(self) -> None:
         if self.max_steps < 1:
@@ -188,5 +193,11 @@ class RunConfig:
             _fail("save_steps", self.save_steps, "use 0 (save at the end) or a positive interval")
         if self.grad_spike_factor <= 1:
             _fail("grad_spike_factor", self.grad_spike_factor, "use a factor > 1 (e.g. 5)")
+        if self.max_skipped_steps < 1:
+            _fail("max_skipped_steps", self.max_skipped_steps, "use a positive count, e.g. 3")
+        if self.nproc < 1:
+            _fail("nproc", self.nproc, "use 1 (or launch with torchrun) or the number of processes, e.g. 2")
+        if self.parallelism not in ("ddp", "fsdp"):
+            _fail("parallelism", self.parallelism, "choose ddp or fsdp")
         if self.save_total_limit is not None and self.save_total_limit < 1:
             _fail("save_total_limit", self.save_total_limit, "keep at least 1 checkpoint, or null for all")

@@ -2,7 +2,9 @@
 
 These parse *dataset* text, which we control and validate, so they return None when the form is
 absent and the caller decides whether that is an error. (Parsing *model output* belongs to
-rlvr.rewards, which never raises.)
+rlvr.rewards, which never raises.) A gold is checked for presence here, not for math syntax: one
+that math-verify cannot parse scores 0 against any answer not equal to it as text, counted as
+``gold_unparsed`` (rlvr.rewards.math_rewards).
 """
 
 from __future__ import annotations

@@ -4,6 +4,12 @@
 are accepted. Rewards are floats in {0.0, 1.0}; a completion without an answer scores 0.0, not
 None, because "wrote no answer" is a wrong answer, not "not applicable".
 
+Gold answers that math-verify cannot parse (``\\frac{``, ``√2``) are not rejected at load time
+(rows are checked for a non-empty gold, not for math syntax, since golds may be words): a
+completion scores 1.0 only if its answer equals the gold as text (``normalize_answer``), else 0.0,
+and each such comparison is counted in ``gold_unparsed`` (logged as
+``rewards/accuracy/gold_unparsed``); a run whose counter keeps rising has a broken gold column.
+
 Reward hacking (open-instruct #659): ``format_reward`` is additive and pays wrong answers too;
 weight it well below accuracy (e.g. 0.1) or the policy learns to box anything.
 """
@@ -14,11 +20,12 @@ import re
 
 from rlvr.rewards.extract import EXTRACTION_MODES, extract_answer, find_last_box
 from rlvr.rewards.verify import VerifierPool
+from rlvr.rewards.verify_worker import GOLD_UNPARSED
 
 FORMAT_MAX_TAIL_CHARS = 20
 
 _BOX_OPEN = re.compile(r"\\(?:boxed|fbox)[ \t\n]*\{")
-_STAT_KEYS = ("calls", "correct", "no_answer", "timeouts", "errors")
+_STAT_KEYS = ("calls", "correct", "no_answer", "timeouts", "errors", "gold_unparsed")
 
 
 def completion_text(completion) -> str:
@@ -47,7 +54,8 @@ class MathAccuracy:
     Reads the gold from the ``answer`` column (one per completion), extracts the prediction with
     ``extract_answer`` and verifies it in ``pool``. Counters since the last ``pop_stats()``:
     ``calls`` (completions scored), ``correct``, ``no_answer`` (nothing extracted),
-    ``timeouts`` and ``errors`` (verifier timed out / failed; both scored 0.0).
+    ``timeouts`` and ``errors`` (verifier timed out / failed; both scored 0.0), ``gold_unparsed``
+    (the gold is not math to math-verify and the answer differs from it as text; scored 0.0).
 
     Args:
         pool: the ``VerifierPool`` that runs math-verify.
@@ -79,7 +87,8 @@ class MathAccuracy:
         self._stats["correct"] += sum(r.correct for r in results)
         self._stats["no_answer"] += sum(p is None for p in preds)
         self._stats["timeouts"] += sum(r.timed_out for r in results)
-        self._stats["errors"] += sum(r.error is not None for r in results)
+        self._stats["errors"] += sum(r.error is not None and r.error != GOLD_UNPARSED for r in results)
+        self._stats["gold_unparsed"] += sum(r.error == GOLD_UNPARSED for r in results)
         return [1.0 if r.correct else 0.0 for r in results]
 
     @property

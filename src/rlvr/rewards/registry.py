@@ -7,8 +7,9 @@ function once per batch and sums the weighted values, TRL-style:
     total_i = Σ_f w_f · r_f,i   over the f with r_f,i not None   (TRL: nansum)
 
 Convention: a function that raises, returns the wrong length or returns non-numbers contributes
-None for the whole batch (counted in ``<name>/errors``); a NaN or ±inf value becomes None
-(``<name>/nonfinite``); a completion where every function gave None scores 0.0 (``all_none``).
+None for the whole batch (counted in ``<name>/errors``); a NaN, ±inf or float-overflowing
+(``10**400``) value becomes None (``<name>/nonfinite``); a completion where every function gave
+None scores 0.0 (``all_none``).
 User reward code is model-facing, so its failures are counted and logged, never raised.
 """
 
@@ -183,6 +184,17 @@ def _call_reward(fn, name: str, n: int, prompts, completions, columns):
         logger.warning("reward %r returned %d values for %d completions (first non-number: %r); "
                        "its values for this batch are None", name, len(raw), n, bad)
         return [None] * n, 1, 0
-    values = [None if v is None or not math.isfinite(v) else float(v) for v in raw]
+    values = [_finite_float(v) for v in raw]
     nonfinite = sum(v is not None for v in raw) - sum(v is not None for v in values)
     return values, 0, nonfinite
+
+
+def _finite_float(value) -> float | None:
+    """``float(value)``, or None for None, NaN, ±inf and an int too large for a float (10**400)."""
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None

@@ -25,6 +25,9 @@ call starts fresh ones.
 Convention: gold first (math-verify is not symmetric); a string without ``$``/``\\(``/``\\[`` is
 wrapped in ``$...$`` before parsing (gold and prediction alike), as math-verify's LaTeX extractor
 needs a math environment. Strings equal after ``normalize_answer`` are correct without any IPC.
+A gold in which math-verify reads no math (``\\frac{``) raises nothing: a prediction that is not
+equal to it as text is incorrect with ``error=verify_worker.GOLD_UNPARSED`` (``MathAccuracy``
+counts these as ``gold_unparsed``).
 POSIX only (socket pairs, ``setitimer``), like math-verify's own timeouts.
 """
 
@@ -60,7 +63,8 @@ class VerifyResult:
     """Outcome of one gold/prediction comparison.
 
     ``timed_out`` and ``error`` both imply ``correct=False``; ``error`` is a short description
-    (worker crash, exception inside math-verify), never a traceback of the model's text.
+    (worker crash, exception inside math-verify, ``GOLD_UNPARSED``), never a traceback of the
+    model's text.
     """
 
     correct: bool

@@ -8,6 +8,10 @@ imported and warmed up, ``("failed", reason)`` if it cannot be, then
 ``ITIMER_REAL`` alarm that raises ``SoftTimeout`` (a BaseException, so math-verify's
 ``except Exception`` blocks let it through); math-verify's own alarms are disabled because they
 would reset ours.
+
+A gold in which math-verify reads no math (``\\frac{``, ``√2``: parse gives only its raw-string
+fallback) is answered ``error=GOLD_UNPARSED`` without parsing the prediction: such a gold can
+match only as text, which the parent's fast path (``normalize_answer``) has already checked.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ import logging
 import signal
 import sys
 from multiprocessing.connection import Connection
+
+GOLD_UNPARSED = "gold did not parse"
 
 
 class SoftTimeout(BaseException):
@@ -84,6 +90,8 @@ def _check(parse, verify, gold: str, pred: str, timeout_s: float, has_alarm: boo
         signal.setitimer(signal.ITIMER_REAL, timeout_s)
     try:
         gold_parsed = parse(as_math_env(gold), parsing_timeout=None)
+        if all(isinstance(item, str) for item in gold_parsed):
+            return False, False, GOLD_UNPARSED
         pred_parsed = parse(as_math_env(pred), parsing_timeout=None)
         return bool(verify(gold_parsed, pred_parsed, timeout_seconds=None)), False, None
     except SoftTimeout:

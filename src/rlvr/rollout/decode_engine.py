@@ -40,6 +40,8 @@ class DecodeEngine(LocalEngine):
             0 never drops them (each step decodes the whole batch, as ``generate`` does).
     """
 
+    supports_row_seeds = True  # generate(row_seeds=...): a request's draws do not depend on its batch
+
     def __init__(self, model, *, pad_token_id: int, eos_token_ids: list[int], max_batch_size: int = 64,
                  compact_below: float = 1.0):
         super().__init__(model, pad_token_id=pad_token_id, eos_token_ids=eos_token_ids,

@@ -23,6 +23,8 @@ from rlvr.rollout.completion import Completion
 class HFEngine(LocalEngine):
     """Batched sampling with ``model.generate`` (the reference engine; no ``row_seeds``)."""
 
+    supports_row_seeds = False  # generate(row_seeds=...): a request's draws do not depend on its batch
+
     def _generate_chunk(self, prompts, max_new_tokens, temperature, top_p, row_seeds) -> list[Completion]:
         if row_seeds is not None:
             raise ValueError("the hf engine has no row_seeds: use rollout_engine=rlvr")

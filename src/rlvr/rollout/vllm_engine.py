@@ -151,6 +151,8 @@ class VLLMEngine:
         seed: vLLM's seed for draws without ``generator_seed``.
     """
 
+    supports_row_seeds = True  # generate(row_seeds=...): a request's draws do not depend on its batch
+
     def __init__(
         self,
         model,
@@ -247,6 +249,7 @@ class VLLMEngine:
         temperature: float,
         top_p: float = 1.0,
         generator_seed: int | None = None,
+        row_seeds: list[int] | None = None,
     ) -> list[Completion]:
         """Sample one completion per prompt (repeat a prompt G times for a group).
 
@@ -256,6 +259,7 @@ class VLLMEngine:
             temperature: > 0 samples; 0 decodes greedily (log-probs then at T = 1).
             top_p: nucleus p (see the module docstring for its effect on log-probs).
             generator_seed: if given, prompt i gets the i-th seed drawn from it.
+            row_seeds: N seeds, prompt i sampled with vLLM seed ``row_seeds[i]`` (takes precedence).
 
         Returns:
             N completions in prompt order.
@@ -273,7 +277,12 @@ class VLLMEngine:
             self._warned_top_p = True
             logger.warning("vLLM's sampling log-probs with top_p=%s are renormalised over the nucleus "
                            "(the trainer's are not): rollout/logprob_mismatch includes -log(nucleus mass)", top_p)
+        if row_seeds is not None and len(row_seeds) != len(prompts):
+            raise ValueError(f"row_seeds has {len(row_seeds)} seeds for {len(prompts)} prompts")
         rng = random.Random(generator_seed)
+        seeds = [None if generator_seed is None else rng.getrandbits(63) for _ in prompts]
+        if row_seeds is not None:
+            seeds = [int(s) % (2**63) for s in row_seeds]
         params = [
             SamplingParams(
                 n=1,
@@ -283,9 +292,9 @@ class VLLMEngine:
                 stop_token_ids=self.eos_token_ids,
                 logprobs=0,  # the chosen token's log-prob only
                 detokenize=False,
-                seed=None if generator_seed is None else rng.getrandbits(63),
+                seed=seed,
             )
-            for _ in prompts
+            for seed in seeds
         ]
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params,
                                     use_tqdm=False)

@@ -47,8 +47,14 @@ def save_checkpoint(
     scheduler,
     trainer_state: dict[str, Any],
     keep_last: int | None,
+    model_state: dict[str, torch.Tensor] | None = None,
+    optimizer_state: dict[str, Any] | None = None,
 ) -> Path:
-    """Write a complete checkpoint for ``step`` atomically and prune old ones."""
+    """Write a complete checkpoint for ``step`` atomically and prune old ones.
+
+    ``model_state``/``optimizer_state``: full state dicts gathered from a sharded (FSDP2) model;
+    the optimiser's is then keyed by parameter name (``trainer_state["optimizer_format"] = "fqn"``).
+    """
     root = output_dir / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     for stale in root.glob(".tmp-*"):
@@ -56,9 +62,11 @@ def save_checkpoint(
     final = checkpoint_dir(output_dir, step)
     tmp = root / f".tmp-{final.name}"
     tmp.mkdir()
-    model.save_pretrained(tmp / "model", safe_serialization=True)
+    model.save_pretrained(tmp / "model", safe_serialization=True, state_dict=model_state)
     tokenizer.save_pretrained(tmp / "model")
-    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    torch.save(optimizer.state_dict() if optimizer_state is None else optimizer_state, tmp / "optimizer.pt")
+    if optimizer_state is not None:
+        trainer_state = {**trainer_state, "optimizer_format": "fqn"}
     torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
     torch.save(rng_state(), tmp / "rng.pt")
     (tmp / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2), encoding="utf-8")
@@ -91,11 +99,22 @@ def load_trainer_state(path: Path) -> dict[str, Any]:
     return json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
 
 
-def load_training_state(path: Path, *, optimizer, scheduler) -> None:
-    """Restore optimiser, scheduler and RNG states from a checkpoint folder."""
-    optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
+def load_training_state(path: Path, *, optimizer, scheduler, model=None) -> None:
+    """Restore optimiser, scheduler and RNG states from a checkpoint folder.
+
+    A name-keyed optimiser state (saved from FSDP2) is loaded through ``model`` with
+    torch.distributed.checkpoint's ``set_optimizer_state_dict`` (sharded again if the model is).
+    """
+    state = torch.load(path / "optimizer.pt", weights_only=True)
+    if load_trainer_state(path).get("optimizer_format") == "fqn":
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+        set_optimizer_state_dict(model, optimizer, optim_state_dict=state,
+                                 options=StateDictOptions(full_state_dict=True))
+    else:
+        optimizer.load_state_dict(state)
     scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=True))
-    set_rng_state(torch.load(path / "rng.pt", weights_only=False))
+    set_rng_state(torch.load(path / "rng.pt", weights_only=True))  # no unpickling of code
 
 
 def load_model_weights(model, path: Path) -> None:
@@ -114,7 +133,15 @@ def load_model_weights(model, path: Path) -> None:
 
         set_peft_model_state_dict(model, state)
         return
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    from rlvr.train.fsdp import is_sharded
+
+    if is_sharded(model):  # FSDP2: every rank holds the full weights; each keeps its shard
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        missing, unexpected = set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True,
+                                                                                          strict=False))
+    else:
+        missing, unexpected = model.load_state_dict(state, strict=False)
     # Tied embeddings are saved once; anything else missing means a different model.
     missing = [k for k in missing if "lm_head" not in k]
     if missing or unexpected:

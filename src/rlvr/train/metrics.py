@@ -80,7 +80,7 @@ def dagrpo_rollout_metrics(stats: dict[str, float]) -> dict[str, float]:
     """Rates from the DaGRPO phase's summed counters (empty when DaGRPO is off)."""
     if "dagrpo/_groups" not in stats:
         return {}
-    count = lambda key: stats.get(f"dagrpo/_{key}", 0.0)  # noqa: E731
+    count = lambda key: stats.get(f"dagrpo/_{key}", 0.0)
     scored = count("scored")
     return {
         "dagrpo/anchor_rate": count("anchor_injected") / max(1.0, count("groups")),

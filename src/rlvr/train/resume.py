@@ -11,7 +11,8 @@ from rlvr.config import ExperimentConfig
 # Options that do not change the trajectory of the steps already run.
 MAY_CHANGE_ON_RESUME = {
     "max_steps", "resume", "save_steps", "save_total_limit", "progress_bar", "log_completions",
-    "num_completions_to_log", "output_dir", "verifier_workers",
+    "num_completions_to_log", "output_dir", "verifier_workers", "nproc", "parallelism",
+    "max_skipped_steps",
 }
 
 

@@ -64,8 +64,7 @@ class JsonlLog:
 
     def write(self, records: list[dict[str, Any]]) -> None:
         with open(self.path, "a", encoding="utf-8") as fh:
-            for record in records:
-                fh.write(json.dumps(json_safe(record), ensure_ascii=False) + "\n")
+            fh.writelines(json.dumps(json_safe(record), ensure_ascii=False) + "\n" for record in records)
             fh.flush()
 
     def read(self) -> list[dict[str, Any]]:

@@ -87,7 +87,7 @@ def response_logits(model, batch: Collated, *, share_prefix: bool = True) -> lis
         return [out.logits]
     prompt_ids, prompt_mask = batch.prompt_ids.to(device), batch.prompt_mask.to(device)
     index = batch.prompt_index.to(device)
-    cache = DynamicCache(config=model.config)
+    cache = DynamicCache(config=getattr(model, "module", model).config)  # DDP wraps the model
     first = model(input_ids=prompt_ids, attention_mask=prompt_mask,
                   position_ids=(prompt_mask.cumsum(-1) - 1).clamp(min=0),
                   **{CACHE_KWARG: cache}, use_cache=width > 1, logits_to_keep=1).logits  # [U, 1, V]

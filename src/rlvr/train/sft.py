@@ -37,8 +37,9 @@ class SFTTrainer(Trainer):
         if groups:
             experience = Experience.from_groups(groups)
             experience.advantages = torch.ones(len(experience))
-            metrics.update(update_policy(self.cfg, self.policy, self.optimizer, self.scheduler, experience,
-                                         pad_token_id=self.tokenizer.pad_token_id, ref_model=self.ref_model))
+            metrics.update(update_policy(self.cfg, self.train_model, self.optimizer, self.scheduler, experience,
+                                         pad_token_id=self.tokenizer.pad_token_id, ref_model=self.ref_model,
+                                         ctx=self.dist))
             metrics["sft/tokens"] = sum(len(ids) for ids in experience.response_ids)
         metrics.update(self.grad_spikes.update(metrics.get("train/grad_norm")))
         metrics["time/step_s"] = time.perf_counter() - t0

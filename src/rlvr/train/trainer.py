@@ -5,9 +5,10 @@
 Everything a step needs lives on :class:`Trainer`; checkpoints and resume are in
 ``checkpoint.py``, the update in ``update.py``, the rollout/reward phase in ``rollout_phase.py``.
 
-Reproducibility: torch's RNG is re-seeded from (seed, step, round) before every generation call,
-data order depends only on (seed, rows consumed), and the policy runs in eval mode (no dropout),
-so a resumed run repeats an uninterrupted one exactly on CPU (USERS.md #7).
+Reproducibility: every sampled response has its own seed, from (seed, step, round, its position
+in the step's requests); data order depends only on (seed, rows consumed), and the policy runs in
+eval mode (no dropout), so a resumed run repeats an uninterrupted one exactly on CPU (USERS.md #7),
+and W processes sample what one process samples (``distributed.py``).
 """
 
 from __future__ import annotations
@@ -29,13 +30,15 @@ from rlvr.rollout import build_engine
 from rlvr.train import checkpoint as ckpt
 from rlvr.train.advantages import compute_advantages
 from rlvr.train.dagrpo_phase import build_dagrpo_phase
+from rlvr.train.distributed import init_distributed, shutdown_distributed, wrap_policy
 from rlvr.train.evaluation import evaluate_during_training, should_evaluate
+from rlvr.train.fsdp import full_state_dicts, full_weights, is_sharded
 from rlvr.train.experience import Experience
 from rlvr.train.grad_spikes import GradSpikes
 from rlvr.train.metrics import rollout_metrics, sample_records
 from rlvr.train.progress import Progress, memory_metrics
-from rlvr.train.rephrasings import attach_rephrasings, variant_prompt
 from rlvr.train.reference import AdapterOffReference
+from rlvr.train.rephrasings import attach_rephrasings, variant_prompt
 from rlvr.train.resume import check_resumable_config
 from rlvr.train.rewarding import Rewarder
 from rlvr.train.rollout_phase import collect_groups
@@ -45,28 +48,43 @@ from rlvr.train.update import update_policy
 logger = logging.getLogger(__name__)
 
 
-def resolve_device(name: str) -> torch.device:
-    """``auto`` picks CUDA when present; an explicit CUDA device that is absent is an error."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+def resolve_device(name: str, *, local_rank: int | None = None) -> torch.device:
+    """``auto`` picks CUDA when present; an explicit CUDA device that is absent is an error.
+
+    Under torchrun (``local_rank`` given) ``auto``/``cuda`` mean this process's GPU, cuda:LOCAL_RANK.
+    """
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"device={name} but torch sees no CUDA device; use device=cpu or a CUDA build of torch")
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if local_rank is not None and name.startswith("cuda:"):
+        raise ValueError(f"device={name} with several processes would put every rank on one GPU; use "
+                         "device=auto or cuda (rank r then uses cuda:LOCAL_RANK), and CUDA_VISIBLE_DEVICES")
+    if name == "cuda" and local_rank is not None:
+        return torch.device("cuda", local_rank)
     return torch.device(name)
 
 
+class TrainingStopped(RuntimeError):
+    """The run cannot go on (e.g. every recent optimiser step had a non-finite loss or gradient)."""
+
+
 class Trainer:
-    """Builds everything from an :class:`ExperimentConfig` and runs the loop."""
+    """Builds everything from an :class:`ExperimentConfig` and runs the loop (on every rank)."""
 
     def __init__(self, cfg: ExperimentConfig):
         self.cfg = cfg
+        self.dist = init_distributed()
+        self._check_world()
         name = cfg.run.output_dir or f"runs/{cfg.algorithm.algo}-{datetime.now():%Y%m%d-%H%M%S}"
-        self.output_dir = Path(name)
+        self.output_dir = Path(self.dist.broadcast_object(name))  # one run directory for every rank
         self._check_output_dir()  # fail before loading anything
         torch.manual_seed(cfg.run.seed)
-        self.rows = attach_rephrasings(load_rows(cfg.data.data), cfg)
+        self.rows = self._load_rows()
         self.sampler = PromptSampler(self.rows, seed=cfg.run.seed, shuffle=cfg.data.shuffle)
         self.policy, self.tokenizer = load_policy(
-            cfg.model.model, dtype=cfg.model.dtype, trust_remote_code=cfg.model.trust_remote_code, seed=cfg.run.seed
+            cfg.model.model, dtype=cfg.model.dtype, trust_remote_code=cfg.model.trust_remote_code, seed=cfg.run.seed,
+            allow_pickle_weights=cfg.model.allow_pickle_weights,
         )
         if cfg.model.lora_r > 0:
             targets = cfg.model.lora_target_modules
@@ -74,10 +92,11 @@ class Trainer:
                 self.policy, r=cfg.model.lora_r, alpha=cfg.model.lora_alpha, dropout=cfg.model.lora_dropout,
                 target_modules=targets if targets == "all-linear" else [t.strip() for t in targets.split(",")],
             )
-        self.device = resolve_device(cfg.model.device)
+        self.device = resolve_device(cfg.model.device, local_rank=self.dist.local_rank if self.dist.enabled else None)
         self.policy.to(self.device)
         self.policy.eval()  # no dropout: the on-policy ratio is exactly 1
         self.ref_model = self._reference_model()
+        self.train_model = wrap_policy(self.policy, self.dist, cfg.run.parallelism, self.device)  # DDP/FSDP2
         self.engine = build_engine(cfg.rollout.rollout_engine, self.policy, pad_token_id=self.tokenizer.pad_token_id,
                                    eos_token_ids=eos_token_ids(self.policy, self.tokenizer))
         self.rewarder = Rewarder(cfg.reward.reward_funcs, cfg.reward.reward_weights,
@@ -93,6 +112,7 @@ class Trainer:
         self.samples_log = JsonlLog(self.output_dir / "samples.jsonl")
         self.group_counter = 0
         self.grad_spikes = GradSpikes(factor=cfg.run.grad_spike_factor)
+        self.skipped_in_a_row = 0  # optimiser steps since the last finite one
         self._prompt_cache: dict[tuple[str, int], list[int]] = {}
 
     # ----------------------------------------------------------------- the algorithm
@@ -115,8 +135,9 @@ class Trainer:
             experience.advantages, advantage_metrics = compute_advantages(self.cfg, experience)  # [N]
             advantages = experience.advantages
             t_update = time.perf_counter()
-            train_metrics = update_policy(self.cfg, self.policy, self.optimizer, self.scheduler, experience,
-                                          pad_token_id=self.tokenizer.pad_token_id, ref_model=self.ref_model)
+            train_metrics = update_policy(self.cfg, self.train_model, self.optimizer, self.scheduler, experience,
+                                          pad_token_id=self.tokenizer.pad_token_id, ref_model=self.ref_model,
+                                          ctx=self.dist)
             self.engine.sync_weights()  # engines holding their own copy (vLLM) take the new weights
             update_s = time.perf_counter() - t_update
         else:
@@ -146,34 +167,66 @@ class Trainer:
     def train(self) -> list[dict]:
         """Run (or resume) to max_steps; return the metrics of the steps run now."""
         start = self._start()
-        progress = Progress(self.cfg.run.max_steps, start, enabled=self.cfg.run.progress_bar)
+        main = self.dist.is_main
+        progress = Progress(self.cfg.run.max_steps, start, enabled=self.cfg.run.progress_bar and main)
         history = []
         try:
             for step in range(start + 1, self.cfg.run.max_steps + 1):
                 metrics, samples = self.training_step(step)
+                finite = metrics.pop("_optimizer_steps", 0), metrics.pop("_trailing_skips", 0)
                 if should_evaluate(self.cfg, step):
-                    metrics.update(evaluate_during_training(self, step))
-                self.metrics_log.write([metrics])
-                if self.cfg.run.log_completions:
-                    self.samples_log.write(samples)
+                    with full_weights(self.policy):  # FSDP2: gathered on every rank, used by rank 0
+                        if main:
+                            metrics.update(evaluate_during_training(self, step))
+                        self.dist.barrier()
+                if main:
+                    self.metrics_log.write([metrics])
+                    if self.cfg.run.log_completions:
+                        self.samples_log.write(samples)
                 history.append(metrics)
                 progress.update(metrics)
+                self._check_finite_steps(step, *finite)
                 save_every = self.cfg.run.save_steps
                 if step == self.cfg.run.max_steps or (save_every and step % save_every == 0):
                     self.save(step)
         finally:
             progress.close()
             self.rewarder.close()
-        progress.summary(self.metrics_log.read(), self.output_dir)
+        if main:
+            progress.summary(self.metrics_log.read(), self.output_dir)
+        shutdown_distributed(self.dist)
         return history
 
-    def save(self, step: int) -> Path:
+    def save(self, step: int) -> Path | None:
+        """Rank 0 writes the checkpoint (atomically); the others wait for it."""
         state = {"step": step, "sampler": self.sampler.state_dict(), "group_counter": self.group_counter,
-                 "grad_spikes": self.grad_spikes.state_dict()}
-        return ckpt.save_checkpoint(
-            self.output_dir, step, model=self.policy, tokenizer=self.tokenizer, optimizer=self.optimizer,
-            scheduler=self.scheduler, trainer_state=state, keep_last=self.cfg.run.save_total_limit,
-        )
+                 "grad_spikes": self.grad_spikes.state_dict(), "skipped_in_a_row": self.skipped_in_a_row}
+        path, model_state, optimizer_state = None, None, None
+        if is_sharded(self.policy):  # gather the full states (a collective: every rank takes part)
+            model_state, optimizer_state = full_state_dicts(self.policy, self.optimizer)
+        if self.dist.is_main:
+            path = ckpt.save_checkpoint(
+                self.output_dir, step, model=self.policy, tokenizer=self.tokenizer, optimizer=self.optimizer,
+                scheduler=self.scheduler, trainer_state=state, keep_last=self.cfg.run.save_total_limit,
+                model_state=model_state, optimizer_state=optimizer_state,
+            )
+        self.dist.barrier()
+        return path
+
+    def _check_finite_steps(self, step: int, done: int, trailing: int) -> None:
+        """Count optimiser steps skipped for a non-finite loss/gradient in a row; stop after too many.
+
+        ``done``: optimiser steps taken in this training step; ``trailing``: skipped after the last one.
+        """
+        self.skipped_in_a_row = trailing if done else self.skipped_in_a_row + trailing
+        limit = self.cfg.run.max_skipped_steps
+        if self.skipped_in_a_row >= limit:
+            raise TrainingStopped(
+                f"step {step}: {self.skipped_in_a_row} optimiser steps in a row had a non-finite loss or "
+                f"gradient norm (limit max_skipped_steps={limit}); the weights are those of the last finite "
+                "step. Look at train/loss and train/grad_norm in metrics.jsonl; lower learning_rate, set "
+                "max_grad_norm, use float32, or check the reward function for NaN/inf"
+            )
 
     # ----------------------------------------------------------------- helpers used by the phases
     def prompt_ids(self, row: dict, variant: int = 0) -> list[int]:
@@ -228,32 +281,64 @@ class Trainer:
                              "or choose a new output_dir")
 
     def _start(self) -> int:
-        """Prepare the run directory; on resume restore the newest checkpoint. Returns the last step done."""
-        out = self.output_dir
+        """Prepare the run directory; on resume restore the newest checkpoint. Returns the last step done.
+
+        Every rank restores the same checkpoint; only rank 0 writes files.
+        """
+        out, main = self.output_dir, self.dist.is_main
         self._check_output_dir()
-        out.mkdir(parents=True, exist_ok=True)
-        found = ckpt.latest_checkpoint(out)
-        if not self.cfg.run.resume:
-            write_config(out / "config.yaml", self.cfg.to_dict())
-            self.metrics_log.reset()
-            self.samples_log.reset()
-            return 0
-        if found is None:
+        self.dist.barrier()  # every rank has looked at the folder before rank 0 writes to it
+        found = ckpt.latest_checkpoint(out) if self.cfg.run.resume else None
+        if self.cfg.run.resume and found is None:
             logger.warning("resume=true but %s has no checkpoint; starting from step 0", out)
-            write_config(out / "config.yaml", self.cfg.to_dict())
-            self.metrics_log.reset()
-            self.samples_log.reset()
+        if found is not None:
+            check_resumable_config(out / "config.yaml", self.cfg)
+        if main:
+            out.mkdir(parents=True, exist_ok=True)
+        if found is None:
+            if main:
+                write_config(out / "config.yaml", self.cfg.to_dict())
+                self.metrics_log.reset()
+                self.samples_log.reset()
+            self.dist.barrier()
             return 0
-        check_resumable_config(out / "config.yaml", self.cfg)
         ckpt.load_model_weights(self.policy, found)
         self.engine.sync_weights()
-        ckpt.load_training_state(found, optimizer=self.optimizer, scheduler=self.scheduler)
+        ckpt.load_training_state(found, optimizer=self.optimizer, scheduler=self.scheduler, model=self.policy)
         state = ckpt.load_trainer_state(found)
+        self.skipped_in_a_row = state.get("skipped_in_a_row", 0)
         self.sampler.load_state_dict(state["sampler"])
         self.group_counter = state["group_counter"]
         self.grad_spikes.load_state_dict(state["grad_spikes"])
-        self.metrics_log.truncate_after(state["step"])
-        self.samples_log.truncate_after(state["step"])
-        write_config(out / "config.yaml", self.cfg.to_dict())
+        if main:
+            self.metrics_log.truncate_after(state["step"])
+            self.samples_log.truncate_after(state["step"])
+            write_config(out / "config.yaml", self.cfg.to_dict())
+        self.dist.barrier()
         logger.info("resumed from %s (step %d)", found, state["step"])
         return state["step"]
+
+    def _load_rows(self) -> list[dict]:
+        """The training rows (with rephrasings): rank 0 first, so it alone fills any on-disk cache."""
+        rows = None
+        if self.dist.is_main:
+            rows = attach_rephrasings(load_rows(self.cfg.data.data), self.cfg)
+        self.dist.barrier()
+        if rows is None:
+            rows = attach_rephrasings(load_rows(self.cfg.data.data), self.cfg)
+        return rows
+
+    def _check_world(self) -> None:
+        """nproc and the prompt count must fit the processes torchrun started."""
+        run, world = self.cfg.run, self.dist.world_size
+        if run.nproc > 1 and world != run.nproc:
+            raise ValueError(f"nproc={run.nproc} but this job has {world} process(es); launch with "
+                             f"`rlvr train nproc={run.nproc} ...` or torchrun --nproc-per-node {run.nproc} "
+                             "(and then leave nproc=1)")
+        if world > 1 and run.parallelism == "fsdp" and self.cfg.rollout.rollout_engine == "vllm":
+            raise ValueError("rollout_engine=vllm with parallelism=fsdp is not supported (vLLM would need the "
+                             "gathered weights after every update); use parallelism=ddp or rollout_engine=rlvr")
+        if self.cfg.rollout.prompts_per_step < world:
+            raise ValueError(f"prompts_per_step={self.cfg.rollout.prompts_per_step} is smaller than the "
+                             f"{world} processes: every rank needs at least one prompt; use "
+                             f"prompts_per_step >= {world}")

@@ -99,3 +99,57 @@ def test_local_model_backend_on_a_tiny_random_model_runs_and_rejects_garbage(tmp
     assert record["rephrasings"] == []  # random tokens (here: blank lines) keep neither 3 nor 4
     assert sum(record["rejected"].values()) == 4 and "no_output" not in record["rejected"]
     assert tally.kept == {0: 1}
+
+
+@pytest.fixture
+def server(monkeypatch):
+    from tests.helpers.openai_server import FakeServer
+
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+    fake = FakeServer()
+    yield fake
+    fake.close()
+
+
+def _http_rephraser(server):
+    from rlvr.rewards.scorers import OpenAIChatBackend
+
+    # max_workers=1: candidates are requested one after another, so the script is consumed in order.
+    backend = OpenAIChatBackend(server.base_url, "m", timeout_s=0.3, max_retries=1, backoff_s=0.0, max_workers=1)
+    return LLMRephraser(backend), backend
+
+
+def test_a_hanging_garbage_or_failing_server_drops_those_candidates_and_counts_them(server, tmp_path):
+    good = "Tom owns 3 apples and gets 4 more. How many apples does he own now?"
+    server.script = [
+        ("hang", None), ("hang", None),           # candidate 0: times out, retried once, dropped
+        ("raw", "{not json"),                     # candidate 1: garbage, not retried
+        ("raw", '{"object": "error"}'),           # candidate 2: JSON without choices
+        ("status", 500), ("status", 503),         # candidate 3: 5xx, retried once, dropped
+        ("ok", f"Rewritten problem: {good}"),     # candidate 4
+    ]
+    rephraser, backend = _http_rephraser(server)
+    path = tmp_path / "out.jsonl"
+    tally = rephrase_rows([{"id": "q", "prompt": QUESTION, "answer": "7"}], rephraser, n=3, k=5,
+                          out_path=path, progress=False)
+    record = json.loads(path.read_text())
+    assert record == {"id": "q", "rephrasings": [good], "rejected": {"no_output": 4}}
+    assert tally.kept == {1: 1} and tally.rejected == {"no_output": 4}
+    assert len(server.requests) == 7  # bounded: 1 + max_retries tries for the retryable failures
+    stats = backend.pop_stats()
+    assert (stats["timeouts"], stats["bad_replies"], stats["http_errors"], stats["retries"]) == (2, 2, 2, 2)
+
+
+def test_a_server_that_always_fails_writes_nothing_and_the_question_is_retried_later(server, tmp_path):
+    server.default = ("status", 502)
+    rephraser, _ = _http_rephraser(server)
+    path = tmp_path / "out.jsonl"
+    rows = [{"id": "q", "prompt": QUESTION, "answer": "7"}]
+    tally = rephrase_rows(rows, rephraser, n=2, k=3, out_path=path, progress=False)
+    assert tally.no_candidates == 1 and tally.questions == 0
+    assert path.read_text() == ""  # no line: a rerun asks again
+    assert len(server.requests) == 3 * 2
+    server.default = ("ok", "Tom owns 3 apples and gets 4 more. How many apples does he own now?")
+    assert rephrase_rows(rows, rephraser, n=2, k=3, out_path=path, progress=False).questions == 1
+    assert json.loads(path.read_text())["id"] == "q"

@@ -6,6 +6,7 @@ import random
 import pytest
 
 from rlvr.data.rephrase import GenerationFailed, RuleRephraser, Tally, read_done_ids, rephrase_rows
+from tests.helpers.hostile_names import files_under, hostile_names
 
 
 def tag(rng):
@@ -148,3 +149,14 @@ def test_a_generator_that_gives_nothing_stops_the_run_early(tmp_path):
     with pytest.raises(GenerationFailed, match="no candidate for the first 5 questions"):
         run(path, rephraser=Silent(failing=range(100)), rows=rows(50))
     assert path.read_text() == ""
+
+
+def test_hostile_row_ids_never_become_paths(tmp_path, monkeypatch):
+    work = tmp_path / "work" / "deep"
+    work.mkdir(parents=True)
+    monkeypatch.chdir(work)  # so a relative "../../x" would land inside tmp_path, where it is seen
+    names = hostile_names(tmp_path)
+    hostile = [dict(row, id=name) for row, name in zip(rows(len(names)), names)]
+    run(work / "out.jsonl", rows=hostile, k=3)
+    assert [json.loads(line)["id"] for line in (work / "out.jsonl").read_text().splitlines()] == names
+    assert files_under(tmp_path) == {"work/deep/out.jsonl"}

@@ -74,7 +74,15 @@ def test_the_reference_is_in_the_prompt_when_given(server):
     ("action", "stat"),
     [
         (("raw", "{not json"), "bad_replies"),
+        (("raw", ""), "bad_replies"),
+        (("raw", "<html><body>502 Bad Gateway</body></html>"), "bad_replies"),
+        (("raw", '{"object": "error", "message": "model overloaded"}'), "bad_replies"),  # no choices
         (("raw", '{"choices": []}'), "bad_replies"),
+        (("raw", '{"choices": null}'), "bad_replies"),
+        (("raw", '{"choices": [{"text": "Score: 7"}]}'), "bad_replies"),  # completions API shape
+        (("raw", '{"choices": [{"message": {"content": 7}}]}'), "bad_replies"),  # content not text
+        (("raw", "[1, 2]"), "bad_replies"),
+        (("raw", "null"), "bad_replies"),
         (("ok", None), "bad_replies"),  # content null
         (("ok", "The reasoning is fine overall."), "parse_failures"),
     ],

