@@ -69,8 +69,12 @@ def test_resume_refuses_changed_config(tmp_path, lowercase_reward):
     _run(tmp_path, "r", lowercase_reward, max_steps=1)
     cfg = build_config(tiny_overrides(tmp_path / "r", reward_funcs=[lowercase_reward], learning_rate=5e-3,
                                       max_steps=2, resume=True))
-    with pytest.raises(ValueError, match="learning_rate"):
+    with pytest.raises(ValueError, match="learning_rate.*force_resume=true"):
         Trainer(cfg).train()
+    forced = build_config(tiny_overrides(tmp_path / "r", reward_funcs=[lowercase_reward], learning_rate=5e-3,
+                                         max_steps=2, resume=True, force_resume=True))
+    assert len(Trainer(forced).train()) == 1  # step 2 ran with the new learning rate
+    assert "learning_rate: 0.005" in (tmp_path / "r" / "config.yaml").read_text()
 
 
 def test_existing_run_dir_needs_resume(tmp_path, lowercase_reward):

@@ -178,6 +178,7 @@ class RunConfig:
     save_steps: int = _f(0, "checkpoint every K steps (0: only at the end)")
     save_total_limit: int | None = _f(2, "keep the newest K checkpoints (null: all)")
     resume: bool = _f(False, "continue from the newest checkpoint in output_dir")
+    force_resume: bool = _f(False, "resume even if options that change the trajectory differ (logged)")
     log_completions: bool = _f(True, "write samples.jsonl")
     num_completions_to_log: int = _f(8, "responses written to samples.jsonl per step")
     progress_bar: bool = _f(True, "show a progress bar")

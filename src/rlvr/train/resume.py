@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import yaml
 
 from rlvr.config import ExperimentConfig
 
+logger = logging.getLogger(__name__)
+
 # Options that do not change the trajectory of the steps already run.
 MAY_CHANGE_ON_RESUME = {
     "max_steps", "resume", "save_steps", "save_total_limit", "progress_bar", "log_completions",
-    "num_completions_to_log", "output_dir", "verifier_workers", "nproc", "parallelism",
+    "num_completions_to_log", "output_dir", "verifier_workers", "nproc", "parallelism", "force_resume",
     "max_skipped_steps",
 }
 
@@ -28,7 +31,12 @@ def check_resumable_config(saved_path: Path, cfg: ExperimentConfig) -> None:
     )
     if changed:
         details = ", ".join(f"{k}: {saved_flat[k]!r} -> {cfg.flat()[k]!r}" for k in changed)
+        if cfg.run.force_resume:
+            logger.warning("force_resume=true: resuming %s with changed options (%s); from here on this is "
+                           "a different run than the one that started", saved_path.parent, details)
+            return
         raise ValueError(
             f"cannot resume {saved_path.parent}: options changed since it started ({details}); "
-            "resume with the original values, or start a new output_dir"
+            "resume with the original values, start a new output_dir, or pass force_resume=true to "
+            "continue with the new values anyway"
         )
