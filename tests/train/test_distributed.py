@@ -16,7 +16,6 @@ import torch
 from safetensors.torch import load_file
 
 from rlvr.config import build_config
-from rlvr.models import load_policy
 from rlvr.train.distributed import DistContext
 from rlvr.train.sft import make_trainer
 from rlvr.train.update import rank_share
@@ -33,6 +32,8 @@ CONFIGS = {
     "dagrpo": dict(algo="dagrpo", data="rg:chain_sum:size=32", reward_funcs=["accuracy", "LOWERCASE"],
                    per_device_train_batch_size=5),
     "tagrpo": dict(algo="tagrpo", data="rg:chain_sum:size=16", num_rephrasings=2),
+    "lora": dict(lora_r=4, beta=0.04),  # the reference is the (sharded) policy with adapters off
+    "sft": dict(algo="sft", data="rg:chain_sum:size=32"),
 }
 
 GATED_REWARD = '''
@@ -80,7 +81,7 @@ def _launch(options: dict, *extra: str) -> None:
 
 
 @pytest.mark.parametrize(("name", "parallelism"), [("grpo", "ddp"), ("dagrpo", "ddp"), ("tagrpo", "ddp"),
-                                                   ("grpo", "fsdp")])
+                                                   ("grpo", "fsdp"), ("lora", "fsdp"), ("sft", "ddp")])
 def test_two_processes_equal_one(tmp_path, lowercase_reward, name, parallelism):
     one, two = tmp_path / "one", tmp_path / "two"
     make_trainer(build_config(_options(name, one, lowercase_reward))).train()
@@ -88,14 +89,13 @@ def test_two_processes_equal_one(tmp_path, lowercase_reward, name, parallelism):
     # one metrics line per step (rank 0 writes alone), the same losses
     assert len(_losses(two)) == 2
     assert _losses(two) == pytest.approx(_losses(one), rel=1e-5, abs=1e-6)
-    initial = load_policy("tiny-random", dtype="float32", seed=0)[0].state_dict()
     for step in (1, 2):
         a, b = _weights(one, step), _weights(two, step)
         assert a.keys() == b.keys()
         for key in a:
             assert torch.allclose(a[key], b[key], rtol=0, atol=1e-5), (step, key, (a[key] - b[key]).abs().max())
-    moved = max(float((_weights(one, 2)[k] - initial[k]).abs().max()) for k in initial if k in _weights(one, 2))
-    assert moved > 1e-4  # the comparison is not between two untrained models
+    first, last = _weights(one, 1), _weights(one, 2)
+    assert max(float((last[k] - first[k]).abs().max()) for k in first) > 5e-5  # the weights do move
     samples_one = [json.loads(x)["completion"] for x in (one / "samples.jsonl").read_text().splitlines()]
     samples_two = [json.loads(x)["completion"] for x in (two / "samples.jsonl").read_text().splitlines()]
     assert samples_two == samples_one  # same tokens sampled on 2 ranks as on 1

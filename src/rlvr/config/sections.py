@@ -186,6 +186,7 @@ class RunConfig:
     max_skipped_steps: int = _f(3, "stop when this many optimiser steps in a row had a non-finite loss or gradient")
     nproc: int = _f(1, "processes on this machine (rlvr train nproc=N launches torchrun); under torchrun leave 1")
     parallelism: str = _f("ddp", "how ranks share the policy: ddp (a full copy each) | fsdp (FSDP2 fully_shard)")
+    ddp_timeout: int = _f(1800, "seconds a collective may wait (rank 0 alone evaluates and saves meanwhile) (TRL name)")
 
     def __post_init__(self) -> None:
         if self.max_steps < 1:
@@ -198,6 +199,8 @@ class RunConfig:
             _fail("max_skipped_steps", self.max_skipped_steps, "use a positive count, e.g. 3")
         if self.nproc < 1:
             _fail("nproc", self.nproc, "use 1 (or launch with torchrun) or the number of processes, e.g. 2")
+        if self.ddp_timeout < 1:
+            _fail("ddp_timeout", self.ddp_timeout, "use a positive number of seconds, e.g. 1800")
         if self.parallelism not in ("ddp", "fsdp"):
             _fail("parallelism", self.parallelism, "choose ddp or fsdp")
         if self.save_total_limit is not None and self.save_total_limit < 1:

@@ -24,6 +24,7 @@ import os
 from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -94,10 +95,11 @@ class DistContext:
 ALONE = DistContext()  # a single process
 
 
-def init_distributed() -> DistContext:
+def init_distributed(timeout_s: int = 1800) -> DistContext:
     """Join the process group torchrun describes (RANK, WORLD_SIZE, LOCAL_RANK); alone without it.
 
     Backend: NCCL when CUDA is present, gloo otherwise. On CUDA, rank r uses ``cuda:LOCAL_RANK``.
+    ``timeout_s`` bounds every collective (ranks wait while rank 0 evaluates or saves).
     """
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size <= 1:
@@ -107,7 +109,7 @@ def init_distributed() -> DistContext:
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         if backend == "nccl":
             torch.cuda.set_device(local_rank)
-        dist.init_process_group(backend=backend)
+        dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s))
     return DistContext(rank=rank, world_size=world_size, local_rank=local_rank)
 
 
@@ -129,7 +131,8 @@ def wrap_policy(policy, ctx: DistContext, parallelism: str, device: torch.device
         from torch.nn.parallel import DistributedDataParallel
 
         device_ids = [device.index] if device.type == "cuda" else None
-        return DistributedDataParallel(policy, device_ids=device_ids)
+        # gradients live in DDP's buckets: no second gradient-sized buffer
+        return DistributedDataParallel(policy, device_ids=device_ids, gradient_as_bucket_view=True)
     if parallelism == "fsdp":
         from rlvr.train.fsdp import shard_policy
 

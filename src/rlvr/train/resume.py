@@ -14,7 +14,7 @@ logger = logging.getLogger(__name__)
 # Options that do not change the trajectory of the steps already run.
 MAY_CHANGE_ON_RESUME = {
     "max_steps", "resume", "save_steps", "save_total_limit", "progress_bar", "log_completions",
-    "num_completions_to_log", "output_dir", "verifier_workers", "nproc", "parallelism", "force_resume",
+    "num_completions_to_log", "output_dir", "verifier_workers", "nproc", "parallelism", "force_resume", "ddp_timeout",
     "max_skipped_steps",
 }
 

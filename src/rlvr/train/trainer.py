@@ -74,7 +74,7 @@ class Trainer:
 
     def __init__(self, cfg: ExperimentConfig):
         self.cfg = cfg
-        self.dist = init_distributed()
+        self.dist = init_distributed(timeout_s=cfg.run.ddp_timeout)
         self._check_world()
         name = cfg.run.output_dir or f"runs/{cfg.algorithm.algo}-{datetime.now():%Y%m%d-%H%M%S}"
         self.output_dir = Path(self.dist.broadcast_object(name))  # one run directory for every rank
