@@ -1,0 +1,125 @@
+"""Per-arm summaries of a study from its committed run files: mean and spread over seeds.
+
+    python experiments/summarize.py experiments/results/<study>      (also run by the study scripts)
+
+Reads only <arm>/seed<k>/metrics.jsonl and eval.json, writes summary.json and summary.md next to
+them. Spread = (min, max) over seeds (with 2 seeds the honest statistic; no standard error).
+Training quantities: reward over the first and last 5 steps, the fraction of uniform-reward
+groups over training (and, for TA-GRPO pools, per variant vs pooled), grad-norm spikes, response
+length first vs last, compute (sum of time/step_s). Evaluation: pass@k per dataset, diversity.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import yaml
+
+WINDOW = 5  # steps averaged at the start and the end of training
+
+
+def _mean(values: list[float]) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.fmean(values) if values else None
+
+
+def run_summary(run_dir: Path) -> dict:
+    """Numbers of one run (one arm, one seed)."""
+    path = run_dir / "metrics.jsonl"
+    lines = path.read_text().splitlines() if path.exists() else []  # the base model: eval only
+    metrics = [json.loads(line) for line in lines if line.strip()]
+    col = lambda key: [m.get(key) for m in metrics]  # noqa: E731
+    out = {} if not metrics else {
+        "steps": len(metrics),
+        "reward_first": _mean(col("rollout/reward_mean")[:WINDOW]),
+        "reward_last": _mean(col("rollout/reward_mean")[-WINDOW:]),
+        "frac_uniform_groups": _mean(col("rollout/frac_uniform_groups")),
+        "frac_uniform_variant_groups": _mean(col("tagrpo/frac_uniform_variant_groups")),
+        "frac_uniform_pools": _mean(col("tagrpo/frac_uniform_pools")),
+        "grad_norm_spikes": (col("train/grad_norm_spikes") or [None])[-1],
+        "grad_norm_max": max((v for v in col("train/grad_norm_max") if v is not None), default=None),
+        "response_len_first": _mean(col("rollout/response_len_mean")[:WINDOW]),
+        "response_len_last": _mean(col("rollout/response_len_mean")[-WINDOW:]),
+        "anchor_rate": _mean(col("dagrpo/anchor_rate")),
+        "masked_pair_frac": _mean(col("dagrpo/masked_pair_frac")),
+        "train_minutes": sum(v or 0.0 for v in col("time/step_s")) / 60,
+    }
+    evaluation = run_dir / "eval.json"
+    if evaluation.exists():
+        data = json.loads(evaluation.read_text())
+        for name, result in data["datasets"].items():
+            for k, value in result["pass@k"].items():
+                out[f"eval/{name}/pass@{k}"] = value
+            if result.get("diversity") is not None:
+                out[f"eval/{name}/diversity"] = result["diversity"]
+    return out
+
+
+def summarize_study(folder: Path, study: dict | None = None) -> dict:
+    """Aggregate every <arm>/seed<k> under ``folder``; write summary.json and summary.md."""
+    arms: dict[str, dict[str, dict]] = {}
+    if (folder / "base" / "eval.json").exists():
+        arms["base"] = {"untrained": run_summary(folder / "base")}
+    for run_dir in sorted(folder.glob("*/seed*")):
+        if (run_dir / "metrics.jsonl").exists():
+            arms.setdefault(run_dir.parent.name, {})[run_dir.name] = run_summary(run_dir)
+    if study is not None:  # the study's arm order
+        arms = {a: arms[a] for a in ["base", *study["arms"]] if a in arms}
+    summary = {}
+    for arm, seeds in arms.items():
+        keys = sorted({k for s in seeds.values() for k in s})
+        summary[arm] = {"seeds": sorted(seeds), "per_seed": seeds, "mean": {}, "min": {}, "max": {}}
+        for key in keys:
+            values = [s[key] for s in seeds.values() if s.get(key) is not None]
+            if values:
+                summary[arm]["mean"][key] = statistics.fmean(values)
+                summary[arm]["min"][key], summary[arm]["max"][key] = min(values), max(values)
+    (folder / "summary.json").write_text(json.dumps(summary, indent=1))
+    (folder / "summary.md").write_text(markdown(summary))
+    return summary
+
+
+def _cell(entry: dict, key: str, digits: int = 3) -> str:
+    if key not in entry["mean"]:
+        return "–"
+    mean, low, high = entry["mean"][key], entry["min"][key], entry["max"][key]
+    if len(entry["seeds"]) == 1:
+        return f"{mean:.{digits}f}"
+    return f"{mean:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+
+
+def markdown(summary: dict) -> str:
+    """Tables: training, then one evaluation table per dataset (mean [min, max] over seeds)."""
+    train_keys = ["steps", "reward_first", "reward_last", "frac_uniform_groups", "frac_uniform_variant_groups",
+                  "frac_uniform_pools", "grad_norm_spikes", "grad_norm_max", "response_len_first",
+                  "response_len_last", "anchor_rate", "masked_pair_frac", "train_minutes"]
+    train_keys = [k for k in train_keys if any(k in e["mean"] for e in summary.values())]
+    lines = ["Mean over seeds [min, max]. Generated by experiments/summarize.py from the run files.", "",
+             "| arm | seeds | " + " | ".join(train_keys) + " |", "|---" * (len(train_keys) + 2) + "|"]
+    for arm, entry in summary.items():
+        if arm == "base":  # evaluation only
+            continue
+        lines.append(f"| {arm} | {len(entry['seeds'])} | " + " | ".join(_cell(entry, k) for k in train_keys) + " |")
+    eval_keys = sorted({k for e in summary.values() for k in e["mean"] if k.startswith("eval/")})
+    dataset_of = lambda key: key[len("eval/"):].rsplit("/", 1)[0]  # noqa: E731  (names may hold "/")
+    for dataset in sorted({dataset_of(k) for k in eval_keys}):
+        keys = sorted((k for k in eval_keys if dataset_of(k) == dataset and "/pass@" in k),
+                      key=lambda k: int(k.rsplit("@", 1)[1]))
+        keys += [k for k in eval_keys if k == f"eval/{dataset}/diversity"]
+        shown = [k.rsplit("/", 1)[1] for k in keys]
+        lines += ["", f"**{dataset}**", "", "| arm | " + " | ".join(shown) + " |", "|---" * (len(keys) + 1) + "|"]
+        for arm, entry in summary.items():
+            lines.append(f"| {arm} | " + " | ".join(_cell(entry, k) for k in keys) + " |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        raise SystemExit("usage: python experiments/summarize.py experiments/results/<study>")
+    target = Path(sys.argv[1])
+    study_file = Path(__file__).parent / f"{target.name.split('-')[0]}.yaml"
+    study = yaml.safe_load(study_file.read_text()) if study_file.exists() else None
+    print(markdown(summarize_study(target, study)))

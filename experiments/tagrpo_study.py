@@ -1,0 +1,14 @@
+"""The tagrpo study: `python experiments/tagrpo_study.py [--scale gpu] [--arms ...] [--seeds ...] [--dry-run]`.
+
+The arms, seeds and options are in experiments/tagrpo.yaml; the runner (resumable) in study.py.
+"""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from study import run_study  # noqa: E402
+
+if __name__ == "__main__":
+    sys.exit(run_study(Path(__file__).resolve().parent / "tagrpo.yaml"))
