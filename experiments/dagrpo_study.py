@@ -8,7 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from study import run_study  # noqa: E402
+from study import run_study
 
 if __name__ == "__main__":
     sys.exit(run_study(Path(__file__).resolve().parent / "dagrpo.yaml"))

@@ -31,7 +31,7 @@ def run_summary(run_dir: Path) -> dict:
     path = run_dir / "metrics.jsonl"
     lines = path.read_text().splitlines() if path.exists() else []  # the base model: eval only
     metrics = [json.loads(line) for line in lines if line.strip()]
-    col = lambda key: [m.get(key) for m in metrics]  # noqa: E731
+    col = lambda key: [m.get(key) for m in metrics]
     out = {} if not metrics else {
         "steps": len(metrics),
         "reward_first": _mean(col("rollout/reward_mean")[:WINDOW]),
@@ -104,7 +104,7 @@ def markdown(summary: dict) -> str:
             continue
         lines.append(f"| {arm} | {len(entry['seeds'])} | " + " | ".join(_cell(entry, k) for k in train_keys) + " |")
     eval_keys = sorted({k for e in summary.values() for k in e["mean"] if k.startswith("eval/")})
-    dataset_of = lambda key: key[len("eval/"):].rsplit("/", 1)[0]  # noqa: E731  (names may hold "/")
+    dataset_of = lambda key: key[len("eval/"):].rsplit("/", 1)[0]
     for dataset in sorted({dataset_of(k) for k in eval_keys}):
         keys = sorted((k for k in eval_keys if dataset_of(k) == dataset and "/pass@" in k),
                       key=lambda k: int(k.rsplit("@", 1)[1]))

@@ -9,9 +9,12 @@ never on the training RNG, and training re-seeds before each of its own generati
 
 from __future__ import annotations
 
+import logging
 import time
 
-from rlvr.eval.runner import evaluate
+from rlvr.eval.runner import evaluate, load_eval_datasets
+
+logger = logging.getLogger(__name__)
 
 
 def should_evaluate(cfg, step: int) -> bool:
@@ -39,3 +42,22 @@ def evaluate_during_training(trainer, step: int) -> dict[str, float]:
     }
     metrics["time/eval_s"] = time.perf_counter() - t0
     return metrics
+
+
+def training_overlap(train_rows: list[dict], eval_specs: list[str], *, limit: int | None) -> dict[str, int]:
+    """Per eval dataset: how many of its problems are also training prompts (a warning for each > 0).
+
+    The usual way to get one: another reasoning-gym seed. reasoning-gym seeds item i with seed + i,
+    so ``rg:chain_sum:seed=99`` is the ``seed=0`` list shifted by 99, not new problems.
+    """
+    seen = {str(row["prompt"]) for row in train_rows}
+    overlap = {}
+    for name, rows in load_eval_datasets(eval_specs, limit=limit).items():
+        overlap[name] = sum(str(row["prompt"]) in seen for row in rows)
+        if overlap[name]:
+            logger.warning(
+                "eval_data %s: %d of its %d problems are training prompts, so it measures memorisation as "
+                "much as generalisation. For reasoning-gym, item i is seeded with seed + i: choose an eval "
+                "seed beyond the training seed + size (e.g. seed=1000000), or filter with "
+                "experiments/make_heldout.py", name, overlap[name], len(rows))
+    return overlap

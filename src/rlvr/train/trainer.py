@@ -31,7 +31,7 @@ from rlvr.train import checkpoint as ckpt
 from rlvr.train.advantages import compute_advantages
 from rlvr.train.dagrpo_phase import build_dagrpo_phase
 from rlvr.train.distributed import init_distributed, shutdown_distributed, wrap_policy
-from rlvr.train.evaluation import evaluate_during_training, should_evaluate
+from rlvr.train.evaluation import evaluate_during_training, should_evaluate, training_overlap
 from rlvr.train.fsdp import full_state_dicts, full_weights, is_sharded
 from rlvr.train.experience import Experience
 from rlvr.train.grad_spikes import GradSpikes
@@ -82,6 +82,8 @@ class Trainer:
         torch.manual_seed(cfg.run.seed)
         self.rows = self._load_rows()
         self.sampler = PromptSampler(self.rows, seed=cfg.run.seed, shuffle=cfg.data.shuffle)
+        if cfg.eval.eval_steps and self.dist.is_main:
+            training_overlap(self.rows, list(cfg.eval.eval_data), limit=cfg.eval.eval_limit)
         self.policy, self.tokenizer = load_policy(
             cfg.model.model, dtype=cfg.model.dtype, trust_remote_code=cfg.model.trust_remote_code, seed=cfg.run.seed,
             allow_pickle_weights=cfg.model.allow_pickle_weights,
