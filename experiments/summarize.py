@@ -19,6 +19,8 @@ from pathlib import Path
 import yaml
 
 WINDOW = 5  # steps averaged at the start and the end of training
+DIGITS = {"steps": 0, "grad_norm_spikes": 1, "grad_norm_max": 2, "response_len_first": 1, "response_len_last": 1,
+          "train_minutes": 1}
 
 
 def _mean(values: list[float]) -> float | None:
@@ -63,9 +65,15 @@ def summarize_study(folder: Path, study: dict | None = None) -> dict:
     arms: dict[str, dict[str, dict]] = {}
     if (folder / "base" / "eval.json").exists():
         arms["base"] = {"untrained": run_summary(folder / "base")}
+    max_steps = int(study["common"]["max_steps"]) if study is not None else None
+    unfinished = []
     for run_dir in sorted(folder.glob("*/seed*")):
         if (run_dir / "metrics.jsonl").exists():
-            arms.setdefault(run_dir.parent.name, {})[run_dir.name] = run_summary(run_dir)
+            numbers = run_summary(run_dir)
+            if max_steps is not None and (numbers["steps"] < max_steps or not (run_dir / "eval.json").exists()):
+                unfinished.append(f"{run_dir.parent.name}/{run_dir.name} ({numbers['steps']} steps)")
+                continue  # a half-trained run is not averaged with finished ones
+            arms.setdefault(run_dir.parent.name, {})[run_dir.name] = numbers
     if study is not None:  # the study's arm order
         arms = {a: arms[a] for a in ["base", *study["arms"]] if a in arms}
     summary = {}
@@ -77,8 +85,11 @@ def summarize_study(folder: Path, study: dict | None = None) -> dict:
             if values:
                 summary[arm]["mean"][key] = statistics.fmean(values)
                 summary[arm]["min"][key], summary[arm]["max"][key] = min(values), max(values)
-    (folder / "summary.json").write_text(json.dumps(summary, indent=1))
-    (folder / "summary.md").write_text(markdown(summary))
+    (folder / "summary.json").write_text(json.dumps({"arms": summary, "unfinished": unfinished}, indent=1))
+    text = markdown(summary)
+    if unfinished:
+        text += "\nNot yet finished (left out above): " + ", ".join(unfinished) + "\n"
+    (folder / "summary.md").write_text(text)
     return summary
 
 
@@ -102,7 +113,8 @@ def markdown(summary: dict) -> str:
     for arm, entry in summary.items():
         if arm == "base":  # evaluation only
             continue
-        lines.append(f"| {arm} | {len(entry['seeds'])} | " + " | ".join(_cell(entry, k) for k in train_keys) + " |")
+        lines.append(f"| {arm} | {len(entry['seeds'])} | "
+                     + " | ".join(_cell(entry, k, DIGITS.get(k, 3)) for k in train_keys) + " |")
     eval_keys = sorted({k for e in summary.values() for k in e["mean"] if k.startswith("eval/")})
     dataset_of = lambda key: key[len("eval/"):].rsplit("/", 1)[0]
     for dataset in sorted({dataset_of(k) for k in eval_keys}):
@@ -122,4 +134,5 @@ if __name__ == "__main__":
     target = Path(sys.argv[1])
     study_file = Path(__file__).parent / f"{target.name.split('-')[0]}.yaml"
     study = yaml.safe_load(study_file.read_text()) if study_file.exists() else None
-    print(markdown(summarize_study(target, study)))
+    summarize_study(target, study)
+    print((target / "summary.md").read_text())
