@@ -114,14 +114,17 @@ def test_anchor_bank_verifies_and_truncates():
 
 def test_dagrpo_run_on_gsm8k_injects_anchors_and_masks(tmp_path):
     cfg = build_config(tiny_overrides(tmp_path / "d", algo="dagrpo", data="gsm8k-100", max_steps=2,
-                                      max_completion_length=16, scorer="reward"))
+                                      max_completion_length=16, scorer="reward", num_completions_to_log=100))
     history = Trainer(cfg).train()
     for m in history:
         assert m["dagrpo/anchor_rate"] == 1.0  # tiny-random never solves GSM8K: every group triggers
         assert m["dagrpo/anchor_truncated"] == 4  # GSM8K solutions are longer than 16 tokens
         assert m["train/skipped_steps"] == 0 and m["train/grad_norm"] > 0
     samples = [json.loads(x) for x in (tmp_path / "d" / "samples.jsonl").read_text().splitlines()]
-    assert samples
+    assert samples and all(s["variant"] == 0 for s in samples)
+    anchors = [s for s in samples if s["anchor"]]  # every response logged: one anchor per group and step
+    assert len(anchors) == 2 * 4 and all(s["reward"] == 1.0 for s in anchors)
+    assert all(not s["anchor"] for s in samples if s["reward"] == 0.0)
 
 
 def test_dynamic_sampling_keeps_groups_rescued_by_anchors(tmp_path):

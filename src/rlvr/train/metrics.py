@@ -110,5 +110,7 @@ def sample_records(step: int, groups: list[Group], advantages: torch.Tensor | No
             "reward": group.rewards[i],
             "advantage": float(advantages[position]) if advantages is not None else None,
             "truncated": group.completions[i].truncated,
+            "anchor": group.completions[i].is_anchor,  # DaGRPO: an expert solution, not a sample
+            "variant": group.variant_of(i),  # TA-GRPO: 0 = the original question, j = rephrasing j
         })
     return records
