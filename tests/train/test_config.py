@@ -75,6 +75,10 @@ def test_resolved_config_round_trips(tmp_path):
         (["per_device_train_batch_size=4", "gradient_accumulation_steps=3"], ["gradient_accumulation_steps"]),
         (["resume=maybe"], ["resume must be true or false"]),
         (["max_steps"], ["expected key=value"]),
+        (["nproc=0"], ["nproc", "number of processes"]),
+        (["parallelism=zero3"], ["parallelism", "ddp or fsdp"]),
+        (["max_skipped_steps=0"], ["max_skipped_steps", "positive count"]),
+        (["ddp_timeout=0"], ["ddp_timeout", "positive number of seconds"]),
     ],
 )
 def test_bad_options_name_the_problem(pairs, words):
@@ -109,7 +113,10 @@ def test_trust_remote_code_is_off_by_default_and_reaches_load_policy(tmp_path, m
 
     def spy(name, **kwargs):
         seen.append(kwargs["trust_remote_code"])
+        pickles.append(kwargs["allow_pickle_weights"])
         raise Loaded  # stop before any model is built
+
+    pickles = []
 
     monkeypatch.setattr(trainer_module, "load_policy", spy)
     for value, overrides in ((False, {}), (True, {"trust_remote_code": True})):
@@ -117,3 +124,8 @@ def test_trust_remote_code_is_off_by_default_and_reaches_load_policy(tmp_path, m
         with pytest.raises(Loaded):
             trainer_module.Trainer(cfg)
         assert seen[-1] is value
+    assert pickles == [False, False]  # safetensors only unless allow_pickle_weights=true
+    cfg = build_config(tiny_overrides(tmp_path / "pickle", data="rg:chain_sum:size=4", allow_pickle_weights=True))
+    with pytest.raises(Loaded):
+        trainer_module.Trainer(cfg)
+    assert pickles[-1] is True
