@@ -194,9 +194,9 @@ class Trainer:
         finally:
             progress.close()
             self.rewarder.close()
+            shutdown_distributed(self.dist)  # also when a step raised (e.g. TrainingStopped)
         if main:
             progress.summary(self.metrics_log.read(), self.output_dir)
-        shutdown_distributed(self.dist)
         return history
 
     def save(self, step: int) -> Path | None:
