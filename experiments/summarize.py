@@ -89,8 +89,20 @@ def summarize_study(folder: Path, study: dict | None = None) -> dict:
     text = markdown(summary)
     if unfinished:
         text += "\nNot yet finished (left out above): " + ", ".join(unfinished) + "\n"
+    text += compute_line(folder)
     (folder / "summary.md").write_text(text)
     return summary
+
+
+def compute_line(folder: Path) -> str:
+    """The compute used: the commands in commands.log and the sum of their wall times."""
+    log = folder / "commands.log"
+    entries = [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.exists() else []
+    entries = [e for e in entries if e.get("returncode") == 0]
+    if not entries:
+        return ""
+    minutes = sum(e["seconds"] for e in entries) / 60
+    return f"\nCompute: {len(entries)} commands, {minutes:.1f} min (sum of their wall times in commands.log).\n"
 
 
 def _cell(entry: dict, key: str, digits: int = 3) -> str:
