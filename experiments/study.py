@@ -35,6 +35,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent  # commands run here; paths in them are relative to it
 RESULTS = Path("experiments") / "results"
+REPORT_SMOOTHING = 5  # steps; the summaries' reward_last is the same 5-step mean
 
 
 def load_study(path: Path, scale: str | None) -> dict:
@@ -141,8 +142,11 @@ def run_study(study_path: Path, argv: list[str] | None = None) -> int:
                 if (REPO / out / arm / f"seed{seed}" / "metrics.jsonl").exists()]
         if runs:
             names = ",".join(f"{r.parent.name}/{r.name}" for r in runs)
-            evals = [a for r in [out / "base", *runs] if (REPO / r / "eval.json").exists()
-                     for a in ("--eval", str(r / "eval.json"))]
+            evals = [a for r in runs if (REPO / r / "eval.json").exists() for a in ("--eval", str(r / "eval.json"))]
+            if (REPO / out / "base" / "eval.json").exists():
+                evals = ["--eval", f"base={out / 'base' / 'eval.json'}", *evals]
+            # one line per arm (mean over seeds, min-max band), curves as trailing means over 5 steps
             run([sys.executable, "-m", "rlvr.cli", "report", *map(str, runs), "--names", names,
-                 "--out", str(out / "report"), *evals], log, False)
+                 "--out", str(out / "report"), *evals, "--group-seeds", "--smooth", str(REPORT_SMOOTHING)],
+                log, False)
     return 0

@@ -22,8 +22,13 @@ def add_report_parser(subparsers) -> argparse.ArgumentParser:
     report.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories (holding metrics.jsonl)")
     report.add_argument("--out", help="output folder (default: <first RUN_DIR>/report)")
     report.add_argument("--eval", dest="eval_files", action="append", default=[], metavar="FILE.json",
-                        help="an `rlvr eval` result file to add (repeatable)")
+                        help="an `rlvr eval` result file to add (repeatable); NAME=FILE.json labels it NAME")
     report.add_argument("--names", help="comma-separated run names for the legends (default: folder names)")
+    report.add_argument("--group-seeds", action="store_true",
+                        help="plot runs named <arm>/seed<k> (or -seed<k>, _seed<k>) as one line per arm: the "
+                        "mean over seeds with a min-max band (eval files too); report.md keeps every run")
+    report.add_argument("--smooth", type=int, default=1, metavar="W",
+                        help="plot each curve as its trailing mean over W logged steps (default 1: raw)")
     return report
 
 
@@ -36,6 +41,10 @@ def command_line(args: argparse.Namespace) -> str:
         parts += ["--eval", path]
     if args.names:
         parts += ["--names", args.names]
+    if args.group_seeds:
+        parts.append("--group-seeds")
+    if args.smooth != 1:
+        parts += ["--smooth", str(args.smooth)]
     return shlex.join(parts)
 
 
@@ -44,7 +53,8 @@ def run_report(args: argparse.Namespace) -> int:
 
     names = [n.strip() for n in args.names.split(",")] if args.names else None
     try:
-        path = make_report(args.runs, args.out, args.eval_files, names, command_line(args))
+        path = make_report(args.runs, args.out, args.eval_files, names, command_line(args),
+                           group_seeds=args.group_seeds, smooth=args.smooth)
     except ValueError as error:
         print(f"rlvr report: {error}", file=sys.stderr)
         return 2

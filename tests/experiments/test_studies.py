@@ -26,8 +26,8 @@ EXPERIMENTS = REPO / "experiments"
 RESULTS = EXPERIMENTS / "results"
 sys.path.insert(0, str(EXPERIMENTS))
 
-import study as study_module  # noqa: E402
-from summarize import summarize_study  # noqa: E402
+import study as study_module
+from summarize import summarize_study
 
 STUDIES = sorted(p.stem for p in EXPERIMENTS.glob("*.yaml"))
 PUBLISHED = [name for name in STUDIES if (RESULTS / name / "summary.md").exists()]

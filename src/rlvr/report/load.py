@@ -38,6 +38,9 @@ class Run:
     records: list[dict[str, Any]]
     series: dict[str, Series]
     notes: list[str] = field(default_factory=list)
+    # a group of runs (report.groups): metric -> (steps, min, max) over its members, and their names
+    bands: dict[str, tuple[tuple[int, ...], tuple[float, ...], tuple[float, ...]]] = field(default_factory=dict)
+    members: list[str] = field(default_factory=list)
 
     @property
     def algo(self) -> str:
@@ -184,17 +187,21 @@ def _inside(path: Path, folder: Path) -> bool:
 def load_evals(runs: list[Run], extra_files: list[str | Path] = ()) -> list[EvalResult]:
     """Eval files of the runs (``<run>/eval/*.json``) and the extra files, each read once.
 
+    An extra file may be given as ``NAME=FILE.json`` to label it NAME (when it is no run's).
+
     An extra file belongs to a run when it lies inside the run directory or its ``model`` is a
     path inside it (a checkpoint); otherwise it is labelled by its file stem. When a run has
     several eval files, each label adds the file stem. A file found in a run's eval/ folder that
     is not an eval result is noted on the run and left out; a bad ``extra_files`` one is an error.
     """
-    explicit = {Path(p).resolve() for p in extra_files}
+    named = dict(split_eval_name(p) for p in extra_files)  # path -> label given as NAME=FILE.json
+    labels = {Path(p).resolve(): label for p, label in named.items() if label}
+    explicit = {Path(p).resolve() for p in named}
     found: dict[Path, tuple[Path, Run | None]] = {}
     for run in runs:
         for path in sorted((run.path / "eval").glob("*.json")):
             found.setdefault(path.resolve(), (path, run))
-    for extra in map(Path, extra_files):
+    for extra in map(Path, named):
         found.setdefault(extra.resolve(), (extra, next((r for r in runs if _inside(extra, r.path)), None)))
     results = []
     for key, (path, owner) in found.items():
@@ -209,6 +216,8 @@ def load_evals(runs: list[Run], extra_files: list[str | Path] = ()) -> list[Eval
             owner = next((r for r in runs if _model_in_run(result.model, r)), None)
         if owner is not None:
             result.label, result.run_name = owner.name, owner.name
+        elif key in labels:
+            result.label = labels[key]
         results.append(result)
     counts: dict[str, int] = {}
     for result in results:
@@ -217,6 +226,15 @@ def load_evals(runs: list[Run], extra_files: list[str | Path] = ()) -> list[Eval
         if counts[result.label] > 1:
             result.label = f"{result.label} ({result.path.stem})"
     return results
+
+
+def split_eval_name(argument: str | Path) -> tuple[str, str | None]:
+    """``NAME=FILE.json`` -> (FILE.json, NAME); a plain path (or one that exists as given) -> (path, None)."""
+    text = str(argument)
+    name, sep, rest = text.partition("=")
+    if sep and name and "/" not in name and not Path(text).exists():
+        return rest, name
+    return text, None
 
 
 def _model_in_run(model: str, run: Run) -> bool:

@@ -131,7 +131,7 @@ def _eval_section(evals: list[EvalResult]) -> list[str]:
 
 
 def render_markdown(runs: list[Run], evals: list[EvalResult], drawn: dict[str, Drawn],
-                    skipped: list[str], command: str, cwd: str) -> str:
+                    skipped: list[str], command: str, cwd: str, plot_note: str = "") -> str:
     lines = ["# rlvr report", "",
              f"Produced {_dt.datetime.now().isoformat(timespec='seconds')} in `{cwd}` by:", "",
              "```", command, "```", "", "## Summary", ""]
@@ -151,7 +151,7 @@ def render_markdown(runs: list[Run], evals: list[EvalResult], drawn: dict[str, D
     lines.append("")
     if evals:
         lines += _eval_section(evals)
-    lines += ["## Plots", ""]
+    lines += ["## Plots", "", *([plot_note, ""] if plot_note else [])]
     for name, result in drawn.items():
         panel = PANELS[name]
         lines += [f"### {name.replace('_', ' ')}", "", f"![{name}]({result.path.name})", "",

@@ -76,6 +76,17 @@ def _step_axis(ax) -> None:
     ax.xaxis.get_major_locator().set_params(integer=True)
 
 
+def _seed_band(ax, run: Run, key: str, color: str, bands: dict | None = None) -> bool:
+    """A grouped run's min-max band over its seeds for ``key`` (report.groups); False if none."""
+    band = run.bands.get(key)
+    if band is None:
+        return False
+    ax.fill_between(band[0], band[1], band[2], color=color, alpha=0.18, linewidth=0)
+    if bands is not None:
+        bands[run.name] = band
+    return True
+
+
 def line_panel(key: str, title: str, ylabel: str) -> Callable[[list[Run], list[EvalResult], Path], Drawn | None]:
     """A panel of one metric against step, one line per run that logged it."""
 
@@ -84,12 +95,14 @@ def line_panel(key: str, title: str, ylabel: str) -> Callable[[list[Run], list[E
         if not having:
             return None
         fig, ax = _axes(title, "step", ylabel)
+        bands = {}
         for run in having:
-            series = run.get(key)
-            ax.plot(series.steps, series.values, label=run.name, color=_color(runs, run),
+            series, color = run.get(key), _color(runs, run)
+            ax.plot(series.steps, series.values, label=run.name, color=color,
                     marker="." if len(series) < 30 else None)
+            _seed_band(ax, run, key, color, bands)
         _step_axis(ax)
-        return _finish(fig, ax, path)
+        return _finish(fig, ax, path, {"bands": bands})
 
     return draw
 
@@ -99,13 +112,17 @@ def reward_panel(runs: list[Run], evals: list[EvalResult], path: Path) -> Drawn 
     having = [r for r in runs if r.has("rollout/reward_mean")]
     if not having:
         return None
-    fig, ax = _axes("Reward (mean over the step's responses, band = ± std)", "step", "reward")
+    grouped = any(r.bands for r in having)
+    fig, ax = _axes("Reward (mean over the step's responses, band = "
+                    + ("min–max over seeds)" if grouped else "± std)"), "step", "reward")
     bands = {}
     for run in having:
         mean, color = run.get("rollout/reward_mean"), _color(runs, run)
         ax.plot(mean.steps, mean.values, label=run.name, color=color, marker="." if len(mean) < 30 else None)
         std = run.get("rollout/reward_std")
-        if std is not None:
+        if _seed_band(ax, run, "rollout/reward_mean", color, bands):
+            pass  # a group of seeds: the band is their spread, not the responses' std
+        elif std is not None:
             by_step = dict(zip(mean.steps, mean.values))
             steps = [s for s in std.steps if s in by_step]
             sd = dict(zip(std.steps, std.values))
@@ -133,10 +150,12 @@ def uniform_panel(runs: list[Run], evals: list[EvalResult], path: Path) -> Drawn
                 if run.has(key):
                     series = run.get(key)
                     ax.plot(series.steps, series.values, style, label=f"{run.name} ({suffix})", color=color)
+                    _seed_band(ax, run, key, color)
                     drew = True
         elif run.has("rollout/frac_uniform_groups"):
             series = run.get("rollout/frac_uniform_groups")
             ax.plot(series.steps, series.values, label=run.name, color=color)
+            _seed_band(ax, run, "rollout/frac_uniform_groups", color)
             drew = True
     if not drew:
         return None
@@ -155,6 +174,7 @@ def grad_norm_panel(runs: list[Run], evals: list[EvalResult], path: Path) -> Dra
     for run in having:
         norm, color = run.get("train/grad_norm"), _color(runs, run)
         ax.plot(norm.steps, norm.values, label=run.name, color=color)
+        _seed_band(ax, run, "train/grad_norm", color)
         flags = run.get("train/grad_norm_spike")
         if flags is not None:
             flagged = {s for s, v in zip(flags.steps, flags.values) if v > 0}
@@ -169,30 +189,58 @@ def grad_norm_panel(runs: list[Run], evals: list[EvalResult], path: Path) -> Dra
 
 
 def passk_panel(runs: list[Run], evals: list[EvalResult], path: Path) -> Drawn | None:
-    """pass@k against k (log2 axis) from eval files, one line per (eval file, dataset)."""
-    curves = [(e, spec, d["pass@k"]) for e in evals for spec, d in e.datasets.items() if d["pass@k"]]
+    """pass@k against k (log2 axis) from eval files: one plot per dataset, one line per eval file.
+
+    Lines are labelled "<eval label>: <dataset>" in ``Drawn.lines`` when there are several
+    datasets (each plot is titled by its dataset; the legend names the eval files once). A grouped
+    eval (report.groups) is the mean over its seeds with a min-max band.
+    """
+    curves = [(e, spec, d) for e in evals for spec, d in e.datasets.items() if d["pass@k"]]
     if not curves:
         return None
-    specs = {spec for _, spec, _ in curves}
-    only = next(iter(specs)) if len(specs) == 1 else None
-    fig, ax = _axes("pass@k" + (f" on {only}" if only else "") + _settings_note(evals), "k", "pass@k")
+    specs = list(dict.fromkeys(spec for _, spec, _ in curves))
+    fig = Figure(figsize=(min(3.6 * len(specs), 14.0) + 2.6, 4.2), dpi=120, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, len(specs), squeeze=False, sharey=True)[0]
+    fig.suptitle("pass@k" + (f" on {specs[0]}" if len(specs) == 1 else "") + _settings_note(evals))
     markers = "os^Dv<>p"
-    spec_marker = {spec: markers[i % len(markers)] for i, spec in enumerate(sorted(specs))}
     by_run = {r.name: r for r in runs}
     others = [e.label for e in evals if e.run_name not in by_run]
-    for result, spec, passk in curves:
-        if result.run_name in by_run:
-            color = _color(runs, by_run[result.run_name])
-        else:
-            color = COLORS[(len(runs) + others.index(result.label)) % len(COLORS)]
-        label = result.label if only else f"{result.label}: {spec}"
-        ax.plot(list(passk), list(passk.values()), marker=spec_marker[spec], label=label, color=color)
-    ks = sorted({k for _, _, passk in curves for k in passk})
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(ks, [str(k) for k in ks])
-    ax.minorticks_off()
-    ax.set_ylim(-0.02, 1.02)
-    return _finish(fig, ax, path)
+    lines, handles = {}, {}
+    for ax, spec in zip(axes, specs):
+        if len(specs) > 1:
+            ax.set_title(spec, fontsize="small")
+        ax.set_xlabel("k")
+        ax.grid(True, alpha=0.3)
+        ax.set_axisbelow(True)
+        for result, curve_spec, data in curves:
+            if curve_spec != spec:
+                continue
+            if result.run_name in by_run:
+                color = _color(runs, by_run[result.run_name])
+            else:
+                color = COLORS[(len(runs) + others.index(result.label)) % len(COLORS)]
+            passk = data["pass@k"]
+            xs, ys = [float(k) for k in passk], list(passk.values())
+            ax.plot(xs, ys, marker=markers[specs.index(spec) % len(markers)], markersize=4,
+                    label=result.label, color=color)
+            band = data.get("pass@k_band")
+            if band:
+                ax.fill_between([float(k) for k in band], [lo for lo, _ in band.values()],
+                                [hi for _, hi in band.values()], color=color, alpha=0.18, linewidth=0)
+            lines[result.label if len(specs) == 1 else f"{result.label}: {spec}"] = (tuple(xs), tuple(ys))
+            handles.setdefault(result.label, Line2D([], [], color=color, marker="o", markersize=4,
+                                                    label=result.label))
+        ks = sorted({k for _, s, d in curves if s == spec for k in d["pass@k"]})
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ks, [str(k) if k in (1, 2, 4, 8, 16, 32, 64, 128) or len(ks) <= 6 else "" for k in ks])
+        ax.minorticks_off()
+        ax.set_ylim(-0.02, 1.02)
+    axes[0].set_ylabel("pass@k")
+    fig.legend(list(handles.values()), list(handles), fontsize="small", loc="outside right upper")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    return Drawn(path, lines, list(handles))
 
 
 def _settings_note(evals: list[EvalResult]) -> str:
