@@ -95,14 +95,16 @@ def summarize_study(folder: Path, study: dict | None = None) -> dict:
 
 
 def compute_line(folder: Path) -> str:
-    """The compute used: the commands in commands.log and the sum of their wall times."""
+    """The compute used: the trainings and evaluations in commands.log and the sum of their wall times."""
     log = folder / "commands.log"
     entries = [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.exists() else []
-    entries = [e for e in entries if e.get("returncode") == 0]
-    if not entries:
+    work = [e for e in entries if e.get("returncode") == 0 and e["command"].split()[3:4] in (["train"], ["eval"])]
+    if not work:
         return ""
-    minutes = sum(e["seconds"] for e in entries) / 60
-    return f"\nCompute: {len(entries)} commands, {minutes:.1f} min (sum of their wall times in commands.log).\n"
+    trainings = sum(e["command"].split()[3] == "train" for e in work)
+    minutes = sum(e["seconds"] for e in work) / 60
+    return (f"\nCompute: {trainings} trainings and {len(work) - trainings} evaluations, {minutes:.1f} min "
+            "(the sum of their wall times in commands.log; reports not counted).\n")
 
 
 def _cell(entry: dict, key: str, digits: int = 3) -> str:
