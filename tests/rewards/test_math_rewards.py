@@ -27,20 +27,24 @@ def test_accuracy_plain_and_conversational(pool):
     assert accuracy(["p"] * 4, completions, answer=answers) == [1.0, 1.0, 0.0, 0.0]
     assert accuracy(["p"] * 4, [chat(c) for c in completions], answer=answers) == [1.0, 1.0, 0.0, 0.0]
     assert accuracy.stats == {"calls": 8, "correct": 4, "no_answer": 2, "timeouts": 0, "errors": 0,
-                              "gold_unparsed": 0}
+                              "gold_unparsed": 0, "unevaluated": 0}
     assert accuracy.pop_stats() == {"accuracy/calls": 8, "accuracy/correct": 4,
                                     "accuracy/no_answer": 2, "accuracy/timeouts": 0,
-                                    "accuracy/errors": 0, "accuracy/gold_unparsed": 0}
+                                    "accuracy/errors": 0, "accuracy/gold_unparsed": 0,
+                                    "accuracy/unevaluated": 0}
     assert accuracy.stats == {"calls": 0, "correct": 0, "no_answer": 0, "timeouts": 0, "errors": 0,
-                              "gold_unparsed": 0}
+                              "gold_unparsed": 0, "unevaluated": 0}
 
 
 def test_accuracy_counts_timeouts_and_survives_huge_inputs(pool):
     accuracy = MathAccuracy(pool)
     completions = [r"\boxed{9^{9^{9^{9^{9}}}}}", "a" * 1_000_000, r"\boxed{" + "{" * 10_000, r"\boxed{3}"]
-    assert accuracy(None, completions, answer=["3"] * 4) == [0.0, 0.0, 0.0, 1.0]
+    # the tower's gold is an expression (a numeric gold would reject it unevaluated, before sympy)
+    assert accuracy(None, completions, answer=["3^{9}", "3", "3", "3"]) == [0.0, 0.0, 0.0, 1.0]
     stats = accuracy.stats
     assert (stats["timeouts"], stats["no_answer"], stats["correct"]) == (1, 2, 1)
+    assert accuracy(None, completions[:1], answer=["3"]) == [0.0]
+    assert (accuracy.stats["unevaluated"], accuracy.stats["timeouts"]) == (1, 1)
 
 
 def _nested(command, depth, core):
@@ -84,6 +88,40 @@ def test_a_gold_that_does_not_parse_scores_zero_and_is_counted(pool):
     assert stats["accuracy/gold_unparsed"] == 2 and stats["accuracy/errors"] == 0
     assert stats["accuracy/no_answer"] == 1
     assert accuracy(None, [r"\boxed{\sqrt{4}}"], answer=["2"]) == [1.0]  # the pool is unaffected
+
+
+def test_restating_the_question_is_not_an_answer(pool):
+    """The reward hack a TA-GRPO run found here (docs/results.md): "The answer is: 84 - 12" to
+    "84 - 12 =" — math-verify evaluates the expression and calls it equal to 72."""
+    accuracy = MathAccuracy(pool, answer_extraction="flexible")
+    completions = [
+        "To find 84 - 12, subtract 12 from 84: 84 - 12 = 76.\n\nThe answer is: 84 - 12",  # the hack
+        r"\boxed{-67 \times -17}",       # boxed, still unevaluated
+        r"\boxed{2^{3}}",
+        "84 - 12 = 72. The answer is 72.",  # worked and answered
+        "So 84 - 12 = 72",                 # an equation whose value is the answer (last number too)
+        r"\boxed{\frac{3}{4}}",           # a fraction is a number
+    ]
+    golds = ["72", "1139", "8", "72", "72", "0.75"]
+    assert accuracy(None, completions, answer=golds) == [0.0, 0.0, 0.0, 1.0, 1.0, 1.0]
+    stats = accuracy.pop_stats()
+    assert stats["accuracy/unevaluated"] == 3 and stats["accuracy/errors"] == 0
+    # a gold that is itself an expression is compared by math-verify as before
+    assert accuracy(None, [r"\boxed{1 + x}"], answer=["x + 1"]) == [1.0]
+    assert accuracy.pop_stats()["accuracy/unevaluated"] == 0
+
+
+@pytest.mark.parametrize(("gold", "pred", "unevaluated"), [
+    ("72", "84 - 12", True), ("-2", "36 - 38", True), ("1139", "-67 * -17", True), ("8", "2^3", True),
+    ("3", "(1+2)", True), ("2", "-(16 - 69)", True), ("72", r"12 \times 6", True), ("72", r"12 \cdot 6", True),
+    ("72", "84 - 12 = 72", False), ("72", "x = 72", False), ("5", "-5", False), ("0.75", "3/4", False),
+    ("0.75", r"\frac{3}{4}", False), ("1,000", "1,000", False), ("18", "$18.00", False), ("50", "50%", False),
+    ("x+1", "x + 1", False), (r"\frac{1}{2}", "1 - 1/2", False),
+])
+def test_is_unevaluated(gold, pred, unevaluated):
+    from rlvr.rewards.verify import is_unevaluated
+
+    assert is_unevaluated(gold, pred) is unevaluated
 
 
 def test_accuracy_needs_answer_column(pool):

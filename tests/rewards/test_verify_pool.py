@@ -64,7 +64,8 @@ def test_batch_keeps_order_across_workers(pool):
 def test_huge_exponent_times_out_and_pool_recovers(pool):
     pool.verify_batch(["1"], ["0.9999"])
     workers = pool.pids
-    results = pool.verify_batch(["3", "3", "2"], [HUGE_POWER, "9^{9^{9}}", r"\sqrt{4}"])
+    # golds that are expressions: a numeric gold rejects a power tower unevaluated, before sympy
+    results = pool.verify_batch(["3^{9}", "3x", "2"], [HUGE_POWER, "9^{9^{9}}", r"\sqrt{4}"])
     assert results == [TIMED_OUT, TIMED_OUT, CORRECT]
     assert pool.pids == workers  # the in-worker alarm ended it: no kill, no restart
     assert pool.verify_batch([r"\frac{1}{2}"], ["0.5"]) == [CORRECT]
@@ -110,7 +111,7 @@ def test_worker_killed_mid_task_does_not_deadlock(pool):
     killer = threading.Timer(0.3, lambda: [os.kill(pid, signal.SIGKILL) for pid in victims])
     killer.start()
     # The task is retried once on a fresh worker, where it runs into the soft timeout.
-    assert pool.verify_batch(["3"], [HUGE_POWER]) == [TIMED_OUT]
+    assert pool.verify_batch(["3^{9}"], [HUGE_POWER]) == [TIMED_OUT]
     killer.join()
     assert not set(pool.pids) & set(victims)
     assert pool.verify_batch(["2"], [r"\sqrt{4}"]) == [CORRECT]

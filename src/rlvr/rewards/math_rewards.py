@@ -19,13 +19,13 @@ from __future__ import annotations
 import re
 
 from rlvr.rewards.extract import EXTRACTION_MODES, extract_answer, find_last_box
-from rlvr.rewards.verify import VerifierPool
+from rlvr.rewards.verify import UNEVALUATED, VerifierPool
 from rlvr.rewards.verify_worker import GOLD_UNPARSED
 
 FORMAT_MAX_TAIL_CHARS = 20
 
 _BOX_OPEN = re.compile(r"\\(?:boxed|fbox)[ \t\n]*\{")
-_STAT_KEYS = ("calls", "correct", "no_answer", "timeouts", "errors", "gold_unparsed")
+_STAT_KEYS = ("calls", "correct", "no_answer", "timeouts", "errors", "gold_unparsed", "unevaluated")
 
 
 def completion_text(completion) -> str:
@@ -55,7 +55,9 @@ class MathAccuracy:
     ``extract_answer`` and verifies it in ``pool``. Counters since the last ``pop_stats()``:
     ``calls`` (completions scored), ``correct``, ``no_answer`` (nothing extracted),
     ``timeouts`` and ``errors`` (verifier timed out / failed; both scored 0.0), ``gold_unparsed``
-    (the gold is not math to math-verify and the answer differs from it as text; scored 0.0).
+    (the gold is not math to math-verify and the answer differs from it as text; scored 0.0),
+    ``unevaluated`` (a numeric gold answered with an expression such as ``84 - 12``; scored 0.0,
+    see ``rlvr.rewards.verify``: a policy that learns to restate the question shows here).
 
     Args:
         pool: the ``VerifierPool`` that runs math-verify.
@@ -87,8 +89,9 @@ class MathAccuracy:
         self._stats["correct"] += sum(r.correct for r in results)
         self._stats["no_answer"] += sum(p is None for p in preds)
         self._stats["timeouts"] += sum(r.timed_out for r in results)
-        self._stats["errors"] += sum(r.error is not None and r.error != GOLD_UNPARSED for r in results)
+        self._stats["errors"] += sum(r.error not in (None, GOLD_UNPARSED, UNEVALUATED) for r in results)
         self._stats["gold_unparsed"] += sum(r.error == GOLD_UNPARSED for r in results)
+        self._stats["unevaluated"] += sum(r.error == UNEVALUATED for r in results)
         return [1.0 if r.correct else 0.0 for r in results]
 
     @property

@@ -28,6 +28,12 @@ needs a math environment. Strings equal after ``normalize_answer`` are correct w
 A gold in which math-verify reads no math (``\\frac{``) raises nothing: a prediction that is not
 equal to it as text is incorrect with ``error=verify_worker.GOLD_UNPARSED`` (``MathAccuracy``
 counts these as ``gold_unparsed``).
+Final answers: a gold that is a plain number asks for a number. A prediction that is still an
+arithmetic expression (``84 - 12``, ``-67 * -17``, ``2^3``; the part after the last ``=`` when
+it is an equation) is incorrect with ``error=UNEVALUATED`` without reaching math-verify, which
+would evaluate it and call it equal. Under RL a policy finds this: a TA-GRPO run here learned to
+answer "The answer is: 84 - 12" to "84 - 12 =" (docs/results.md). Fractions (``3/4``,
+``\\frac{3}{4}``) are numbers and still reach math-verify.
 POSIX only (socket pairs, ``setitimer``), like math-verify's own timeouts.
 """
 
@@ -58,13 +64,27 @@ _THOUSANDS = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 _INT_WITH_ZERO_DECIMALS = re.compile(r"(-?\d+)\.0+")
 
 
+UNEVALUATED = "unevaluated expression"
+_PLAIN_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+# a number (or a closing bracket) and an operator and another operand: "84 - 12", "6*-7", "2^{3}"
+_OPERATION = re.compile(r"[\d)}]\s*(?:[-+*×÷·^]|\\times|\\cdot|\\div)\s*[-+({]?\s*[\d(\\{]")
+
+
+def is_unevaluated(gold: str, pred: str) -> bool:
+    """True when ``gold`` is a plain number and ``pred`` (after its last ``=``) is an arithmetic
+    expression still to be evaluated, not a number: such a prediction restates the work."""
+    if not _PLAIN_NUMBER.fullmatch(normalize_answer(gold)):
+        return False
+    return _OPERATION.search(pred.rsplit("=", 1)[-1]) is not None
+
+
 @dataclass(frozen=True)
 class VerifyResult:
     """Outcome of one gold/prediction comparison.
 
     ``timed_out`` and ``error`` both imply ``correct=False``; ``error`` is a short description
-    (worker crash, exception inside math-verify, ``GOLD_UNPARSED``), never a traceback of the
-    model's text.
+    (worker crash, exception inside math-verify, ``GOLD_UNPARSED``, ``UNEVALUATED``), never a
+    traceback of the model's text.
     """
 
     correct: bool
@@ -176,7 +196,8 @@ class VerifierPool:
     def verify_batch(self, golds: list[str], preds: list[str | None]) -> list[VerifyResult]:
         """Compare each prediction with its gold; one ``VerifyResult`` per pair, in order.
 
-        ``None`` or empty predictions are incorrect without dispatch; pairs equal after
+        ``None`` or empty predictions are incorrect without dispatch, and so are unevaluated
+        expressions for a numeric gold (``is_unevaluated``); pairs equal after
         ``normalize_answer`` are correct without dispatch; the rest run in the workers.
 
         Raises:
@@ -192,6 +213,8 @@ class VerifierPool:
             pred_norm = normalize_answer(pred) if pred is not None else ""
             if not pred_norm:
                 results[i] = VerifyResult(correct=False)
+            elif is_unevaluated(gold, pred):
+                results[i] = VerifyResult(correct=False, error=UNEVALUATED)
             elif pred_norm == normalize_answer(gold):
                 results[i] = VerifyResult(correct=True)
             else:
