@@ -31,6 +31,8 @@ from summarize import summarize_study
 
 STUDIES = sorted(p.stem for p in EXPERIMENTS.glob("*.yaml"))
 PUBLISHED = [name for name in STUDIES if (RESULTS / name / "summary.md").exists()]
+# earlier runs kept as evidence (experiments/results/archive/README.md): <study>-<label>
+ARCHIVED = sorted(p.name for p in (RESULTS / "archive").glob("*") if (p / "summary.md").exists())
 # numbers in docs/results.md that are options of the studies (experiments/*.yaml), not results
 CONFIG_NUMBERS = {"0.95"}  # top-p of `rlvr eval`
 
@@ -43,7 +45,7 @@ def test_both_studies_are_published():
     assert {"dagrpo", "tagrpo"} <= set(PUBLISHED)
 
 
-@pytest.mark.parametrize("name", PUBLISHED)
+@pytest.mark.parametrize("name", PUBLISHED + [f"archive/{a}" for a in ARCHIVED])
 def test_summary_is_made_from_the_committed_run_files(name, tmp_path):
     source = RESULTS / name
     copy = tmp_path / name
@@ -52,7 +54,7 @@ def test_summary_is_made_from_the_committed_run_files(name, tmp_path):
             target = copy / path.relative_to(source)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(path, target)
-    summarize_study(copy, _study(name))
+    summarize_study(copy, _study(name.removeprefix("archive/").split("-")[0]))
     assert (copy / "summary.md").read_text() == (source / "summary.md").read_text(), (
         f"experiments/results/{name}/summary.md is not what `python experiments/summarize.py "
         f"experiments/results/{name}` makes from the committed files; re-run it and commit the result")
@@ -87,7 +89,13 @@ def test_every_run_was_made_by_the_committed_command(name):
 
 def test_every_number_in_the_results_page_is_in_a_summary():
     page = (REPO / "docs" / "results.md").read_text()
-    summaries = "".join((RESULTS / name / "summary.md").read_text() for name in PUBLISHED)
+    sources = [RESULTS / name / "summary.md" for name in PUBLISHED]
+    sources += [path for a in ARCHIVED for path in (RESULTS / "archive" / a).glob("*.md")]
+    sources += [path for name in PUBLISHED for path in (RESULTS / name).glob("unevaluated.md")]
+    summaries = "".join(path.read_text() for path in sources)
+    for path in (RESULTS / "archive").glob("*/*/seed*/eval-*.json"):  # re-evaluations of archived runs
+        for dataset in json.loads(path.read_text())["datasets"].values():
+            summaries += " ".join(f"{v:.3f}" for v in dataset["pass@k"].values())
     numbers = set(re.findall(r"(?<![\d.])\d+\.\d{1,3}(?!\d)", page))
     assert len(numbers) > 20  # the page has its tables
     untraced = sorted(n for n in numbers - CONFIG_NUMBERS if n not in summaries)
