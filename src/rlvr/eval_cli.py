@@ -51,6 +51,9 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--diversity", action="store_true",
                         help="per-problem response diversity (needs: pip install 'rlvr[embed]')")
     parser.add_argument("--limit", type=int, help="only the first N problems of each dataset")
+    parser.add_argument("--log-samples", "--log_samples", dest="log_samples", action="store_true",
+                        help="also write every response, its extracted answer and verdict to "
+                        "<out>.samples.jsonl (to read what a score is made of)")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     parser.add_argument("--dtype", default="float32", help="float32 or bfloat16 (default float32)")
     parser.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
@@ -137,7 +140,7 @@ def run_eval(args: argparse.Namespace) -> int:
             max_completion_length=args.max_completion_length, out_path=args.out,
             instruction=None if args.no_instruction else args.instruction, system_prompt=args.system_prompt,
             greedy=args.greedy, answer_extraction=args.answer_extraction, seed=args.seed,
-            batch_size=args.batch_size, diversity=args.diversity, limit=args.limit,
+            batch_size=args.batch_size, diversity=args.diversity, limit=args.limit, log_samples=args.log_samples,
             progress=not args.no_progress, model_name=model_path,
         )
     except ValueError as error:

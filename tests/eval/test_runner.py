@@ -202,3 +202,19 @@ def test_hostile_dataset_names_and_row_ids_never_become_paths(tiny, tmp_path, mo
     result = _run(tiny, specs, work / "out" / "e.json", n=2, ks=[1, 2])
     assert list(result["datasets"]) == [*names, "ids"] and result["datasets"]["ids"]["num_problems"] == len(names)
     assert files_under(tmp_path) == {"work/deep/out/e.json", "work/deep/out/e.json.problems.jsonl"}
+
+
+def test_log_samples_writes_every_response_and_its_verdict(tiny, tmp_path, text_verdicts):
+    data = _four_problems(tmp_path)
+    out = tmp_path / "logged.json"
+    result = _run(tiny, [data], out, log_samples=True)
+    rows = [json.loads(line) for line in runner.samples_path(out).read_text().splitlines()]
+    assert len(rows) == 4 * 4  # problems x n
+    assert {(r["id"], r["sample"]) for r in rows} == {(f"four.jsonl#{i}", j) for i in range(4) for j in range(4)}
+    problems = {json.loads(line)["id"]: json.loads(line) for line in problems_path(out).read_text().splitlines()[1:]}
+    for pid, problem in problems.items():  # the logged verdicts are the ones counted
+        mine = [r for r in rows if r["id"] == pid]
+        assert sum(r["correct"] for r in mine) == problem["correct"]
+        assert all(r["extracted"] == r["completion"] and r["answer"] == "1" for r in mine)  # extraction patched
+    assert result == _run(tiny, [data], tmp_path / "plain.json")  # logging changes no number
+    assert not runner.samples_path(tmp_path / "plain.json").exists()

@@ -140,6 +140,10 @@ class _ChunkEvaluator:
         golds = [row["answer"] for row in rows for _ in range(n)] + ([row["answer"] for row in rows] if greedy else [])
         preds = [extract_answer(text, self.s["answer_extraction"]) for text in samples + greedy]
         results = self.pool.verify_batch(golds, preds)
+        self.samples = [{"dataset": dataset, "id": row["id"], "sample": j, "answer": row["answer"],
+                         "completion": samples[i * n + j], "extracted": preds[i * n + j],
+                         "correct": results[i * n + j].correct, "error": results[i * n + j].error}
+                        for i, row in enumerate(rows) for j in range(n)]
         records = []
         for i, row in enumerate(rows):
             mine = results[i * n:(i + 1) * n]
@@ -195,6 +199,18 @@ def format_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def samples_path(out_path: str | os.PathLike) -> Path:
+    """Where ``log_samples`` writes: ``<out_path>.samples.jsonl``."""
+    return Path(f"{out_path}.samples.jsonl")
+
+
+def _append_jsonl(path: Path, rows: list[dict]) -> None:
+    with path.open("a", encoding="utf-8") as file:
+        file.write("".join(json.dumps(row) + "\n" for row in rows))
+        file.flush()
+        os.fsync(file.fileno())
+
+
 def _write_json_atomic(path: Path, obj: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
@@ -228,6 +244,7 @@ def evaluate(
     limit: int | None = None,
     progress: bool = True,
     model_name: str | None = None,
+    log_samples: bool = False,
 ) -> dict:
     """Evaluate ``model`` on each dataset; write ``out_path`` (JSON) and return the same dict.
 
@@ -247,6 +264,9 @@ def evaluate(
         limit: evaluate only the first `limit` problems of each dataset.
         progress: progress bar per dataset and the final table on stdout.
         model_name: recorded as "model" (default: the model's name_or_path).
+        log_samples: also append every sampled response (completion, extracted answer, correct,
+            verifier error) to ``<out_path>.samples.jsonl``, as lm-eval's ``--log_samples``: to
+            read what a score is made of. A resumed evaluation logs the problems it runs.
 
     Raises:
         ValueError: a bad setting, an unknown or unloadable dataset, or a problems file written
@@ -273,7 +293,10 @@ def evaluate(
             todo = [row for row in rows if not record.done(spec, row["id"])]
             with tqdm(total=len(rows), initial=len(rows) - len(todo), desc=spec, disable=not progress) as bar:
                 for start in range(0, len(todo), per_call):
-                    for problem in chunk_evaluator.run(spec, todo[start:start + per_call]):
+                    problems = chunk_evaluator.run(spec, todo[start:start + per_call])
+                    if log_samples:  # before the problems are recorded: a resume re-logs, never skips
+                        _append_jsonl(samples_path(out_path), chunk_evaluator.samples)
+                    for problem in problems:
                         record.add(problem)
                         bar.update(1)
         blocks = {spec: summarize_dataset([record.records[(spec, row["id"])] for row in rows], ks, greedy=greedy)
