@@ -22,12 +22,12 @@ def make_report(run_dirs: list[str | Path], out: str | Path | None = None, eval_
     A skipped panel's PNG left by an earlier report in ``out`` is removed, so the folder shows
     only what report.md describes. Returns the path of report.md.
     """
+    if smooth < 1:
+        raise ValueError(f"--smooth {smooth}: give a window of at least 1 logged step (1 = no smoothing)")
     runs = load_runs(list(run_dirs), names)
     evals = load_evals(runs, list(eval_files))
     out_dir = Path(out) if out is not None else runs[0].path / "report"
     out_dir.mkdir(parents=True, exist_ok=True)
-    if smooth < 1:
-        raise ValueError(f"--smooth {smooth}: give a window of at least 1 logged step (1 = no smoothing)")
     plot_runs, plot_evals, notes = smooth_runs(runs, smooth), evals, []
     if smooth > 1:
         notes.append(f"Smoothed: each run's curves are the trailing mean over {smooth} logged steps "
