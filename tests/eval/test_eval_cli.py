@@ -31,6 +31,16 @@ def test_end_to_end_on_a_local_file_and_gsm8k_100(tmp_path, capsys):
     assert result["datasets"][str(data)]["num_problems"] == 1
     assert set(result["datasets"]["gsm8k-100"]["pass@k"]) == {"1", "2"}
     assert f"wrote {out}" in capsys.readouterr().out
+    assert not (tmp_path / "res.json.samples.jsonl").exists()  # only with --log-samples
+
+
+def test_log_samples_flag_writes_the_responses(tmp_path):
+    data = tmp_path / "toy.jsonl"
+    data.write_text(json.dumps({"prompt": "What is 2 + 2?", "answer": "4"}) + "\n", encoding="utf-8")
+    out = tmp_path / "res.json"
+    assert _eval([*BASE, "--data", str(data), "--out", str(out), "--log_samples"]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "res.json.samples.jsonl").read_text().splitlines()]
+    assert [(r["id"], r["sample"], r["answer"]) for r in rows] == [("toy.jsonl#0", 0, "4"), ("toy.jsonl#0", 1, "4")]
 
 
 def test_k_larger_than_n_exits_2_naming_both(tmp_path, capsys):

@@ -131,7 +131,8 @@ class _ChunkEvaluator:
                                            max_new_tokens=self.s["max_completion_length"], top_p=self.s["top_p"])
         return [self.tokenizer.decode(c.token_ids, skip_special_tokens=True) for c in completions]
 
-    def run(self, dataset: str, rows: list[dict]) -> list[dict]:
+    def run(self, dataset: str, rows: list[dict], keep_samples: bool = False) -> list[dict]:
+        """One record per problem; with ``keep_samples`` also ``self.samples``, one row per response."""
         n = self.s["n"]
         prompts = [self.prompt_ids(row) for row in rows]
         seeds = [row_seed(self.s["seed"], dataset, row["id"], j) for row in rows for j in range(n)]
@@ -143,7 +144,7 @@ class _ChunkEvaluator:
         self.samples = [{"dataset": dataset, "id": row["id"], "sample": j, "answer": row["answer"],
                          "completion": samples[i * n + j], "extracted": preds[i * n + j],
                          "correct": results[i * n + j].correct, "error": results[i * n + j].error}
-                        for i, row in enumerate(rows) for j in range(n)]
+                        for i, row in enumerate(rows) for j in range(n)] if keep_samples else []
         records = []
         for i, row in enumerate(rows):
             mine = results[i * n:(i + 1) * n]
@@ -293,7 +294,7 @@ def evaluate(
             todo = [row for row in rows if not record.done(spec, row["id"])]
             with tqdm(total=len(rows), initial=len(rows) - len(todo), desc=spec, disable=not progress) as bar:
                 for start in range(0, len(todo), per_call):
-                    problems = chunk_evaluator.run(spec, todo[start:start + per_call])
+                    problems = chunk_evaluator.run(spec, todo[start:start + per_call], keep_samples=log_samples)
                     if log_samples:  # before the problems are recorded: a resume re-logs, never skips
                         _append_jsonl(samples_path(out_path), chunk_evaluator.samples)
                     for problem in problems:
