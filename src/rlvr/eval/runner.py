@@ -126,7 +126,6 @@ class _ChunkEvaluator:
         return self.tokenizer(render_prompt(self.tokenizer, messages), add_special_tokens=False)["input_ids"]
 
     def _texts(self, prompts: list[list[int]], seeds: list[int] | None, temperature: float) -> list[str]:
-        texts = []
         completions = self.engine.generate(prompts, temperature=temperature, row_seeds=seeds,
                                            max_new_tokens=self.s["max_completion_length"], top_p=self.s["top_p"])
         return [self.tokenizer.decode(c.token_ids, skip_special_tokens=True) for c in completions]
