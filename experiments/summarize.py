@@ -70,8 +70,9 @@ def summarize_study(folder: Path, study: dict | None = None) -> dict:
     for run_dir in sorted(folder.glob("*/seed*")):
         if (run_dir / "metrics.jsonl").exists():
             numbers = run_summary(run_dir)
-            if max_steps is not None and (numbers["steps"] < max_steps or not (run_dir / "eval.json").exists()):
-                unfinished.append(f"{run_dir.parent.name}/{run_dir.name} ({numbers['steps']} steps)")
+            steps = numbers.get("steps", 0)  # a run that has just started has no step yet
+            if max_steps is not None and (steps < max_steps or not (run_dir / "eval.json").exists()):
+                unfinished.append(f"{run_dir.parent.name}/{run_dir.name} ({steps} steps)")
                 continue  # a half-trained run is not averaged with finished ones
             arms.setdefault(run_dir.parent.name, {})[run_dir.name] = numbers
     if study is not None:  # the study's arm order

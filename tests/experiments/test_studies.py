@@ -111,3 +111,18 @@ def test_heldout_problems_are_not_training_problems():
         training = {row["prompt"] for row in load_rows(_study(name)["common"]["data"])}
         assert len(training) > 100
         assert not [row["id"] for row in heldout if row["prompt"] in training]
+
+
+def test_a_run_that_has_just_started_is_listed_as_unfinished(tmp_path):
+    """A lane that has created a run folder but logged no step yet must not break the summary."""
+    source = RESULTS / "dagrpo" / "grpo" / "seed0"
+    finished = tmp_path / "grpo" / "seed0"
+    finished.mkdir(parents=True)
+    for name in ("metrics.jsonl", "eval.json"):
+        shutil.copy(source / name, finished / name)
+    started = tmp_path / "dagrpo" / "seed0"
+    started.mkdir(parents=True)
+    (started / "metrics.jsonl").write_text("")
+    summary = summarize_study(tmp_path, _study("dagrpo"))
+    assert list(summary) == ["grpo"]
+    assert "dagrpo/seed0 (0 steps)" in (tmp_path / "summary.md").read_text()
