@@ -126,3 +126,18 @@ def test_a_run_that_has_just_started_is_listed_as_unfinished(tmp_path):
     summary = summarize_study(tmp_path, _study("dagrpo"))
     assert list(summary) == ["grpo"]
     assert "dagrpo/seed0 (0 steps)" in (tmp_path / "summary.md").read_text()
+
+
+@pytest.mark.parametrize("name", [n for n in PUBLISHED if (RESULTS / n / "unevaluated.md").exists()])
+def test_reward_hack_counts_are_made_from_the_committed_responses(name, tmp_path):
+    """unevaluated.md (cited in docs/results.md) is what find_unevaluated.py reads in the committed responses."""
+    from find_unevaluated import main as count_unevaluated
+
+    source = RESULTS / name
+    for path in source.rglob("*"):
+        if path.name in ("config.yaml", "metrics.jsonl", "samples.jsonl", "eval.json.samples.jsonl"):
+            target = tmp_path / path.relative_to(source)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(path, target)
+    assert count_unevaluated(tmp_path) == (source / "unevaluated.md").read_text(), (
+        f"re-run `python experiments/find_unevaluated.py experiments/results/{name}` and commit the result")
