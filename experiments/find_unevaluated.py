@@ -50,21 +50,19 @@ def main(folder: Path) -> str:
         c = run_counts(samples, int(config["run"]["max_steps"]))
         lines.append(f"| {run.parent.name}/{run.name} | {steps} | {c['logged']} | {c['rewarded']} | "
                      f"{c['unevaluated']} | {c['rewarded_late']} | {c['unevaluated_late']} |")
-    evaluations = sorted(folder.glob("*/eval.json.samples.jsonl")) + sorted(folder.glob("*/seed*/eval.json.samples.jsonl"))
+    evaluations = {samples.parent.relative_to(folder).as_posix(): [json.loads(line) for line in
+                   samples.read_text().splitlines() if line.strip()]
+                   for samples in [*sorted(folder.glob("*/eval.json.samples.jsonl")),
+                                   *sorted(folder.glob("*/seed*/eval.json.samples.jsonl"))]}
     if evaluations:
+        datasets = sorted({r["dataset"] for records in evaluations.values() for r in records})
         lines += ["", "Evaluation responses (`rlvr eval --log-samples`) the verifier rejected as unevaluated "
-                  "expressions, per dataset: rejected / responses.", ""]
-        datasets = sorted({json.loads(line)["dataset"] for line in evaluations[0].read_text().splitlines() if line})
-        lines += [f"| evaluation | {' | '.join(datasets)} |", "|---|" + "---|" * len(datasets)]
-        for samples in evaluations:
-            counts = {d: [0, 0] for d in datasets}
-            for line in samples.read_text().splitlines():
-                if line.strip():
-                    record = json.loads(line)
-                    counts.setdefault(record["dataset"], [0, 0])[1] += 1
-                    counts[record["dataset"]][0] += record.get("error") == UNEVALUATED
-            name = samples.parent.relative_to(folder).as_posix()
-            lines.append(f"| {name} | " + " | ".join(f"{counts[d][0]} / {counts[d][1]}" for d in datasets) + " |")
+                  "expressions, per dataset: rejected / responses.", "",
+                  f"| evaluation | {' | '.join(datasets)} |", "|---|" + "---|" * len(datasets)]
+        for name, records in evaluations.items():
+            cells = [f"{sum(r.get('error') == UNEVALUATED for r in records if r['dataset'] == d)} / "
+                     f"{sum(r['dataset'] == d for r in records)}" for d in datasets]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
     text = "\n".join(lines) + "\n"
     (folder / "unevaluated.md").write_text(text)
     return text
