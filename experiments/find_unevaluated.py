@@ -39,8 +39,8 @@ def run_counts(samples: Path, max_steps: int) -> dict[str, int]:
 
 
 def main(folder: Path) -> str:
-    lines = [f"Rewarded policy responses in samples.jsonl whose answer is an unevaluated expression "
-             f"(experiments/find_unevaluated.py; 'late' = the last {LAST_STEPS} steps).", "",
+    lines = [(f"Rewarded policy responses in samples.jsonl whose answer is an unevaluated expression "
+              f"(experiments/find_unevaluated.py; 'late' = the last {LAST_STEPS} steps)."), "",
              "| run | steps | logged | rewarded | unevaluated | rewarded, late | unevaluated, late |",
              "|---|---|---|---|---|---|---|"]
     for samples in sorted(folder.glob("*/seed*/samples.jsonl")):
@@ -56,8 +56,8 @@ def main(folder: Path) -> str:
                                    *sorted(folder.glob("*/seed*/eval.json.samples.jsonl"))]}
     if evaluations:
         datasets = sorted({r["dataset"] for records in evaluations.values() for r in records})
-        lines += ["", "Evaluation responses (`rlvr eval --log-samples`) the verifier rejected as unevaluated "
-                  "expressions, per dataset: rejected / responses.", "",
+        lines += ["", ("Evaluation responses (`rlvr eval --log-samples`) the verifier rejected as unevaluated "
+                       "expressions, per dataset: rejected / responses."), "",
                   f"| evaluation | {' | '.join(datasets)} |", "|---|" + "---|" * len(datasets)]
         for name, records in evaluations.items():
             cells = [f"{sum(r.get('error') == UNEVALUATED for r in records if r['dataset'] == d)} / "
