@@ -407,7 +407,7 @@ def test_unknown_importance_level():
 
 
 # --- DaGRPO anchor term --------------------------------------------------------------------------
-from rlvr.core.losses import anchor_surrogate  # noqa: E402
+from rlvr.core.losses import anchor_surrogate
 
 
 def test_anchor_log_psi_gradient_is_minus_adv_grad_logp():

@@ -4,8 +4,7 @@ import pyarrow
 import pyarrow.parquet
 import pytest
 
-import rlvr.data.sources as sources
-from rlvr.data import load_rows
+from rlvr.data import load_rows, sources
 
 ROWS = [
     {"id": "q1", "question": "What is 2+3?", "answer": 5, "level": 1},

@@ -13,7 +13,7 @@ def _engine(seed=0):
 
 
 def test_generate_shapes_and_flags():
-    engine, model, tok = _engine()
+    engine, _model, _tok = _engine()
     prompts = [[1, 2, 3], [4, 5], [6]]
     out = engine.generate(prompts, max_new_tokens=12, temperature=1.0, generator_seed=0)
     assert len(out) == 3

@@ -108,7 +108,7 @@ def test_length_buckets_example_and_invariants():
 
 def test_length_bucketed_update_equals_plain_micro_batches(monkeypatch):
     # Same gradient whether micro-batches are length buckets or consecutive rows.
-    import rlvr.train.update as update
+    from rlvr.train import update
 
     def plain(rows, lengths, max_rows):
         return [rows[i : i + max_rows] for i in range(0, len(rows), max_rows)]

@@ -10,7 +10,6 @@ from typing import Any
 from rlvr.config.dagrpo import DaGRPOConfig
 from rlvr.config.evaluation import EvalConfig
 from rlvr.config.fields import _fail
-from rlvr.config.tagrpo import TAGRPOConfig
 from rlvr.config.sections import (
     AlgorithmConfig,
     DataConfig,
@@ -20,6 +19,7 @@ from rlvr.config.sections import (
     RolloutConfig,
     RunConfig,
 )
+from rlvr.config.tagrpo import TAGRPOConfig
 
 SECTIONS: dict[str, type] = {
     "model": ModelConfig,

@@ -78,7 +78,7 @@ def _coerce(key: str, value: Any) -> Any:
         if _is_optional(hint):
             return None
         raise ValueError(f"{key} cannot be null; give a value (see `rlvr train --help`)")
-    base = [a for a in typing.get_args(hint) if a is not type(None)][0] if _is_optional(hint) else hint
+    base = next(a for a in typing.get_args(hint) if a is not type(None)) if _is_optional(hint) else hint
     origin = typing.get_origin(base)
     if origin is list:
         (item,) = typing.get_args(base)

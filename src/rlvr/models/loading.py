@@ -182,7 +182,7 @@ def apply_lora(
     alpha: float,
     dropout: float,
     target_modules: str | list[str] = "all-linear",
-) -> "PeftModel":
+) -> PeftModel:
     """Wrap `model` with LoRA adapters (PEFT); only the adapter weights require grad.
 
     Convention: update scale = alpha / r (PEFT's default, not rsLoRA); 'all-linear' targets every

@@ -51,6 +51,7 @@ import time
 import weakref
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
+from typing import Self
 
 KILL_GRACE_S = 1.0
 STARTUP_TIMEOUT_S = 120.0
@@ -177,7 +178,7 @@ class VerifierPool:
         self._startup_deaths = 0  # consecutive; a worker that keeps dying at start is a broken install
         self._finalizer = weakref.finalize(self, _stop_all, self._workers)
 
-    def __enter__(self) -> VerifierPool:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info) -> None:

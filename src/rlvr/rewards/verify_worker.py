@@ -59,7 +59,7 @@ def serve(conn, timeout_s: float) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     try:
         from math_verify import parse, verify
-    except BaseException as exc:  # report any import failure instead of dying silently
+    except BaseException as exc:  # noqa: BLE001  (report any import failure instead of dying silently)
         conn.send(("failed", f"{type(exc).__name__}: {exc}"))
         return
     # math-verify logs every timeout and parse failure with the full (possibly huge) input.
@@ -96,7 +96,7 @@ def _check(parse, verify, gold: str, pred: str, timeout_s: float, has_alarm: boo
         return bool(verify(gold_parsed, pred_parsed, timeout_seconds=None)), False, None
     except SoftTimeout:
         return False, True, None
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001  (a model's output never crashes the worker)
         # Only the type: str() of a sympy-laden exception can itself run for minutes.
         return False, False, f"{type(exc).__name__} in math-verify"
     finally:

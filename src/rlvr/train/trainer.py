@@ -32,8 +32,8 @@ from rlvr.train.advantages import compute_advantages
 from rlvr.train.dagrpo_phase import build_dagrpo_phase
 from rlvr.train.distributed import init_distributed, shutdown_distributed, wrap_policy
 from rlvr.train.evaluation import evaluate_during_training, should_evaluate, training_overlap
-from rlvr.train.fsdp import full_state_dicts, full_weights, is_sharded
 from rlvr.train.experience import Experience
+from rlvr.train.fsdp import full_state_dicts, full_weights, is_sharded
 from rlvr.train.grad_spikes import GradSpikes
 from rlvr.train.metrics import rollout_metrics, sample_records
 from rlvr.train.progress import Progress, memory_metrics
