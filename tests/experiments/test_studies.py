@@ -7,7 +7,8 @@ produced by a committed command. These tests hold the repository to it:
 - every run's metrics.jsonl was made by the command the study script builds from the committed
   YAML (the command is in commands.log, and the run's config.yaml holds the same options);
 - every number with one to three decimals in docs/results.md appears in a summary.md;
-- the held-out problems are not training problems.
+- the held-out problems are not training problems;
+- the page's reading of the DaGRPO masking arm (a run equals GRPO's until a contrast pair is masked).
 """
 
 from __future__ import annotations
@@ -141,3 +142,47 @@ def test_reward_hack_counts_are_made_from_the_committed_responses(name, tmp_path
             shutil.copy(path, target)
     assert count_unevaluated(tmp_path) == (source / "unevaluated.md").read_text(), (
         f"re-run `python experiments/find_unevaluated.py experiments/results/{name}` and commit the result")
+
+
+def _metrics(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def _same_step(a: dict, b: dict) -> bool:
+    shared = [k for k in a.keys() & b.keys() if not k.startswith(("time/", "memory/", "perf/"))]  # not timings
+    return all(a[k] == b[k] for k in shared)
+
+
+def test_masking_changes_a_run_only_where_it_removes_a_contrast_pair():
+    """docs/results.md: pair masking changes GRPO's gradient only through pairs with different rewards.
+
+    For each seed, dagrpo_sgr's run equals grpo's (same rollouts, losses, grad norms, every other shared
+    metric) up to the first step where `dagrpo/masked_contrast_frac` > 0, and differs from that step on;
+    a run with no such step ends with the same evaluation responses as grpo's.
+    """
+    folder = RESULTS / "dagrpo"
+    seeds = [p.name for p in (folder / "dagrpo_sgr").glob("seed*") if (folder / "grpo" / p.name).exists()]
+    assert len(seeds) >= 2
+    for seed in seeds:
+        sgr, grpo = _metrics(folder / "dagrpo_sgr" / seed), _metrics(folder / "grpo" / seed)
+        first = next((i for i, m in enumerate(sgr) if m["dagrpo/masked_contrast_frac"] > 0), None)
+        for i, (a, b) in enumerate(zip(sgr, grpo, strict=True)):
+            if first is None or i < first:
+                assert _same_step(a, b), (seed, a["step"])
+        if first is None:
+            responses = [(folder / arm / seed / "eval.json.samples.jsonl").read_text() for arm in ("dagrpo_sgr", "grpo")]
+            assert responses[0] == responses[1], seed
+        else:  # the update at that step differs, so the next steps do
+            assert sgr[first]["train/grad_norm"] != grpo[first]["train/grad_norm"], seed
+
+
+def test_per_seed_column_is_in_numeric_seed_order():
+    from summarize import markdown
+
+    entry = lambda seeds: {"seeds": sorted(seeds), "mean": {"eval/d/pass@1": 0.5}, "min": {"eval/d/pass@1": 0.1},
+                           "max": {"eval/d/pass@1": 0.9},
+                           "per_seed": {s: {"eval/d/pass@1": v} for s, v in seeds.items()}}
+    text = markdown({"a": entry({"seed10": 0.9, "seed2": 0.1}), "b": entry({"seed2": 0.2, "seed3": 0.3})})
+    assert "| pass@1 | pass@1 of seeds 2, 3, 10 |" in text
+    assert "| a | 0.500 [0.100, 0.900] | 0.100, –, 0.900 |" in text
+    assert "| b | 0.500 [0.100, 0.900] | 0.200, 0.300, – |" in text
