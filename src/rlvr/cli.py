@@ -106,14 +106,24 @@ def main(argv: list[str] | None = None) -> int:
 
         hf_logging.disable_progress_bar()  # weight loading/saving bars would break our own bar
         try:
-            make_trainer(cfg).train()
+            trainer = make_trainer(cfg)  # kept referenced until the exit below
+            trainer.train()
+            code = 0
         except ValueError as error:
             print(f"rlvr {args.command}: {error}", file=sys.stderr)
-            return 2
+            code = 2
         except TrainingStopped as error:
             print(f"rlvr {args.command}: stopped: {error}", file=sys.stderr)
-            return 3
-        return 0
+            code = 3
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            # A torchrun worker leaves without running torch's C++ destructors: after the process
+            # group is destroyed, freeing the DDP/gloo objects can block for ever in a thread join
+            # on one rank (seen: rank 1 in std::thread::join after rank 0 had exited, so torchrun
+            # never returned). train() has written and closed everything by now.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        return code
     return 1
 
 
