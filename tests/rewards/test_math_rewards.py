@@ -27,13 +27,13 @@ def test_accuracy_plain_and_conversational(pool):
     assert accuracy(["p"] * 4, completions, answer=answers) == [1.0, 1.0, 0.0, 0.0]
     assert accuracy(["p"] * 4, [chat(c) for c in completions], answer=answers) == [1.0, 1.0, 0.0, 0.0]
     assert accuracy.stats == {"calls": 8, "correct": 4, "no_answer": 2, "timeouts": 0, "errors": 0,
-                              "gold_unparsed": 0, "unevaluated": 0}
+                              "gold_unparsed": 0, "text_compared": 0, "unevaluated": 0}
     assert accuracy.pop_stats() == {"accuracy/calls": 8, "accuracy/correct": 4,
                                     "accuracy/no_answer": 2, "accuracy/timeouts": 0,
                                     "accuracy/errors": 0, "accuracy/gold_unparsed": 0,
-                                    "accuracy/unevaluated": 0}
+                                    "accuracy/text_compared": 0, "accuracy/unevaluated": 0}
     assert accuracy.stats == {"calls": 0, "correct": 0, "no_answer": 0, "timeouts": 0, "errors": 0,
-                              "gold_unparsed": 0, "unevaluated": 0}
+                              "gold_unparsed": 0, "text_compared": 0, "unevaluated": 0}
 
 
 def test_accuracy_counts_timeouts_and_survives_huge_inputs(pool):
@@ -85,9 +85,20 @@ def test_a_gold_that_does_not_parse_scores_zero_and_is_counted(pool):
     # "√2" and "\frac{" are not math to math-verify: only a textual match scores.
     assert accuracy(None, completions, answer=["√2", "√2", r"\frac{", r"\frac{"]) == [0.0, 1.0, 0.0, 0.0]
     stats = accuracy.pop_stats()
-    assert stats["accuracy/gold_unparsed"] == 2 and stats["accuracy/errors"] == 0
-    assert stats["accuracy/no_answer"] == 1
+    # every answered completion with such a gold is counted, whatever its score
+    assert stats["accuracy/gold_unparsed"] == 3 and stats["accuracy/text_compared"] == 3
+    assert stats["accuracy/errors"] == 0 and stats["accuracy/no_answer"] == 1
     assert accuracy(None, [r"\boxed{\sqrt{4}}"], answer=["2"]) == [1.0]  # the pool is unaffected
+
+
+def test_prose_golds_are_compared_as_text_and_counted(pool):
+    accuracy = MathAccuracy(pool)
+    completions = [r"\boxed{on}", r"\boxed{\text{No}}", r"\boxed{3}", r"\boxed{2}", "no answer"]
+    golds = ["No", "No", "3 is the only possible value", "2^floor(n/2)*floor(n/2)!", "No"]
+    assert accuracy(None, completions, answer=golds) == [0.0, 1.0, 1.0, 0.0, 0.0]
+    stats = accuracy.pop_stats()
+    # "No" twice (the unanswered one is not compared), the floor gold once; the core gold is math
+    assert (stats["accuracy/text_compared"], stats["accuracy/gold_unparsed"]) == (3, 1)
 
 
 def test_restating_the_question_is_not_an_answer(pool):

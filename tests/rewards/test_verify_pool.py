@@ -8,11 +8,13 @@ import time
 import pytest
 
 from rlvr.rewards import VerifierPool, VerifyResult, normalize_answer
-from rlvr.rewards.verify_worker import GOLD_UNPARSED
+from rlvr.rewards.answer_kind import MATH, TEXT, UNPARSED
 
-CORRECT = VerifyResult(correct=True)
-WRONG = VerifyResult(correct=False)
-TIMED_OUT = VerifyResult(correct=False, timed_out=True)
+CORRECT = VerifyResult(correct=True, gold_kind=MATH)
+WRONG = VerifyResult(correct=False, gold_kind=MATH)
+TIMED_OUT = VerifyResult(correct=False, timed_out=True, gold_kind=MATH)  # soft: the gold was read
+KILLED = VerifyResult(correct=False, timed_out=True)  # hard: the worker said nothing
+NO_ANSWER = VerifyResult(correct=False)
 HUGE_POWER = "9^{9^{9^{9^{9}}}}"
 
 
@@ -36,14 +38,14 @@ HUGE_POWER = "9^{9^{9^{9^{9}}}}"
     ("3", "not a number", False),
 ])
 def test_math_verify_equivalences(pool, gold, pred, correct):
-    assert pool.verify_batch([gold], [pred]) == [VerifyResult(correct=correct)]
+    assert pool.verify_batch([gold], [pred]) == [VerifyResult(correct=correct, gold_kind=MATH)]
 
 
 def test_none_and_empty_predictions_are_wrong_without_workers():
     unstarted = VerifierPool(num_workers=1, timeout_s=1.0)
-    assert unstarted.verify_batch(["1", "2", "3"], [None, "", "  "]) == [WRONG] * 3
-    assert unstarted.verify_batch(["1,000", "2", "x + 1"], ["1000", "2.00", "x+1"]) == [CORRECT] * 3
-    assert unstarted.pids == []  # nothing needed a worker
+    assert unstarted.verify_batch(["1", "2", "3"], [None, "", "  "]) == [NO_ANSWER] * 3
+    assert unstarted.verify_batch(["1,000", "2", "3"], ["1000", "2.00", "3."]) == [CORRECT] * 3
+    assert unstarted.pids == []  # nothing needed a worker (a numeric gold's kind is known)
 
 
 @pytest.mark.parametrize("raw, normal", [
@@ -79,10 +81,35 @@ def test_adversarial_predictions_do_not_hang(pool):
 
 
 def test_a_gold_math_verify_cannot_parse_is_reported_not_raised(pool):
-    unparsed = VerifyResult(correct=False, error=GOLD_UNPARSED)
+    unparsed = VerifyResult(correct=False, gold_kind=UNPARSED)
     results = pool.verify_batch([r"\frac{", "√2", "#", "√2"], ["1", r"\sqrt{2}", "#", " √2 "])
-    assert results == [unparsed, unparsed, CORRECT, CORRECT]  # equal as text: the fast path
+    # equal as text: correct by the fast path, and the gold's kind is still read in a worker
+    assert results == [unparsed, unparsed, VerifyResult(True, gold_kind=UNPARSED),
+                       VerifyResult(True, gold_kind=UNPARSED)]
     assert pool.verify_batch(["√4"], ["2"]) == [unparsed]
+
+
+def test_gold_kinds(pool):
+    golds = ["72", r"\frac{1}{2}", "No", "3 is the only possible value", "2^floor(n/2)*floor(n/2)!",
+             "0 is not the only possible value", r"\frac{", "x + 1", "No"]
+    assert pool.gold_kinds(golds) == ["math", "math", "text", "math", "text", "text", "text", "math", "text"]
+    assert pool.gold_kinds([]) == []
+    with pytest.raises(ValueError, match="gold #0"):
+        pool.gold_kinds([""])
+
+
+def test_gold_kinds_counts_a_timeout_as_text():
+    # 1 ms is too short for any parse: every reading times out (and is not cached); a plain
+    # number needs no reading
+    with VerifierPool(num_workers=1, timeout_s=0.001) as own:
+        assert own.gold_kinds([r"\frac{1}{2}", "x^2", "72"]) == ["text", "text", "math"]
+
+
+def test_text_golds_are_compared_as_text(pool):
+    prose = VerifyResult(correct=True, gold_kind=TEXT)
+    results = pool.verify_batch(["No", "No", "Yes", "Exactly one", "0 is not the only possible value"],
+                                ["on", r"\text{No}", "YES", r"\text{Exactly one}.", "0 is the only possible value"])
+    assert results == [VerifyResult(False, gold_kind=TEXT), prose, prose, prose, VerifyResult(False, gold_kind=TEXT)]
 
 
 def test_unresponsive_workers_are_killed_and_replaced(pool):
@@ -90,7 +117,7 @@ def test_unresponsive_workers_are_killed_and_replaced(pool):
     stopped = pool.pids
     for pid in stopped:
         os.kill(pid, signal.SIGSTOP)  # ignores our soft alarm: only the hard kill can end it
-    assert pool.verify_batch(["1", "2"], ["3", "4"]) == [TIMED_OUT, TIMED_OUT]
+    assert pool.verify_batch(["1", "2"], ["3", "4"]) == [KILLED, KILLED]
     assert not set(pool.pids) & set(stopped)
     assert pool.verify_batch(["1", "2"], [r"\frac{2}{2}", r"\sqrt{4}"]) == [CORRECT, CORRECT]
 

@@ -3,8 +3,8 @@
 These parse *dataset* text, which we control and validate, so they return None when the form is
 absent and the caller decides whether that is an error. (Parsing *model output* belongs to
 rlvr.rewards, which never raises.) A gold is checked for presence here, not for math syntax: one
-that math-verify cannot parse scores 0 against any answer not equal to it as text, counted as
-``gold_unparsed`` (rlvr.rewards.math_rewards).
+that is not math as a whole is compared as normalised text by the verifier, counted as
+``text_compared`` / ``gold_unparsed`` (rlvr.rewards.answer_kind, rlvr.rewards.math_rewards).
 """
 
 from __future__ import annotations

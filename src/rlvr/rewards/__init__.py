@@ -1,7 +1,8 @@
 """Verifiers and reward functions: plain Python, never raising on model output.
 
 - ``extract_answer``: the final answer of a completion (last ``\\boxed{}``, ``#### N``, "the answer is").
-- ``VerifierPool``: math-verify in worker processes with a hard per-task timeout.
+- ``VerifierPool``: math-verify in worker processes with a hard per-task timeout; ``gold_kinds``.
+- ``answer_kind``: what counts as math and what as text in an answer (the one place).
 - ``MathAccuracy``, ``format_reward``: TRL-signature rewards.
 - ``resolve_reward``, ``combine_rewards``: config names → callables, weighted sum per completion.
 """

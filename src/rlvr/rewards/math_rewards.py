@@ -4,11 +4,12 @@
 are accepted. Rewards are floats in {0.0, 1.0}; a completion without an answer scores 0.0, not
 None, because "wrote no answer" is a wrong answer, not "not applicable".
 
-Gold answers that math-verify cannot parse (``\\frac{``, ``√2``) are not rejected at load time
-(rows are checked for a non-empty gold, not for math syntax, since golds may be words): a
-completion scores 1.0 only if its answer equals the gold as text (``normalize_answer``), else 0.0,
-and each such comparison is counted in ``gold_unparsed`` (logged as
-``rewards/accuracy/gold_unparsed``); a run whose counter keeps rising has a broken gold column.
+Golds that are not math are not rejected at load time (rows are checked for a non-empty gold,
+not for math syntax, since golds may be words): prose golds (``No``, ``Exactly one``) and golds
+that do not parse as a whole (``\\frac{``, ``floor(n/2)``) are compared as normalised text
+(``rlvr.rewards.answer_kind``) and counted in ``text_compared``; the second sort also in
+``gold_unparsed`` (``rewards/accuracy/gold_unparsed``: a counter that keeps rising means a broken
+or unsupported gold column). ``VerifierPool.gold_kinds`` tells them apart before a run.
 
 Reward hacking (open-instruct #659): ``format_reward`` is additive and pays wrong answers too;
 weight it well below accuracy (e.g. 0.1) or the policy learns to box anything.
@@ -18,14 +19,15 @@ from __future__ import annotations
 
 import re
 
+from rlvr.rewards.answer_kind import TEXT, UNPARSED
 from rlvr.rewards.extract import EXTRACTION_MODES, extract_answer, find_last_box
 from rlvr.rewards.verify import UNEVALUATED, VerifierPool
-from rlvr.rewards.verify_worker import GOLD_UNPARSED
 
 FORMAT_MAX_TAIL_CHARS = 20
 
 _BOX_OPEN = re.compile(r"\\(?:boxed|fbox)[ \t\n]*\{")
-_STAT_KEYS = ("calls", "correct", "no_answer", "timeouts", "errors", "gold_unparsed", "unevaluated")
+_STAT_KEYS = ("calls", "correct", "no_answer", "timeouts", "errors", "gold_unparsed", "text_compared",
+              "unevaluated")
 
 
 def completion_text(completion) -> str:
@@ -54,9 +56,11 @@ class MathAccuracy:
     Reads the gold from the ``answer`` column (one per completion), extracts the prediction with
     ``extract_answer`` and verifies it in ``pool``. Counters since the last ``pop_stats()``:
     ``calls`` (completions scored), ``correct``, ``no_answer`` (nothing extracted),
-    ``timeouts`` and ``errors`` (verifier timed out / failed; both scored 0.0), ``gold_unparsed``
-    (the gold is not math to math-verify and the answer differs from it as text; scored 0.0),
-    ``unevaluated`` (a numeric gold answered with an expression such as ``84 - 12``; scored 0.0,
+    ``timeouts`` and ``errors`` (verifier timed out / failed; both scored 0.0),
+    ``text_compared`` (completions with an answer whose gold was compared as normalised text, not
+    by math-verify: a prose gold such as ``No``, or an unparsed one), ``gold_unparsed`` (the part of
+    ``text_compared`` whose gold looks like math but does not parse as a whole, ``\\frac{`` or
+    ``floor(n/2)``: a data problem, whatever the score), ``unevaluated`` (a numeric gold answered with an expression such as ``84 - 12``; scored 0.0,
     see ``rlvr.rewards.verify``: a policy that learns to restate the question shows here).
 
     Args:
@@ -89,8 +93,9 @@ class MathAccuracy:
         self._stats["correct"] += sum(r.correct for r in results)
         self._stats["no_answer"] += sum(p is None for p in preds)
         self._stats["timeouts"] += sum(r.timed_out for r in results)
-        self._stats["errors"] += sum(r.error not in (None, GOLD_UNPARSED, UNEVALUATED) for r in results)
-        self._stats["gold_unparsed"] += sum(r.error == GOLD_UNPARSED for r in results)
+        self._stats["errors"] += sum(r.error not in (None, UNEVALUATED) for r in results)
+        self._stats["gold_unparsed"] += sum(r.gold_kind == UNPARSED for r in results)
+        self._stats["text_compared"] += sum(r.gold_kind in (TEXT, UNPARSED) for r in results)
         self._stats["unevaluated"] += sum(r.error == UNEVALUATED for r in results)
         return [1.0 if r.correct else 0.0 for r in results]
 

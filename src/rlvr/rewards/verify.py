@@ -22,12 +22,13 @@ death makes the result incorrect with ``error`` set. Nothing waits without a dea
 worker cannot deadlock the caller. Workers start on first use; ``close()`` stops them and a later
 call starts fresh ones.
 
-Convention: gold first (math-verify is not symmetric); a string without ``$``/``\\(``/``\\[`` is
-wrapped in ``$...$`` before parsing (gold and prediction alike), as math-verify's LaTeX extractor
-needs a math environment. Strings equal after ``normalize_answer`` are correct without any IPC.
-A gold in which math-verify reads no math (``\\frac{``) raises nothing: a prediction that is not
-equal to it as text is incorrect with ``error=verify_worker.GOLD_UNPARSED`` (``MathAccuracy``
-counts these as ``gold_unparsed``).
+Convention: gold first (math-verify is not symmetric). What counts as math and what as text, for
+gold and prediction alike, is decided in ``rlvr.rewards.answer_kind``: an answer is math only if it
+parses as a whole (never as a fragment: ``2^floor(n/2)*floor(n/2)!`` is not ``2``), prose is
+compared as normalised text (``No`` is not ``n*o``), and a prose answer whose words are all
+fillers around one math core (``3 is the only possible value``) is read as that core. Each result
+carries the gold's kind (``MATH``, ``TEXT``, ``UNPARSED``), which ``MathAccuracy`` counts.
+Strings equal after ``normalize_answer`` are correct without any IPC.
 Final answers: a gold that is a plain number asks for a number. A prediction that is still an
 arithmetic expression (``84 - 12``, ``-67 * -17``, ``2^3``; the part after the last ``=`` when
 it is an equation) is incorrect with ``error=UNEVALUATED`` without reaching math-verify, which
@@ -53,14 +54,18 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Self
 
+from rlvr.rewards.answer_kind import MATH, TEXT, clean_answer
+
 KILL_GRACE_S = 1.0
 STARTUP_TIMEOUT_S = 120.0
 _POLL_S = 0.5  # also check process liveness this often, in case a socket end leaked to a fork
 _WORKER_COMMAND = ("import sys; sys.path[:] = sys.argv[3:]; "
                    "from rlvr.rewards.verify_worker import main; main()")
 _MAX_ATTEMPTS = 2  # a task whose worker died is retried once on a fresh worker
+_KIND_CACHE_SIZE = 100_000  # distinct golds whose kind the parent remembers (cleared when full)
 
-_SPACE_NOT_BETWEEN_LETTERS = re.compile(r"(?<![A-Za-z]) | (?![A-Za-z])")
+# a space between two letters or digits is kept: "\\cos x" is not "\\cosx", "2 3" is not "23"
+_SPACE_NOT_BETWEEN_WORDS = re.compile(r"(?<![A-Za-z0-9]) | (?![A-Za-z0-9])")
 _THOUSANDS = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 _INT_WITH_ZERO_DECIMALS = re.compile(r"(-?\d+)\.0+")
 
@@ -84,23 +89,27 @@ class VerifyResult:
     """Outcome of one gold/prediction comparison.
 
     ``timed_out`` and ``error`` both imply ``correct=False``; ``error`` is a short description
-    (worker crash, exception inside math-verify, ``GOLD_UNPARSED``, ``UNEVALUATED``), never a
-    traceback of the model's text.
+    (worker crash, exception inside math-verify, ``UNEVALUATED``), never a traceback of the
+    model's text. ``gold_kind`` says how the gold was compared (``answer_kind``): ``math``,
+    ``text`` (prose) or ``unparsed`` (looks like math but does not parse as a whole: as text).
     """
 
     correct: bool
     timed_out: bool = False
     error: str | None = None
+    gold_kind: str | None = None  # answer_kind.MATH/TEXT/UNPARSED; None: no answer, or timed out
 
 
 def normalize_answer(answer: str) -> str:
     """Cheap canonical form for the fast path: exact matches after it skip math-verify.
 
-    Collapses whitespace (kept only between two letters, so ``\\cos x`` ≠ ``\\cosx``), drops
-    thousands separators from plain numbers (``1,000`` → ``1000``) and zero decimals
-    (``2.0`` → ``2``). Equal normal forms imply math-verify would also say equal.
+    ``answer_kind.clean_answer`` (delimiters, a trailing period, ``\\dfrac``), then collapses
+    whitespace (kept only between two letters or digits, so ``\\cos x`` ≠ ``\\cosx`` and
+    ``2 3`` ≠ ``23``), drops thousands
+    separators from plain numbers (``1,000`` → ``1000``) and zero decimals (``2.0`` → ``2``).
+    Equal normal forms mean the same answer, math or text.
     """
-    text = _SPACE_NOT_BETWEEN_LETTERS.sub("", " ".join(answer.split()))
+    text = _SPACE_NOT_BETWEEN_WORDS.sub("", clean_answer(answer))
     if _THOUSANDS.fullmatch(text):
         text = text.replace(",", "")
     match = _INT_WITH_ZERO_DECIMALS.fullmatch(text)
@@ -176,6 +185,7 @@ class VerifierPool:
         self._workers: list[_Worker | None] = [None] * num_workers
         self._lock = threading.Lock()
         self._startup_deaths = 0  # consecutive; a worker that keeps dying at start is a broken install
+        self._kinds: dict[str, str] = {}  # gold → kind reported by a worker
         self._finalizer = weakref.finalize(self, _stop_all, self._workers)
 
     def __enter__(self) -> Self:
@@ -199,7 +209,8 @@ class VerifierPool:
 
         ``None`` or empty predictions are incorrect without dispatch, and so are unevaluated
         expressions for a numeric gold (``is_unevaluated``); pairs equal after
-        ``normalize_answer`` are correct without dispatch; the rest run in the workers.
+        ``normalize_answer`` are correct without dispatch (a gold whose kind is not yet known is
+        then read once in a worker, for ``gold_kind``); the rest run in the workers.
 
         Raises:
             ValueError/TypeError: mismatched lengths, an empty or non-string gold, a prediction
@@ -209,23 +220,67 @@ class VerifierPool:
         golds, preds = list(golds), list(preds)
         _check_inputs(golds, preds)
         results: list[VerifyResult | None] = [None] * len(golds)
-        pending = collections.deque()
+        tasks, slots = [], []  # (gold, pred) for the workers, and the result each one fills
         for i, (gold, pred) in enumerate(zip(golds, preds)):
             pred_norm = normalize_answer(pred) if pred is not None else ""
             if not pred_norm:
                 results[i] = VerifyResult(correct=False)
             elif is_unevaluated(gold, pred):
-                results[i] = VerifyResult(correct=False, error=UNEVALUATED)
+                results[i] = VerifyResult(correct=False, error=UNEVALUATED, gold_kind=MATH)
             elif pred_norm == normalize_answer(gold):
-                results[i] = VerifyResult(correct=True)
+                results[i] = VerifyResult(correct=True, gold_kind=self._known_kind(gold))
             else:
-                pending.append((i, 1))
-        if pending:
-            with self._lock:
-                self._run(pending, golds, preds, results)
+                tasks.append((gold, pred))
+                slots.append(i)
+        sent = {gold for gold, _ in tasks}
+        unknown = {golds[i] for i, r in enumerate(results) if r is not None and r.correct and r.gold_kind is None}
+        tasks += [(gold, None) for gold in sorted(unknown - sent)]
+        replies = self._dispatch(tasks)
+        for i, reply in zip(slots, replies):
+            results[i] = reply
+        for i, result in enumerate(results):
+            if result.correct and result.gold_kind is None:
+                results[i] = VerifyResult(correct=True, gold_kind=self._kinds.get(golds[i]))
         return results
 
-    def _run(self, pending: collections.deque, golds, preds, results) -> None:
+    def gold_kinds(self, golds: list[str]) -> list[str]:
+        """How each gold will be compared: ``"math"`` (by math-verify) or ``"text"``, in order.
+
+        For a start-up check of a dataset: call once with its distinct golds. ``"text"`` covers
+        prose golds and golds that look like math but do not parse as a whole (``answer_kind``'s
+        ``TEXT`` and ``UNPARSED``), and a gold whose reading times out or fails (it can never be
+        matched as math within ``timeout_s``). Each uncached gold is one task in the workers.
+
+        Raises:
+            ValueError: an empty or non-string gold (fix or drop that dataset row).
+        """
+        golds = list(golds)
+        _check_inputs(golds, [None] * len(golds))
+        todo = sorted({gold for gold in golds if self._known_kind(gold) is None})
+        self._dispatch([(gold, None) for gold in todo])
+        return [MATH if self._known_kind(gold) == MATH else TEXT for gold in golds]
+
+    def _known_kind(self, gold: str) -> str | None:
+        if _PLAIN_NUMBER.fullmatch(normalize_answer(gold)):
+            return MATH  # the common case, without a round trip
+        return self._kinds.get(gold)
+
+    def _dispatch(self, tasks: list[tuple[str, str | None]]) -> list[VerifyResult]:
+        """Run ``(gold, pred)`` tasks in the workers (``pred=None``: read the gold only); remember
+        the gold kinds they report."""
+        if not tasks:
+            return []
+        replies: list[VerifyResult | None] = [None] * len(tasks)
+        with self._lock:
+            self._run(collections.deque((i, 1) for i in range(len(tasks))), tasks, replies)
+            if len(self._kinds) > _KIND_CACHE_SIZE:
+                self._kinds.clear()
+            for (gold, _), reply in zip(tasks, replies):
+                if reply.gold_kind is not None:
+                    self._kinds[gold] = reply.gold_kind
+        return replies
+
+    def _run(self, pending: collections.deque, tasks, results) -> None:
         """Dispatch ``pending`` (index, attempt) tasks until every result is filled."""
         attempts: dict[int, int] = {}
         remaining = len(pending)
@@ -242,7 +297,7 @@ class VerifierPool:
                     attempts[index] = attempt
                     worker.task, worker.deadline = index, now + self.timeout_s + KILL_GRACE_S
                     try:
-                        worker.conn.send((index, golds[index], preds[index]))
+                        worker.conn.send((index, *tasks[index]))
                     except (OSError, ValueError):
                         pass  # dead already; found below by EOF or poll()
             wake_at = min(w.deadline if w.ready else w.started_at + STARTUP_TIMEOUT_S
@@ -276,9 +331,9 @@ class VerifierPool:
             if message[0] == "failed":
                 raise RuntimeError(f"verifier worker could not start: {message[1]}; check that "
                                    "math-verify is installed in this environment")
-            _, index, correct, timed_out, error = message
+            _, index, correct, timed_out, error, gold_kind = message
             worker.task, worker.deadline = None, math.inf
-            return index, VerifyResult(correct, timed_out, error)
+            return index, VerifyResult(correct, timed_out, error, gold_kind)
         if not worker.alive():
             # A last message may still be unread: take it on the next round, then see EOF.
             return None if worker.conn.poll() else self._lost(slot, worker)
