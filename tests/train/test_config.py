@@ -2,6 +2,8 @@
 
 import dataclasses
 import re
+import typing
+from pathlib import Path
 
 import pytest
 import yaml
@@ -79,6 +81,20 @@ def test_resolved_config_round_trips(tmp_path):
         (["parallelism=zero3"], ["parallelism", "ddp or fsdp"]),
         (["max_skipped_steps=0"], ["max_skipped_steps", "positive count"]),
         (["ddp_timeout=0"], ["ddp_timeout", "positive number of seconds"]),
+        # options that would silently do nothing or the opposite
+        (["advantage_eps=-1e-6"], ["advantage_eps", "eps >= 0", "flip the sign"]),
+        (["max_grad_norm=-1"], ["max_grad_norm", "or 0 to disable clipping"]),
+        (["learning_rate=inf"], ["learning_rate", "finite"]),
+        (["learning_rate=nan"], ["learning_rate", "finite"]),
+        (["judge_model=tiny-random"], ["judge_model", "scorer=none", "add scorer=judge, or drop judge_model"]),
+        (["judge_base_url=http://host:8000/v1", "judge_model_name=m"], ["judge_base_url", "add scorer=judge"]),
+        (["judge_model_name=m"], ["judge_model_name", "add scorer=judge"]),
+        (["algo=dagrpo", "judge_model=tiny-random"], ["judge_model", "scorer=steps", "add scorer=judge"]),
+        (["eval_data=gsm8k-100"], ["eval_steps=0", "set eval_steps=K", "or drop eval_data"]),
+        (["algo=sft", "anchors=off"], ["anchors", "drop anchors=off"]),
+        *[([f"algo={algo}", "num_rephrasings=0"], ["num_rephrasings", "plain GRPO", "algo=grpo"])
+          for algo in ("tagrpo", "tagrpo_unanchored", "tagrpo_unpooled")],
+        (["algo=equal_sampling", "num_rephrasings=0"], ["equal_sampling", "set num_rephrasings=N"]),
     ],
 )
 def test_bad_options_name_the_problem(pairs, words):
@@ -86,6 +102,75 @@ def test_bad_options_name_the_problem(pairs, words):
         load_config(None, pairs)
     for word in words:
         assert word in str(info.value)
+
+
+def _number_fields() -> list[str]:
+    hints = {name: hint for cls in SECTIONS.values() for name, hint in typing.get_type_hints(cls).items()}
+    return [name for name, hint in hints.items() if float in (hint, *typing.get_args(hint))
+            or list[float] in typing.get_args(hint)]
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", ".inf", "-.inf"])
+@pytest.mark.parametrize("name", _number_fields())
+def test_every_number_option_must_be_finite(name, value):
+    # nan passes every range check (nan <= 0 is False) and inf passes > 0: one check covers all of them
+    with pytest.raises(ValueError, match=re.escape(name)):
+        load_config(None, [f"{name}={value}"])
+
+
+def test_number_fields_cover_the_float_options():
+    names = set(_number_fields())
+    assert {"learning_rate", "temperature", "epsilon", "epsilon_high", "beta", "max_grad_norm", "weight_decay",
+            "warmup_ratio", "score_alpha", "pair_tau", "judge_timeout", "verifier_timeout", "reward_weights",
+            "advantage_eps", "eval_temperature"} <= names
+    assert "max_steps" not in names
+
+
+def test_zero_eps_and_zero_grad_norm_stay_allowed():
+    cfg = load_config(None, ["advantage_eps=0", "max_grad_norm=0"])
+    assert cfg.algorithm.advantage_eps == 0.0 and cfg.optim.max_grad_norm == 0.0
+
+
+def test_judge_options_with_the_judge_scorer_and_eval_data_with_eval_steps_are_accepted():
+    cfg = load_config(None, ["scorer=judge", "judge_model=tiny-random"])
+    assert cfg.dagrpo.judge_model == "tiny-random"
+    cfg = load_config(None, ["scorer=judge", "judge_base_url=http://host:8000/v1", "judge_model_name=m"])
+    assert cfg.dagrpo.judge_model_name == "m"
+    cfg = load_config(None, ["eval_data=gsm8k-100", "eval_steps=100", "max_steps=10"])  # only at the end
+    assert cfg.eval.eval_data == ["gsm8k-100"]
+
+
+def test_tagrpo_algos_keep_their_rephrasings():
+    for algo in ("tagrpo", "tagrpo_unanchored", "tagrpo_unpooled", "equal_sampling"):
+        assert build_config({"algo": algo}).tagrpo.num_rephrasings == 4
+        assert build_config({"algo": algo, "num_rephrasings": 1}).tagrpo.num_rephrasings == 1
+    assert build_config({"num_rephrasings": 0}).tagrpo.enabled is False  # algo=grpo: off is the default
+
+
+def test_a_single_value_for_a_list_option_is_a_one_element_list(tmp_path):
+    cfg = load_config(None, ["reward_weights=1"])
+    assert cfg.reward.reward_funcs == ["accuracy"] and cfg.reward.reward_weights == [1.0]
+    cfg = load_config(None, ["reward_funcs=accuracy", "reward_weights=0.5"])
+    assert cfg.reward.reward_funcs == ["accuracy"] and cfg.reward.reward_weights == [0.5]
+    cfg = load_config(None, ["reward_funcs=accuracy,format", "reward_weights=1,0.1"])
+    assert cfg.reward.reward_funcs == ["accuracy", "format"] and cfg.reward.reward_weights == [1.0, 0.1]
+    assert load_config(None, ["eval_n=4", "eval_k=4"]).eval.eval_k == [4]
+    path = tmp_path / "c.yaml"
+    path.write_text("reward_funcs: accuracy\nreward_weights: 1\neval_k: 2\n")
+    cfg = load_config(str(path), [])
+    assert cfg.reward.reward_weights == [1.0] and cfg.reward.reward_funcs == ["accuracy"] and cfg.eval.eval_k == [2]
+    with pytest.raises(TypeError, match="reward_weights must be a number"):
+        load_config(None, ["reward_weights=true"])
+
+
+def test_committed_study_configs_still_build():
+    # every arm of every study (and each resolved config.yaml of its runs) passes the checks above
+    for study in Path("experiments").glob("*.yaml"):
+        spec = yaml.safe_load(study.read_text())
+        for arm in spec["arms"].values():
+            build_config({**spec["common"], **arm})
+    for saved in Path("experiments/results").rglob("config.yaml"):
+        load_config(str(saved), [])
 
 
 def test_every_field_has_help():

@@ -5,6 +5,8 @@ Every field name is unique across sections, so the command line takes flat ``key
 follow TRL's ``GRPOConfig`` where one exists; the verl alias is given in each help text.
 
 Resolution order (later wins): field defaults ← ``algo`` preset ← YAML file ← command line.
+Every number option must be finite (nan and inf are refused); a single value for a list option
+(``reward_weights=1``) is a one-element list.
 """
 
 from rlvr.config.experiment import FIELD_SECTION, SECTIONS, ExperimentConfig, field_help, unknown_key_error

@@ -12,6 +12,7 @@ from rlvr.config.fields import _f, _fail
 from rlvr.rewards.api_keys import check_api_key_env, check_base_url
 
 SCORER_NAMES = ("none", "reward", "steps", "embed", "judge")
+JUDGE_BACKEND_OPTIONS = ("judge_model", "judge_base_url", "judge_model_name")
 
 
 @dataclass(frozen=True)
@@ -29,9 +30,10 @@ class DaGRPOConfig:
     anchor_psi: str = _f("log", "anchor loss psi(p): log (advantage-weighted SFT) | luffy (p/(p+gamma))")
     anchor_gamma: float = _f(0.1, "gamma of LUFFY's shaping")
     anchor_overlong: str = _f("truncate", "anchors longer than max_completion_length: truncate | skip")
-    judge_model: str | None = _f(None, "judge scorer, local back end: model alias, path or Hub id")
-    judge_base_url: str | None = _f(None, "judge scorer, OpenAI-compatible back end: base URL (e.g. http://host:8000/v1)")
-    judge_model_name: str | None = _f(None, "judge scorer, OpenAI-compatible back end: model name")
+    judge_model: str | None = _f(None, "judge scorer, local back end: model alias, path or Hub id (needs scorer=judge)")
+    judge_base_url: str | None = _f(None, "judge scorer, OpenAI-compatible back end: base URL (e.g. http://host:8000/v1) "
+                                          "(needs scorer=judge)")
+    judge_model_name: str | None = _f(None, "judge scorer, OpenAI-compatible back end: model name (needs scorer=judge)")
     judge_api_key_env: str = _f("OPENAI_API_KEY", "name of the env var holding the judge's API key (the key is never saved)")
     judge_timeout: float = _f(30.0, "seconds per judge request")
     judge_max_retries: int = _f(2, "judge retries on timeouts, connection errors, 429 and 5xx")
@@ -39,10 +41,16 @@ class DaGRPOConfig:
     def __post_init__(self) -> None:
         if self.scorer not in SCORER_NAMES:
             _fail("scorer", self.scorer, f"choose one of {SCORER_NAMES}")
+        for name in JUDGE_BACKEND_OPTIONS:
+            if self.scorer != "judge" and getattr(self, name) is not None:
+                _fail(name, getattr(self, name), f"only the judge scorer reads it and scorer={self.scorer}: "
+                      f"add scorer=judge, or drop {name}")
         if not 0.0 <= self.score_alpha <= 1.0:
             _fail("score_alpha", self.score_alpha, "use a weight in [0, 1]")
-        if self.pair_tau < 0 or (self.pair_tau_kappa is not None and self.pair_tau_kappa < 0):
-            _fail("pair_tau", (self.pair_tau, self.pair_tau_kappa), "thresholds must be >= 0")
+        if self.pair_tau < 0:
+            _fail("pair_tau", self.pair_tau, "thresholds must be >= 0")
+        if self.pair_tau_kappa is not None and self.pair_tau_kappa < 0:
+            _fail("pair_tau_kappa", self.pair_tau_kappa, "use kappa >= 0, or null for the fixed pair_tau")
         choices = {"contrast": ("reward", "score"), "anchors": ("off", "failed", "always"),
                    "anchor_placement": ("replace_worst", "append"), "anchor_psi": ("log", "luffy"),
                    "anchor_overlong": ("truncate", "skip")}

@@ -9,8 +9,9 @@ from rlvr.config.fields import _f, _fail
 
 @dataclass(frozen=True)
 class EvalConfig:
-    eval_steps: int = _f(0, "evaluate every K steps and at the end (0: never)")
-    eval_data: list[str] = _f([], "datasets to evaluate on (same forms as data=, or a benchmark name)")
+    eval_steps: int = _f(0, "evaluate every K steps and at the end (0: never; K >= max_steps: only at the end)")
+    eval_data: list[str] = _f([], "datasets to evaluate on (same forms as data=, or a benchmark name); "
+                                  "needs eval_steps >= 1")
     eval_n: int = _f(4, "samples per problem")
     eval_k: list[int] = _f([1, 2, 4], "k values of pass@k (each <= eval_n)")
     eval_temperature: float = _f(0.6, "sampling temperature for evaluation")
@@ -23,6 +24,10 @@ class EvalConfig:
             _fail("eval_steps", self.eval_steps, "use 0 (off) or a positive interval")
         if self.eval_steps and not self.eval_data:
             _fail("eval_data", self.eval_data, "name at least one dataset, e.g. eval_data=gsm8k-100")
+        if self.eval_data and not self.eval_steps:
+            _fail("eval_steps", self.eval_steps, f"0 never evaluates, so eval_data={self.eval_data} is unused: set "
+                  "eval_steps=K to evaluate every K steps and at the end (K >= max_steps: only at the end), or "
+                  "drop eval_data (and run `rlvr eval` on the saved model)")
         if self.eval_n < 1 or not self.eval_k or any(k < 1 or k > self.eval_n for k in self.eval_k):
             _fail("eval_k", (self.eval_k, self.eval_n), "every k must be between 1 and eval_n")
         if self.eval_temperature < 0 or not 0 < self.eval_top_p <= 1:

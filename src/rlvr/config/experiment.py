@@ -9,7 +9,8 @@ from typing import Any
 
 from rlvr.config.dagrpo import DaGRPOConfig
 from rlvr.config.evaluation import EvalConfig
-from rlvr.config.fields import _fail
+from rlvr.config.fields import _check_finite, _fail
+from rlvr.config.presets import PRESETS
 from rlvr.config.sections import (
     AlgorithmConfig,
     DataConfig,
@@ -20,6 +21,9 @@ from rlvr.config.sections import (
     RunConfig,
 )
 from rlvr.config.tagrpo import TAGRPOConfig
+
+# algo presets that are TA-GRPO variants: they only mean something with num_rephrasings >= 1
+TAGRPO_ALGOS = tuple(name for name, preset in PRESETS.items() if "num_rephrasings" in preset)
 
 SECTIONS: dict[str, type] = {
     "model": ModelConfig,
@@ -49,6 +53,8 @@ class ExperimentConfig:
     run: RunConfig = field(default_factory=RunConfig)
 
     def __post_init__(self) -> None:
+        for name in SECTIONS:
+            _check_finite(getattr(self, name))
         o, a = self.optim, self.algorithm
         responses = self.rollout.prompts_per_step * self.rollout.num_generations * self.tagrpo.responses_per_prompt_factor
         if a.steps_per_generation > self.rollout.prompts_per_step:
@@ -67,6 +73,12 @@ class ExperimentConfig:
         if (d.pair_masking or d.anchors != "off") and a.advantage_estimator != "grpo":
             _fail("advantage_estimator", a.advantage_estimator,
                   "DaGRPO's pair masking and anchors define their own (pairwise) advantage; use grpo")
+        if a.algo == "sft" and d.anchors == "off":
+            _fail("anchors", d.anchors, "SFT trains on the anchors (the data's solutions): drop anchors=off "
+                  "(algo=sft sets anchors=always), or use `rlvr train` for RL")
+        if a.algo in TAGRPO_ALGOS and self.tagrpo.num_rephrasings == 0:
+            _fail("num_rephrasings", 0, f"algo={a.algo} with no rephrasings would be plain GRPO: set "
+                  "num_rephrasings >= 1 (the preset's 4), or use algo=grpo for GRPO")
 
     @property
     def needs_old_logprobs(self) -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import field
 from typing import Any
 
@@ -14,3 +16,16 @@ def _f(default: Any, help: str) -> Any:
 
 def _fail(name: str, value: Any, fix: str) -> None:
     raise ValueError(f"{name}={value!r}: {fix}")
+
+
+def _check_finite(section: Any) -> None:
+    """Refuse NaN and ±inf in every float (or list-of-float) field of a config section.
+
+    One check for every number option: NaN passes every comparison (``nan <= 0`` is False), so a
+    range check alone lets ``learning_rate=nan`` through, and ``inf`` passes ``> 0``.
+    """
+    for f in dataclasses.fields(section):
+        value = getattr(section, f.name)
+        values = value if isinstance(value, (list, tuple)) else [value]
+        if any(isinstance(v, float) and not math.isfinite(v) for v in values):
+            _fail(f.name, value, "use a finite number (nan and inf are refused; see `rlvr train --help`)")

@@ -72,7 +72,7 @@ def _is_optional(hint: Any) -> bool:
 
 
 def _coerce(key: str, value: Any) -> Any:
-    """Check ``value`` against the field's type; convert lossless cases (int → float, str → list)."""
+    """Check ``value`` against the field's type; convert lossless cases (int → float, str or number → list)."""
     hint = _field_type(key)
     if value is None:
         if _is_optional(hint):
@@ -84,6 +84,8 @@ def _coerce(key: str, value: Any) -> Any:
         (item,) = typing.get_args(base)
         if isinstance(value, str):
             value = [v.strip() for v in value.split(",") if v.strip()]
+        elif isinstance(value, (int, float)):  # reward_weights=1 (CLI or YAML) is the list [1]
+            value = [value]
         if not isinstance(value, (list, tuple)):
             raise TypeError(f"{key} must be a list (YAML list or comma-separated), got {value!r}")
         return [_coerce_scalar(key, item, v) for v in value]

@@ -84,6 +84,9 @@ class RewardConfig:
     verifier_workers: int = _f(2, "math-verify worker processes")
     verifier_timeout: float = _f(5.0, "seconds per verification; a timeout scores 0 and is counted")
     answer_extraction: str = _f("flexible", "boxed: last \\boxed{}, '#### N' or 'the answer is'; flexible: also the last number")
+    max_reward_error_frac: float = _f(0.5, "stop the run when more than this fraction of a reward function's calls "
+                                           "failed over the last 10 steps (a function failing at every call of "
+                                           "the first step stops it at once); 1 never stops")
 
     def __post_init__(self) -> None:
         if not self.reward_funcs:
@@ -97,6 +100,9 @@ class RewardConfig:
             _fail("verifier_workers", self.verifier_workers, "use at least 1 worker process")
         if self.verifier_timeout <= 0:
             _fail("verifier_timeout", self.verifier_timeout, "use a positive number of seconds")
+        if not 0 <= self.max_reward_error_frac <= 1:
+            _fail("max_reward_error_frac", self.max_reward_error_frac,
+                  "use a fraction in [0, 1] (0.5: stop when most calls fail; 1: never stop)")
 
 
 @dataclass(frozen=True)
@@ -104,7 +110,7 @@ class AlgorithmConfig:
     algo: str = _f("grpo", "preset: grpo, dr_grpo, dapo, rloo, gspo (sets the defaults below)")
     advantage_estimator: str = _f("grpo", "grpo | rloo (verl: algorithm.adv_estimator)")
     scale_rewards: str = _f("group", "group | batch | none (verl: norm_adv_by_std_in_grpo)")
-    advantage_eps: float = _f(1e-6, "epsilon added to the std (verl 1e-6; TRL 1e-4)")
+    advantage_eps: float = _f(1e-6, "epsilon added to the std (verl 1e-6; TRL 1e-4); >= 0 (a negative one is refused)")
     loss_type: str = _f("token_mean", "token_mean | seq_mean_token_mean | seq_mean_token_sum_norm, or TRL dapo/grpo/dr_grpo (verl: loss_agg_mode)")
     epsilon: float = _f(0.2, "lower clip range (verl: clip_ratio_low)")
     epsilon_high: float | None = _f(None, "upper clip range, default = epsilon (verl: clip_ratio_high; DAPO 0.28)")
@@ -127,12 +133,17 @@ class AlgorithmConfig:
         resolve_aggregation(self.loss_type)
         if self.importance_sampling_level not in IMPORTANCE_LEVELS:
             _fail("importance_sampling_level", self.importance_sampling_level, f"choose one of {IMPORTANCE_LEVELS}")
-        if not 0 <= self.epsilon < 1 or (self.epsilon_high is not None and self.epsilon_high < 0):
-            _fail("epsilon", (self.epsilon, self.epsilon_high), "clip ranges must be >= 0 (epsilon < 1)")
+        if not 0 <= self.epsilon < 1:
+            _fail("epsilon", self.epsilon, "clip ranges must be >= 0 (epsilon < 1)")
+        if self.epsilon_high is not None and self.epsilon_high < 0:
+            _fail("epsilon_high", self.epsilon_high, "clip ranges must be >= 0 (null: epsilon_high = epsilon)")
         if self.dual_clip is not None and self.dual_clip <= 1:
             _fail("dual_clip", self.dual_clip, "use a constant > 1 (verl default 3.0) or null")
         if self.beta < 0:
             _fail("beta", self.beta, "use beta >= 0")
+        if self.advantage_eps < 0:
+            _fail("advantage_eps", self.advantage_eps,
+                  "use eps >= 0 (e.g. 1e-6): a negative eps can flip the sign of advantages of groups with std < |eps|")
         if self.num_iterations < 1 or self.steps_per_generation < 1 or self.max_num_gen_batches < 1:
             _fail("num_iterations/steps_per_generation/max_num_gen_batches",
                   (self.num_iterations, self.steps_per_generation, self.max_num_gen_batches), "each must be >= 1")
@@ -149,11 +160,11 @@ class AlgorithmConfig:
 
 @dataclass(frozen=True)
 class OptimConfig:
-    learning_rate: float = _f(3e-5, "AdamW learning rate (verl: actor.optim.lr)")
+    learning_rate: float = _f(3e-5, "AdamW learning rate, > 0 (verl: actor.optim.lr)")
     weight_decay: float = _f(0.0, "AdamW weight decay")
     adam_beta1: float = _f(0.9, "AdamW beta1")
     adam_beta2: float = _f(0.99, "AdamW beta2")
-    max_grad_norm: float = _f(1.0, "clip the global gradient norm (logged pre-clip); 0 disables")
+    max_grad_norm: float = _f(1.0, "clip the global gradient norm (logged pre-clip); 0 disables (< 0 is refused)")
     lr_scheduler_type: str = _f("constant_with_warmup", "transformers scheduler name: constant_with_warmup, linear, cosine, ...")
     warmup_ratio: float = _f(0.0, "fraction of optimiser steps spent warming up")
     per_device_train_batch_size: int | None = _f(None, "responses per forward/backward micro-batch (default: the whole mini-batch)")
@@ -162,6 +173,8 @@ class OptimConfig:
     def __post_init__(self) -> None:
         if self.learning_rate <= 0:
             _fail("learning_rate", self.learning_rate, "use a positive learning rate such as 1e-6")
+        if self.max_grad_norm < 0:
+            _fail("max_grad_norm", self.max_grad_norm, "use a positive norm such as 1.0, or 0 to disable clipping")
         if not 0 <= self.warmup_ratio < 1:
             _fail("warmup_ratio", self.warmup_ratio, "use a fraction in [0, 1)")
         for name in ("per_device_train_batch_size", "gradient_accumulation_steps"):

@@ -14,7 +14,8 @@ RATIO_ANCHORS = ("original", "unanchored", "truncated_is")
 
 @dataclass(frozen=True)
 class TAGRPOConfig:
-    num_rephrasings: int = _f(0, "N rephrasings per question; pools of (N+1)*G responses (0: off)")
+    num_rephrasings: int = _f(0, "N rephrasings per question; pools of (N+1)*G responses (0: off; refused with "
+                                 "the TA-GRPO algos tagrpo*, equal_sampling)")
     rephrasings_file: str | None = _f(None, "JSONL from `rlvr rephrase` joined to the data by id")
     rephrase_missing: str = _f("rules", "rows without rephrasings: rules (made at load time, cached) | error")
     pooled: bool = _f(True, "joint advantages over the whole pool (false: each variant is its own group)")

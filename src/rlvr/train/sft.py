@@ -3,23 +3,48 @@
 Each step takes B rows, turns each row's solution into an anchor response (formatted, verified,
 tokenised as in DaGRPO) and minimises its negative log-likelihood given the prompt. This is the
 anchor term of DaGRPO with Â = 1 and ψ = log: −Σ log π_θ(a_t), aggregated by ``loss_type``
-(token_mean: the mean NLL per token). Rows without a usable solution are skipped and counted.
+(token_mean: the mean NLL per token). Rows without a usable solution are skipped and counted; data
+with none at all is refused before the model is loaded.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 
 import torch
 
+from rlvr.data.anchors import ARITHMETIC_TASKS, anchor_text
 from rlvr.rollout import Completion
 from rlvr.train.experience import Experience, Group
 from rlvr.train.trainer import Trainer
 from rlvr.train.update import update_policy
 
+logger = logging.getLogger(__name__)
+
+
+def check_sft_rows(rows: list[dict], data: str) -> int:
+    """The number of rows with an anchor text (a solution); ValueError when none has one."""
+    usable = sum(anchor_text(row) is not None for row in rows)
+    if usable == 0:
+        raise ValueError(
+            f"data={data}: none of its {len(rows)} rows has a solution to fine-tune on, so SFT would train "
+            "nothing; use data whose rows have a `solution` column (e.g. data=gsm8k-100) or a reasoning-gym "
+            f"arithmetic task with generated worked solutions ({', '.join(sorted(ARITHMETIC_TASKS))}, e.g. "
+            "data=rg:chain_sum), or use `rlvr train` for RL on this data")
+    return usable
+
 
 class SFTTrainer(Trainer):
     """Same set-up, checkpoints and files as :class:`Trainer`; the step is supervised."""
+
+    def _load_rows(self) -> list[dict]:
+        rows = super()._load_rows()
+        usable = check_sft_rows(rows, self.cfg.data.data)  # before the model is loaded
+        if usable < len(rows) and self.dist.is_main:
+            logger.info("sft: %d of the %d rows of data=%s have a solution and are trained on; the other %d "
+                        "are skipped", usable, len(rows), self.cfg.data.data, len(rows) - usable)
+        return rows
 
     def training_step(self, step: int) -> tuple[dict, list[dict]]:
         t0 = time.perf_counter()
