@@ -124,3 +124,36 @@ def test_group_of_one_and_bad_names():
     assert adv.tolist() == [0.0]
     with pytest.raises(ValueError, match="contrast"):
         masked_pairwise_advantages(torch.ones(2), torch.ones(2), torch.zeros(2, dtype=torch.long), tau=0, contrast="x")
+
+
+@pytest.mark.parametrize("value", [0.0, 0.1, 0.3, 0.7, 1 / 3, 0.65])
+def test_adaptive_tau_on_equal_scores_masks_every_pair(value):
+    # All scores equal: tau = kappa * std is 0 or a rounding residue (float32 std of equal values),
+    # so `gap >= tau` used to keep or drop every pair by chance. Equal scores never form a pair.
+    scores = torch.full((6,), value, dtype=torch.float32)
+    rewards = torch.tensor([0.0, 1, 0, 1, 0, 1])  # different rewards: a kept pair would carry a contrast
+    ids = torch.zeros(6, dtype=torch.long)
+    assert not pair_mask(scores, ids, tau=0.0, adaptive_kappa=1.0).any()
+    adv = masked_pairwise_advantages(rewards, scores, ids, tau=0.0, adaptive_kappa=1.0)
+    assert torch.equal(adv, torch.zeros(6))
+
+
+def test_a_gap_equal_to_tau_is_kept_despite_rounding():
+    # 0.7 - 0.5 = 0.19999999999999996 in float64 (and 0.20000005 in float32): both are |d| = tau.
+    for dtype in (torch.float32, torch.float64):
+        scores = torch.tensor([0.5, 0.7, 0.9], dtype=dtype)
+        mask = pair_mask(scores, torch.zeros(3, dtype=torch.long), tau=0.2)
+        assert mask.tolist() == [[False, True, True], [True, False, True], [True, True, False]], dtype
+    # scores that sum to tau through alpha·r + (1-alpha)·q, as the trainer computes them
+    s = torch.tensor([0.5 * 1 + 0.5 * 0.3, 0.5 * 0 + 0.5 * 0.9], dtype=torch.float32)  # 0.65, 0.45
+    assert pair_mask(s, torch.zeros(2, dtype=torch.long), tau=0.2)[0, 1]
+    # a gap clearly below tau is still masked
+    assert not pair_mask(torch.tensor([0.5, 0.6999]), torch.zeros(2, dtype=torch.long), tau=0.2).any()
+
+
+def test_equal_scores_with_different_rewards_never_contribute_even_at_tau_zero():
+    rewards = torch.tensor([1.0, 0.0, 0.0])
+    scores = torch.tensor([0.4, 0.4, 0.1])  # o_0 and o_1 tie in score but differ in reward
+    adv = masked_pairwise_advantages(rewards, scores, torch.zeros(3, dtype=torch.long), tau=0.0)
+    # only (0, 2) contributes: std(r) = 0.57735; Â_0 = (1-0)/(3·0.57735) = 0.57735, Â_2 = -0.57735
+    torch.testing.assert_close(adv, torch.tensor([0.57735, 0.0, -0.57735]), atol=1e-5, rtol=0)

@@ -72,7 +72,8 @@ def test_solution_only_with_gsm8k_tail():
 
 def test_bare_answer_solution_is_the_gold_and_not_a_solution():
     out = normalize_row({"prompt": "p", "solution": " 42 "}, 0, "s")
-    assert out == {"id": "s#0", "prompt": "p", "answer": "42"}
+    # kept aside as given, for reward functions that read `solution` (reward_columns), not as a solution text
+    assert out == {"id": "s#0", "prompt": "p", "answer": "42", "solution_as_gold": " 42 "}
 
 
 def test_64_char_solution_is_still_a_bare_answer():
@@ -192,3 +193,14 @@ def test_normalize_rows_reports_the_bad_row_index():
     rows = [{"prompt": "p", "answer": "1"}, {"prompt": "p", "answer": "1"}, {"prompt": "p", "answer": ""}]
     with pytest.raises(ValueError, match="row 2 of s: field 'answer' is empty"):
         normalize_rows(rows, "s")
+
+
+def test_reward_columns_pass_a_short_solution_read_as_the_gold_under_its_name():
+    from rlvr.data import reward_columns
+    row = normalize_row({"prompt": [{"role": "user", "content": "2+2?"}], "solution": "4", "level": 3}, 0, "trl")
+    assert "solution" not in row  # no expert text: no anchor or SFT target is made from it
+    assert reward_columns(row) == {"id": "trl#0", "answer": "4", "solution": "4", "level": 3}
+    full = normalize_row({"prompt": "q", "solution": "2 + 2 = 4, so \\boxed{4}"}, 0, "s")
+    assert reward_columns(full)["solution"] == "2 + 2 = 4, so \\boxed{4}" and reward_columns(full)["answer"] == "4"
+    tagrpo = normalize_row({"prompt": "q", "answer": "1", "rephrasings": ["Q?"]}, 0, "s")
+    assert reward_columns(tagrpo) == {"id": "s#0", "answer": "1"}  # rlvr's own fields stay out

@@ -51,7 +51,7 @@ def test_summary_is_made_from_the_committed_run_files(name, tmp_path):
     source = RESULTS / name
     copy = tmp_path / name
     for path in source.rglob("*"):
-        if path.name in ("metrics.jsonl", "eval.json", "commands.log"):
+        if path.name in ("metrics.jsonl", "eval.json", "commands.log", "config.yaml"):
             target = copy / path.relative_to(source)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(path, target)
@@ -186,3 +186,21 @@ def test_per_seed_column_is_in_numeric_seed_order():
     assert "| pass@1 | pass@1 of seeds 2, 3, 10 |" in text
     assert "| a | 0.500 [0.100, 0.900] | 0.100, –, 0.900 |" in text
     assert "| b | 0.500 [0.100, 0.900] | 0.200, 0.300, – |" in text
+
+
+def test_policy_reward_puts_back_the_response_an_anchor_replaced():
+    from summarize import policy_reward
+    cfg = {"prompts_per_step": 4, "num_generations": 8, "anchors": "failed", "anchor_max_correct": 0,
+           "anchor_placement": "replace_worst", "reward_funcs": ["accuracy"]}
+    # 2 of 4 groups all wrong got an anchor each: logged 6 right of the 30 remaining = 0.2;
+    # the 2 replaced responses were wrong, so the policy's reward is 6 / 32 = 0.1875 exactly
+    step = {"rollout/reward_mean": 0.2, "dagrpo/anchor_rate": 0.5, "rollout/num_gen_batches": 1}
+    assert policy_reward(step, cfg) == (pytest.approx(0.1875), None)
+    # anchors in every group: a replaced response may have been right where the rest of its group
+    # was (1 such group here): between 6/32 and 7/32
+    step_always = {**step, "dagrpo/anchor_rate": 1.0, "rollout/reward_mean": 6 / 28, "rollout/frac_all_correct": 0.25}
+    low, high = policy_reward(step_always, {**cfg, "anchors": "always"})
+    assert (low, high) == (pytest.approx(6 / 32), pytest.approx(7 / 32))
+    # logged by the fixed code (it has dagrpo/anchor_reward_mean), or no anchor: as logged
+    assert policy_reward({**step, "dagrpo/anchor_reward_mean": 1.0}, cfg) == (0.2, None)
+    assert policy_reward({**step, "dagrpo/anchor_rate": 0.0}, cfg) == (0.2, None)

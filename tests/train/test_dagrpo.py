@@ -1,10 +1,13 @@
 """DaGRPO in the trainer: GRPO equivalence at tau 0, anchor gradients, injection, composition."""
 
 import json
+import logging
 
 import pytest
 import torch
 
+import rlvr.train.trainer as trainer_module
+from rlvr.cli import main as cli_main
 from rlvr.config import build_config
 from rlvr.models import tiny_random_model_and_tokenizer
 from rlvr.rewards import VerifierPool
@@ -88,14 +91,16 @@ def test_anchor_trigger_and_placement():
                      rewards=[0.0, 0.0, 0.0], reward_parts={"accuracy": [0.0, 0.0, 0.0]}, scores=[0.3, 0.1, 0.1])
 
     from rlvr.train.anchors import Anchor
-    anchor = Anchor([7, 8], "sol", False)
+    anchor = Anchor([7, 8], "sol", False, reward=1.0, reward_parts={"accuracy": 1.0})
     g = group()
     inject_anchor(g, anchor, _cfg(anchors="always").dagrpo)
     assert [c.is_anchor for c in g.completions] == [False, True, False]  # lowest score, first of ties
     assert g.rewards == [0.0, 1.0, 0.0] and g.reward_parts["accuracy"][1] == 1.0
+    assert g.before_anchor.texts == ["a", "b", "c"] and not any(c.is_anchor for c in g.before_anchor.completions)
     g = group()
     inject_anchor(g, anchor, _cfg(anchors="always", anchor_placement="append").dagrpo)
     assert len(g.completions) == 4 and g.completions[-1].is_anchor and g.rewards[-1] == 1.0
+    assert len(g.scores) == len(g.reward_parts["accuracy"]) == 4 and len(g.before_anchor.completions) == 3
 
 
 def test_anchor_bank_verifies_and_truncates():
@@ -149,6 +154,40 @@ def test_sft_lowers_the_nll_and_writes_the_run_directory(tmp_path):
     assert (tmp_path / "s" / "config.yaml").exists() and (tmp_path / "s" / "checkpoints").is_dir()
 
 
+class _ModelLoaded(Exception):
+    pass
+
+
+def _no_model(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise _ModelLoaded  # the data check must come before the model is loaded
+    monkeypatch.setattr(trainer_module, "load_policy", refuse)
+
+
+def test_sft_on_data_without_solutions_fails_before_the_model_with_the_fix(tmp_path, monkeypatch, capsys):
+    _no_model(monkeypatch)
+    cfg = build_config(tiny_overrides(tmp_path / "s", algo="sft", data="rg:leg_counting:size=4"))
+    with pytest.raises(ValueError, match=r"data=rg:leg_counting:size=4: none of its 4 rows has a solution") as info:
+        SFTTrainer(cfg)
+    assert "data=gsm8k-100" in str(info.value) and "rlvr train" in str(info.value)
+    code = cli_main(["sft", "model=tiny-random", "data=rg:leg_counting:size=4", f"output_dir={tmp_path / 'c'}",
+                     "progress_bar=false", "verifier_workers=1"])
+    assert code == 2
+    assert "none of its 4 rows has a solution" in capsys.readouterr().err
+
+
+def test_sft_logs_how_many_rows_have_a_solution(tmp_path, monkeypatch, caplog):
+    _no_model(monkeypatch)
+    data = tmp_path / "mixed.jsonl"
+    rows = [{"question": f"{i} + 1?", "answer": str(i + 1)} for i in range(4)]
+    rows[0]["solution"], rows[2]["solution"] = "Add one.\n#### 1", "Add one.\n#### 3"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    cfg = build_config(tiny_overrides(tmp_path / "s", algo="sft", data=str(data)))
+    with caplog.at_level(logging.INFO, logger="rlvr.train.sft"), pytest.raises(_ModelLoaded):
+        SFTTrainer(cfg)
+    assert f"2 of the 4 rows of data={data} have a solution" in caplog.text
+
+
 @pytest.mark.parametrize("bad", [{"algo": "dagrpo", "advantage_estimator": "rloo"},
                                  {"scorer": "judge"}, {"scorer": "judge", "judge_base_url": "http://x"}])
 def test_bad_dagrpo_options_are_refused(bad):
@@ -196,3 +235,86 @@ def test_judge_with_a_local_model_back_end(tmp_path):
     # tiny-random writes no "Score: N": every score fails and falls back to s = r, counted.
     assert metrics["dagrpo/scorer_fail_frac"] == 1.0
     assert metrics["train/skipped_steps"] == 0
+
+
+def _variant_group(rewards, *, variants=None):
+    """A TA-GRPO-shaped group (variants set, as generate_groups makes them) with given accuracy rewards."""
+    n = len(rewards)
+    return Group(group_id=1, row={"id": "r", "prompt": "q", "answer": "7"}, prompt_ids=[1, 2],
+                 completions=[Completion([5 + i, 9], [0.0, 0.0], False) for i in range(n)],
+                 texts=[f"t{i}" for i in range(n)], rewards=list(rewards),
+                 reward_parts={"accuracy": list(rewards)}, variants=list(variants or [0] * n),
+                 variant_prompt_ids=[[1, 2], [3, 4]])
+
+
+@pytest.mark.parametrize("placement", ["replace_worst", "append"])
+def test_anchor_placements_flatten_with_variants(placement):
+    # The append crash: generate_groups always sets `variants`; the anchor must get an entry too.
+    from rlvr.train.anchors import Anchor
+    g = _variant_group([0.0, 0.0, 0.0], variants=[0, 1, 1])
+    inject_anchor(g, Anchor([7, 257], "sol", False, 1.0, {"accuracy": 1.0}), _cfg(anchor_placement=placement).dagrpo)
+    exp = Experience.from_groups([g], ratio_anchor="unanchored")
+    anchor = int(exp.is_anchor.nonzero())
+    assert len(exp) == (4 if placement == "append" else 3)
+    # an anchor answers q_0: variant 0 and scored on q_0 in every mode, even in a slot sampled from q_1
+    assert exp.variants[anchor] == 0 and exp.prompt_ids[anchor] == [1, 2] and exp.behaviour_prompt_ids[anchor] == [1, 2]
+
+
+def test_anchor_replacing_a_q1_slot_is_scored_on_q0_in_every_ratio_mode():
+    from rlvr.train.anchors import Anchor
+    for mode in ("original", "unanchored", "truncated_is"):
+        g = _variant_group([1.0, 1.0, 0.0], variants=[0, 0, 1])  # the worst response was sampled from q_1
+        inject_anchor(g, Anchor([7, 257], "sol", False, 1.0, {"accuracy": 1.0}), _cfg().dagrpo)
+        exp = Experience.from_groups([g], ratio_anchor=mode)
+        assert bool(exp.is_anchor[2]) and exp.variants[2] == 0
+        assert exp.prompt_ids[2] == [1, 2] and exp.behaviour_prompt_ids[2] == [1, 2], mode
+        assert bool(exp.on_own_prompt[2])
+
+
+def test_rollout_metrics_describe_the_policy_samples_before_injection():
+    # 3 of 4 right; anchors=always replaces the wrong one. The policy's accuracy is 0.75 and the
+    # group is not uniform, whatever the anchor did to the group that trains.
+    from rlvr.train.anchors import Anchor
+    from rlvr.train.metrics import rollout_metrics
+    from rlvr.train.rollout_phase import RolloutResult
+    g = _variant_group([1.0, 1.0, 0.0, 1.0])
+    inject_anchor(g, Anchor([7, 257], "sol", False, 1.0, {"accuracy": 1.0}), _cfg(anchors="always").dagrpo)
+    assert g.uniform and g.rewards == [1.0] * 4  # the group as trained: all 1.0
+    m = rollout_metrics(RolloutResult(kept=[g], generated=[g], rounds=1), ["accuracy"])
+    assert m["rollout/reward_mean"] == 0.75 and m["rollout/accuracy"] == 0.75
+    assert m["rollout/frac_uniform_groups"] == 0.0 and m["rollout/frac_all_correct"] == 0.0
+    assert m["rewards/accuracy_mean"] == 0.75
+    assert m["rollout/response_len_mean"] == 2.0  # the policy's responses (2 tokens each), not the anchor's
+
+
+def test_anchor_is_rewarded_by_the_runs_reward_functions():
+    # With accuracy + 0.1·format the expert solution (boxed, correct) scores 1.1 like the best
+    # on-policy answer, not the hard-coded 1.0 that ranked it below one.
+    from rlvr.train.rewarding import Rewarder
+    _, tok = tiny_random_model_and_tokenizer()
+    rewarder = Rewarder(["accuracy", "format"], [1.0, 0.1], verifier_workers=1, verifier_timeout=5.0,
+                        answer_extraction="boxed")
+    try:
+        phase = build_dagrpo_phase_for_test(rewarder, tok)
+        row = {"id": "a", "prompt": "3 + 4 = ?", "answer": "7", "solution": "3 + 4 = 7\n#### 7"}
+        anchor = phase.anchors.get(row)
+    finally:
+        rewarder.close()
+    assert anchor is not None and anchor.reward == pytest.approx(1.1)
+    assert anchor.reward_parts == {"accuracy": 1.0, "format": 1.0}
+
+
+def build_dagrpo_phase_for_test(rewarder, tok):
+    from rlvr.train.dagrpo_phase import build_dagrpo_phase
+    cfg = _cfg(anchors="failed", max_completion_length=64)
+    return build_dagrpo_phase(cfg, tokenizer=tok, eos_token_id=257, rewarder=rewarder, device="cpu")
+
+
+def test_dagrpo_run_with_appended_anchors(tmp_path):
+    cfg = build_config(tiny_overrides(tmp_path / "a", algo="dagrpo", anchor_placement="append",
+                                      data="rg:chain_sum:size=32", max_steps=2, num_completions_to_log=100))
+    history = Trainer(cfg).train()
+    assert all(m["dagrpo/anchor_rate"] > 0 and m["train/skipped_steps"] == 0 for m in history)
+    samples = [json.loads(x) for x in (tmp_path / "a" / "samples.jsonl").read_text().splitlines()]
+    anchors = [s for s in samples if s["anchor"]]
+    assert anchors and all(s["variant"] == 0 and s["reward"] == 1.0 for s in anchors)

@@ -1,5 +1,6 @@
 """TA-GRPO in the trainer: pools, anchored ratios, controls, metrics, composition with DaGRPO."""
 
+import pytest
 import torch
 
 from rlvr.config import build_config
@@ -91,8 +92,12 @@ def test_equal_sampling_uses_n_plus_one_times_g_responses_to_q0(tmp_path):
 
 
 def test_zero_rephrasings_is_exactly_grpo(tmp_path):
+    # algo=tagrpo num_rephrasings=0 is refused (it would silently be GRPO); TA-GRPO's other knobs
+    # with N = 0 must change nothing.
+    with pytest.raises(ValueError, match="num_rephrasings"):
+        build_config({"algo": "tagrpo", "num_rephrasings": 0})
     params = {}
-    for name, algo in (("grpo", {}), ("tagrpo", {"algo": "tagrpo", "num_rephrasings": 0})):
+    for name, algo in (("grpo", {}), ("tagrpo", {"num_rephrasings": 0, "pooled": False, "ratio_anchor": "unanchored"})):
         cfg = build_config(tiny_overrides(tmp_path / name, max_steps=2, learning_rate=1e-3,
                                           reward_funcs=[str(tmp_path / "r.py") + ":lowercase_frac"], **algo))
         (tmp_path / "r.py").write_text("def lowercase_frac(prompts, completions, **kw):\n"

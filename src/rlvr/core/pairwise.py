@@ -16,6 +16,11 @@ c, and the division by the group size G — never by Σ_j m_ij. With τ = 0 ever
 Â equals the GRPO advantage.
 
 Convention: unbiased std (ddof 1), std + ε (as ``grpo_advantages``); groups of one get 0.
+Comparisons are exact up to ``SCORE_TOL`` = 1e-6 (scores are float32, so a sum such as
+0.5·1 + 0.5·0.3 carries ~1e-7 of rounding): a pair whose gap is within SCORE_TOL of τ counts as
+|s_i − s_j| = τ and is kept (m = 1[d ≥ τ]); a pair whose gap is at most SCORE_TOL has equal
+scores and is never kept, whatever τ (also adaptive τ = κ·std on a group of equal scores, where
+τ ≈ 0 would otherwise let rounding decide).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import torch
 from rlvr.core.advantages import SCALE_REWARDS, group_index, group_statistics
 
 CONTRASTS = ("reward", "score")
+SCORE_TOL = 1e-6
 
 
 def pair_mask(
@@ -34,9 +40,10 @@ def pair_mask(
     tau: float,
     adaptive_kappa: float | None = None,
 ) -> torch.Tensor:
-    """Pairs of distinct responses in one group whose scores differ by at least τ.
+    """Pairs of distinct responses in one group whose scores differ by at least τ, and at all.
 
-    τ is fixed, or per group τ_g = κ·std_g(s) when ``adaptive_kappa`` = κ is given.
+    m_ij = 1[d_ij ≥ τ − SCORE_TOL and d_ij > SCORE_TOL], d_ij = |s_i − s_j|; τ is fixed, or per
+    group τ_g = κ·std_g(s) when ``adaptive_kappa`` = κ is given.
 
     Args:
         scores: [N] combined scores s.
@@ -55,7 +62,8 @@ def pair_mask(
         index, num_groups = group_index(group_ids)
         _, std, _, _ = group_statistics(s, index, num_groups)
         threshold = adaptive_kappa * std  # [N]; equal within a group, so the mask stays symmetric
-    return same & distinct & (gap >= threshold.unsqueeze(1))
+    distinct_scores = gap > SCORE_TOL  # equal scores never form a pair (docs/algorithms/dagrpo.md)
+    return same & distinct & distinct_scores & (gap >= threshold.unsqueeze(1) - SCORE_TOL)
 
 
 def masked_pairwise_advantages(

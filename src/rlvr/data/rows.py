@@ -7,7 +7,9 @@ A normalized row has
     answer       gold answer string
     solution     optional full expert solution text (DaGRPO anchors)
     rephrasings  optional list of non-empty strings (TA-GRPO)
-plus every other column unchanged, because reward functions receive dataset columns.
+    solution_as_gold  the short `solution` that was read as the gold (see below), if any
+plus every other column unchanged, because reward functions receive dataset columns
+(`reward_columns`: every column but the prompt, under the dataset's own names).
 
 Aliases: prompt ← prompt | question | problem (first present wins);
 gold ← answer | ground_truth (first present wins), else derived from `solution`:
@@ -15,7 +17,8 @@ gold ← answer | ground_truth (first present wins), else derived from `solution
       no `solution` column, the full text becomes `solution`;
     - a `solution` alone gives its last `\\boxed{}` or `#### N`; failing both, a short single-line
       solution (≤ 64 chars) *is* the gold, and is then not kept as `solution` (it is not a
-      solution text); anything else is an error.
+      solution text: no anchor or SFT target is made from it) but as `solution_as_gold`, which
+      reward functions still receive as `solution`; anything else is an error.
 Convention: `None` in an optional column (`solution`, `rephrasings`) means the row has none,
 because columnar formats (parquet, datasets) fill gaps with null; the key is then left out, so
 `"solution" in row` means the row has a usable solution. `None` anywhere else is an error.
@@ -34,6 +37,10 @@ GOLD_ALIASES = ("answer", "ground_truth")
 MESSAGE_ROLES = ("system", "user", "assistant")
 OPTIONAL_FIELDS = ("solution", "rephrasings")
 MAX_BARE_SOLUTION_CHARS = 64
+# Where a row keeps a short `solution` that was read as the gold (not an expert solution text).
+GOLD_ONLY_SOLUTION = "solution_as_gold"
+# rlvr's own row fields that are not dataset columns: reward functions do not receive them.
+INTERNAL_FIELDS = ("prompt", "rephrasings", GOLD_ONLY_SOLUTION)
 
 _GOLD_FIX = "every row needs a gold answer in 'answer' (or 'ground_truth')"
 
@@ -159,19 +166,20 @@ def _optional_solution(row: dict, where: str) -> str | None:
     return value
 
 
-def _answer_and_solution(row: dict, where: str) -> tuple[str, str | None]:
+def _answer_and_solution(row: dict, where: str) -> tuple[str, str | None, str]:
+    """(gold, expert solution text or None, the column the gold was read from)."""
     solution = _optional_solution(row, where)
     field = next((name for name in GOLD_ALIASES if name in row), None)
     if field is None:
         if solution is None:
             raise ValueError(f"{where}: field 'answer' is missing; {_GOLD_FIX}, or a 'solution' ending in \\boxed{{}}")
         gold, is_full_text = _gold_from_solution(solution.strip(), where)
-        return gold, (solution if is_full_text else None)
+        return gold, (solution if is_full_text else None), "solution"
     text = _gold_text(row[field], where, field)
     if has_gsm8k_mark(text):
         gold = _gold_from_tail(text, where, field)
-        return gold, (solution if solution is not None else row[field])
-    return text, solution
+        return gold, (solution if solution is not None else row[field]), field
+    return text, solution, field
 
 
 def _rephrasings(row: dict, where: str) -> list[str] | None:
@@ -202,7 +210,7 @@ def normalize_row(row: dict, index: int, source: str) -> dict:
     row_id = _explicit_id(row, index, source)
     where = _where(index, source, row_id)
     prompt = _prompt(row, where)
-    answer, solution = _answer_and_solution(row, where)
+    answer, solution, gold_field = _answer_and_solution(row, where)
     rephrasings = _rephrasings(row, where)
 
     normalized: dict[str, Any] = {
@@ -212,6 +220,9 @@ def normalize_row(row: dict, index: int, source: str) -> dict:
     }
     if solution is not None:
         normalized["solution"] = solution
+    elif gold_field == "solution":
+        normalized[GOLD_ONLY_SOLUTION] = row["solution"]  # a bare answer: no expert text, but reward
+        # functions written for TRL datasets read it as their `solution` column (reward_columns)
     if rephrasings is not None:
         normalized["rephrasings"] = rephrasings
     # Optional fields are present only when usable: a null column, or a bare-answer `solution`
@@ -220,6 +231,20 @@ def normalize_row(row: dict, index: int, source: str) -> dict:
         if key not in normalized and key not in OPTIONAL_FIELDS:
             normalized[key] = value
     return normalized
+
+
+def reward_columns(row: dict) -> dict[str, Any]:
+    """The columns a reward function receives for ``row`` (TRL's convention: every dataset column
+    but the prompt), under the names the dataset gave them.
+
+    The gold is in ``answer`` (as rlvr verifies it) and also under the column it was read from:
+    a row whose only answer was a short ``solution`` (TRL's math datasets) still passes
+    ``solution``, so ``trl.rewards.accuracy_reward(completions, solution)`` finds it.
+    """
+    columns = {key: value for key, value in row.items() if key not in INTERNAL_FIELDS}
+    if GOLD_ONLY_SOLUTION in row:
+        columns["solution"] = row[GOLD_ONLY_SOLUTION]
+    return columns
 
 
 def normalize_rows(rows: Iterable[dict], source: str) -> list[dict]:

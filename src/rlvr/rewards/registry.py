@@ -7,10 +7,13 @@ function once per batch and sums the weighted values, TRL-style:
     total_i = Σ_f w_f · r_f,i   over the f with r_f,i not None   (TRL: nansum)
 
 Convention: a function that raises, returns the wrong length or returns non-numbers contributes
-None for the whole batch (counted in ``<name>/errors``); a NaN, ±inf or float-overflowing
-(``10**400``) value becomes None (``<name>/nonfinite``); a completion where every function gave
-None scores 0.0 (``all_none``).
-User reward code is model-facing, so its failures are counted and logged, never raised.
+None for the whole batch (counted in ``<name>/errors``, the exception handed back through
+``failures``); a NaN, ±inf or float-overflowing (``10**400``) value becomes None
+(``<name>/nonfinite``); a completion where every function gave None totals 0.0 and is counted in
+``all_none`` (the trainer leaves such an unscorable completion out of its group's statistics and
+gives it advantage 0, see ``rlvr.train.advantages``).
+User reward code is model-facing, so a failure never raises here; whether the run goes on is the
+caller's decision (``rlvr.train.rewarding``: a function that fails at every call stops the run).
 """
 
 from __future__ import annotations
@@ -109,12 +112,22 @@ def reward_name(fn) -> str:
     return getattr(fn, "__name__", None) or type(fn).__name__
 
 
+def logged_names(funcs: Sequence[RewardFn]) -> list[str]:
+    """The names ``combine_rewards`` logs the functions under, in order (duplicates get ``_2``, …)."""
+    names: dict[str, None] = {}
+    for fn in funcs:
+        names[_unique(reward_name(fn), names)] = None
+    return list(names)
+
+
 def combine_rewards(
     funcs: Sequence[RewardFn],
     weights: Sequence[float] | None,
     prompts: list,
     completions: list,
     columns: dict[str, list],
+    *,
+    failures: dict[str, str] | None = None,
 ) -> tuple[list[float], dict[str, list[float | None]], dict[str, int]]:
     """Weighted sum of several reward functions per completion (TRL's nansum semantics).
 
@@ -125,6 +138,9 @@ def combine_rewards(
         weights: one float per function; None means all 1.0.
         prompts, completions: the batch, N entries each.
         columns: extra dataset columns (e.g. ``answer``), each a list of N entries.
+        failures: when given, filled with ``{name: "ExceptionType: message"}`` for every function
+            whose call failed (raised, or returned the wrong length or non-numbers), so a caller
+            can stop a run with the cause (``rlvr.train.rewarding``).
 
     Returns:
         totals [N]; per-function values {name: [N] float|None} (duplicate names get ``_2``, …);
@@ -146,9 +162,10 @@ def combine_rewards(
                              "repeat each row's value once per generated completion")
     per_func: dict[str, list[float | None]] = {}
     counts: dict[str, int] = {}
-    for fn in funcs:
-        name = _unique(reward_name(fn), per_func)
-        values, errors, nonfinite = _call_reward(fn, name, n, prompts, completions, columns)
+    for fn, name in zip(funcs, logged_names(funcs)):
+        values, errors, nonfinite, failure = _call_reward(fn, name, n, prompts, completions, columns)
+        if failure is not None and failures is not None:
+            failures[name] = failure
         per_func[name] = values
         counts[f"{name}/errors"] = errors
         counts[f"{name}/nonfinite"] = nonfinite
@@ -170,23 +187,32 @@ def _unique(name: str, taken: dict) -> str:
 
 
 def _call_reward(fn, name: str, n: int, prompts, completions, columns):
-    """One reward function's values for the batch, as (values, errors, nonfinite)."""
+    """One reward function's values for the batch, as (values, errors, nonfinite, failure text)."""
     try:
         raw = fn(prompts=prompts, completions=completions, **columns)
         if hasattr(raw, "tolist"):  # numpy array or torch tensor
             raw = raw.tolist()
         raw = list(raw)
-    except Exception:
+    except Exception as exc:
         logger.warning("reward %r raised; its values for this batch are None", name, exc_info=True)
-        return [None] * n, 1, 0
+        return [None] * n, 1, 0, _exception_text(exc)
     if len(raw) != n or not all(v is None or isinstance(v, numbers.Real) for v in raw):
         bad = next((v for v in raw if v is not None and not isinstance(v, numbers.Real)), None)
         logger.warning("reward %r returned %d values for %d completions (first non-number: %r); "
                        "its values for this batch are None", name, len(raw), n, bad)
-        return [None] * n, 1, 0
+        problem = (f"returned {len(raw)} values for {n} completions" if len(raw) != n
+                   else f"returned a {type(bad).__name__} ({str(bad)[:80]!r}), not a number or None")
+        return [None] * n, 1, 0, problem
     values = [_finite_float(v) for v in raw]
     nonfinite = sum(v is not None for v in raw) - sum(v is not None for v in values)
-    return values, 0, nonfinite
+    return values, 0, nonfinite, None
+
+
+def _exception_text(exc: BaseException) -> str:
+    """``Type: message`` on one line, cut to 300 characters (the message may quote model text)."""
+    message = " ".join(str(exc).split())
+    text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def _finite_float(value) -> float | None:

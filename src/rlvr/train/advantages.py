@@ -2,6 +2,11 @@
 
 DaGRPO (pair masking, or anchors in the groups) uses ``masked_pairwise_advantages``; with
 τ = 0 and no anchors it equals GRPO exactly, so plain GRPO runs keep using the estimator table.
+
+Unscorable responses (every reward function returned None: ``Experience.scorable`` is False) are
+left out: the statistics (group mean, std, size; batch std) are computed over the scorable
+responses only, and an unscorable response gets advantage exactly 0 (TRL treats None the same
+way: "not applicable", not "wrong").
 """
 
 from __future__ import annotations
@@ -16,6 +21,19 @@ from rlvr.train.experience import Experience
 
 def compute_advantages(cfg: ExperimentConfig, exp: Experience) -> tuple[torch.Tensor, dict[str, float]]:
     """Advantages [N] and the dagrpo/ pair metrics (empty when DaGRPO is off)."""
+    keep = exp.scorable  # [N] bool
+    advantages = torch.zeros_like(exp.rewards)  # [N]; unscorable responses keep 0
+    if not bool(keep.any()):
+        return advantages, ({"dagrpo/zero_adv_frac": 1.0} if cfg.dagrpo.enabled else {})
+    if bool(keep.all()):
+        return _advantages(cfg, exp)
+    advantages[keep], metrics = _advantages(cfg, exp.subset(keep))
+    if "dagrpo/zero_adv_frac" in metrics:
+        metrics["dagrpo/zero_adv_frac"] = _zero_frac(advantages)
+    return advantages, metrics
+
+
+def _advantages(cfg: ExperimentConfig, exp: Experience) -> tuple[torch.Tensor, dict[str, float]]:
     a, d = cfg.algorithm, cfg.dagrpo
     if not (d.pair_masking or bool(exp.is_anchor.any())):
         estimator = get_advantage_estimator(a.advantage_estimator)

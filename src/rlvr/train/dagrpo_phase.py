@@ -2,7 +2,7 @@
 
     score : q_i from the scorer, s_i = α·r_i + (1−α)·q_i (a failed score falls back to s_i = r_i)
     anchor: in triggered groups, the expert solution replaces the lowest-scored response (or is
-            appended), with reward 1 and its own score
+            appended), with the reward the run's reward functions give it and its own score
 
 It runs inside the rollout phase, before DAPO's dynamic-sampling filter, so a group rescued by an
 anchor is no longer uniform and is kept.
@@ -50,6 +50,7 @@ class DaGRPOPhase:
                     continue
                 inject_anchor(group, anchor, self.cfg)
                 counts["anchor_truncated"] += anchor.truncated
+                counts["anchor_reward_sum"] += anchor.reward
                 injected.append((group, next(i for i, c in enumerate(group.completions) if c.is_anchor)))
             counts["anchor_injected"] += len(injected)
             self._score(groups, injected, counts)
@@ -83,15 +84,24 @@ class DaGRPOPhase:
                 counts["score_sum"] += group.scores[i]
 
 
-def build_dagrpo_phase(cfg: ExperimentConfig, *, tokenizer, eos_token_id: int, pool, device) -> DaGRPOPhase | None:
-    """The DaGRPO phase for a run, or None when every DaGRPO mechanism is off."""
+def build_dagrpo_phase(cfg: ExperimentConfig, *, tokenizer, eos_token_id: int, rewarder, device) -> DaGRPOPhase | None:
+    """The DaGRPO phase for a run, or None when every DaGRPO mechanism is off.
+
+    ``rewarder``: the run's :class:`~rlvr.train.rewarding.Rewarder` (its verifier pool checks the
+    anchors, its reward functions score them).
+    """
     d = cfg.dagrpo
     if not d.enabled:
         return None
     anchors = None
     if d.anchors != "off":
-        anchors = AnchorBank(tokenizer, eos_token_id=eos_token_id, pool=pool,
-                             max_tokens=cfg.rollout.max_completion_length, overlong=d.anchor_overlong)
+        def score_anchor(row: dict, text: str):
+            totals, parts, _ = rewarder.score([row], [[text]])  # counters dropped: not the policy's
+            return totals[0], {name: values[0] for name, values in parts.items()}
+
+        anchors = AnchorBank(tokenizer, eos_token_id=eos_token_id, pool=rewarder.pool,
+                             max_tokens=cfg.rollout.max_completion_length, overlong=d.anchor_overlong,
+                             score_fn=score_anchor)
     return DaGRPOPhase(cfg, build_run_scorer(cfg, device=device), anchors)
 
 

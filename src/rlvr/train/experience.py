@@ -7,6 +7,7 @@ from those ids, never from positions in the batch (USERS.md #9).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import torch
@@ -34,6 +35,25 @@ class Group:
     variants: list[int] | None = None  # per response: 0 = q_0, j = rephrasing j (None: all 0)
     variant_prompt_ids: list[list[int]] | None = None  # index j -> q_j's prompt (None: [prompt_ids])
     pool_id: int | None = None  # TA-GRPO pool (None: the group itself)
+    scorable: list[bool] | None = None  # per response: some reward function gave a value (None: all)
+    before_anchor: Group | None = None  # DaGRPO: the policy's own samples, as they were before injection
+
+    def snapshot(self) -> Group:
+        """A copy whose per-response lists are copies (the group before it is changed in place)."""
+        copy = lambda value: list(value) if isinstance(value, list) else value
+        return dataclasses.replace(
+            self, completions=list(self.completions), texts=list(self.texts), rewards=list(self.rewards),
+            reward_parts={name: list(values) for name, values in self.reward_parts.items()},
+            scores=copy(self.scores), variants=copy(self.variants), scorable=copy(self.scorable))
+
+    @property
+    def policy_samples(self) -> Group:
+        """The group as the policy sampled it, before DaGRPO put an anchor in (replacing a response,
+        or appended): what ``rollout/`` metrics describe. The group itself when no anchor went in."""
+        return self.before_anchor if self.before_anchor is not None else self
+
+    def is_scorable(self, i: int) -> bool:
+        return self.scorable is None or self.scorable[i]
 
     @property
     def pool(self) -> int:
@@ -49,8 +69,9 @@ class Group:
 
     @property
     def uniform(self) -> bool:
-        """All rewards equal (anchors included): no group-relative signal."""
-        return max(self.rewards) == min(self.rewards)
+        """All rewards of the scorable responses equal (anchors included): no group-relative signal."""
+        values = [r for i, r in enumerate(self.rewards) if self.is_scorable(i)]
+        return not values or max(values) == min(values)
 
     @property
     def correct(self) -> list[bool]:
@@ -82,6 +103,7 @@ class Experience:
     variants: torch.Tensor  # [N] long: 0 = sampled from q_0
     behaviour_prompt_ids: list[list[int]]  # prompts for old log-probs (truncated IS: q_j)
     on_own_prompt: torch.Tensor  # [N] bool: scored on the prompt it was sampled from
+    scorable: torch.Tensor  # [N] bool: some reward function gave a value (else advantage 0, out of the statistics)
     advantages: torch.Tensor | None = None  # [N]
     old_logprobs: list[torch.Tensor] | None = None  # N × [T_i]
     ref_logprobs: list[torch.Tensor] | None = None  # N × [T_i]
@@ -92,7 +114,7 @@ class Experience:
         ``original`` → q_0 for policy, old and reference; ``unanchored`` → q_j for all three;
         ``truncated_is`` → q_0 for policy and reference, q_j for the old (behaviour) policy."""
         group_ids, prompts, responses, sampled, truncated, rewards, scores, anchor = ([] for _ in range(8))
-        pools, variants, behaviour = [], [], []
+        pools, variants, behaviour, scorable = [], [], [], []
         for group in groups:
             group_scores = group.scores if group.scores is not None else group.rewards
             for i, (completion, reward, score) in enumerate(zip(group.completions, group.rewards, group_scores)):
@@ -108,6 +130,7 @@ class Experience:
                 rewards.append(reward)
                 scores.append(score)
                 anchor.append(completion.is_anchor)
+                scorable.append(group.is_scorable(i))
         return cls(
             groups=groups,
             group_ids=torch.tensor(group_ids, dtype=torch.long),
@@ -122,10 +145,19 @@ class Experience:
             variants=torch.tensor(variants, dtype=torch.long),
             behaviour_prompt_ids=behaviour,
             on_own_prompt=torch.tensor([ratio_anchor == "unanchored" or v == 0 for v in variants], dtype=torch.bool),
+            scorable=torch.tensor(scorable, dtype=torch.bool),
         )
 
     def __len__(self) -> int:
         return len(self.response_ids)
+
+    def subset(self, keep: torch.Tensor) -> Experience:
+        """The responses where ``keep`` [N] bool is True, every per-response field filtered alike."""
+        rows = keep.nonzero().flatten().tolist()
+        pick = lambda value: (value[keep] if isinstance(value, torch.Tensor)
+                              else [value[i] for i in rows] if isinstance(value, list) else value)
+        fields = {f.name: pick(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "groups"}
+        return Experience(groups=self.groups, **fields)
 
 
 def minibatches(group_ids: torch.Tensor, num_minibatches: int) -> list[list[int]]:

@@ -1,5 +1,10 @@
 """Per-step rollout metrics and the sample records written to samples.jsonl.
 
+``rollout/`` metrics describe the policy's own samples, as sampled: a DaGRPO anchor, and the
+response it replaced, are seen only through ``Group.policy_samples`` (the group before injection);
+the anchors' own numbers are under ``dagrpo/``. Rewards, their spread and uniformity are over the
+scorable responses (some reward function gave a value; ``rewards/all_none`` counts the others).
+
 Correctness for frac_all_correct / frac_all_wrong: a response is correct when the ``accuracy``
 reward gave it 1.0 (when ``accuracy`` is among the reward functions), otherwise when its total
 reward is > 0.
@@ -15,18 +20,22 @@ from rlvr.train.experience import Group
 
 
 def rollout_metrics(rollout, reward_names: list[str], *, tagrpo: bool = False) -> dict[str, float]:
-    """rollout/ and rewards/ (and tagrpo/) metrics over every group generated in the step."""
-    groups: list[Group] = rollout.generated
-    own = [g.on_policy for g in groups]  # rollout/ metrics describe the policy's samples only
-    rewards = [g.rewards[i] for g, idx in zip(groups, own) for i in idx]
+    """rollout/ and rewards/ (and tagrpo/) metrics over every group generated in the step.
+
+    ``reward_names``: the names the reward functions are logged under (``Rewarder.names``).
+    """
+    groups: list[Group] = [g.policy_samples for g in rollout.generated]
+    own = [g.on_policy for g in groups]
+    scored = [[i for i in idx if g.is_scorable(i)] for g, idx in zip(groups, own)]
+    rewards = [g.rewards[i] for g, idx in zip(groups, scored) for i in idx]
     lengths = [len(g.completions[i].token_ids) for g, idx in zip(groups, own) for i in idx]
     truncated = [g.completions[i].truncated for g, idx in zip(groups, own) for i in idx]
     flags = [[g.correct[i] for i in idx] for g, idx in zip(groups, own)]
-    per_group = [[g.rewards[i] for i in idx] for g, idx in zip(groups, own)]
+    per_group = [[g.rewards[i] for i in idx] for g, idx in zip(groups, scored) if idx]
     metrics: dict[str, float] = {
-        "rollout/reward_mean": statistics.fmean(rewards),
+        "rollout/reward_mean": statistics.fmean(rewards) if rewards else None,
         "rollout/reward_std": statistics.stdev(rewards) if len(rewards) > 1 else 0.0,
-        "rollout/frac_uniform_groups": statistics.fmean(max(r) == min(r) for r in per_group),
+        "rollout/frac_uniform_groups": statistics.fmean(max(r) == min(r) for r in per_group) if per_group else 1.0,
         "rollout/frac_all_correct": statistics.fmean(all(f) for f in flags),
         "rollout/frac_all_wrong": statistics.fmean(not any(f) for f in flags),
         "rollout/accuracy": statistics.fmean(x for f in flags for x in f),
@@ -49,7 +58,8 @@ def rollout_metrics(rollout, reward_names: list[str], *, tagrpo: bool = False) -
 
 
 def tagrpo_rollout_metrics(groups: list[Group]) -> dict[str, float]:
-    """Uniform fractions per variant group (G responses to one q_j) vs per pool (all variants).
+    """Uniform fractions per variant group (G responses to one q_j) vs per pool (all variants),
+    over the policy's samples (pass ``Group.policy_samples``).
 
     ``pool_rescue_frac``: of the uniform variant groups, the fraction whose pool is not uniform —
     the gradient that pooling recovers (TAGRPO.md, "Why pooling helps").
@@ -86,6 +96,8 @@ def dagrpo_rollout_metrics(stats: dict[str, float]) -> dict[str, float]:
         "dagrpo/anchor_rate": count("anchor_injected") / max(1.0, count("groups")),
         "dagrpo/anchor_unavailable": count("anchor_unavailable"),
         "dagrpo/anchor_truncated": count("anchor_truncated"),
+        "dagrpo/anchor_reward_mean": (count("anchor_reward_sum") / count("anchor_injected")
+                                      if count("anchor_injected") else None),
         "dagrpo/scorer_fail_frac": count("scorer_failed") / scored if scored else None,
         "dagrpo/score_mean": count("score_sum") / max(1.0, scored - count("scorer_failed")) if scored else None,
     }

@@ -26,7 +26,8 @@ class Progress:
 
     def update(self, metrics: dict) -> None:
         if "rollout/reward_mean" in metrics:
-            self.bar.set_postfix(reward=f"{metrics['rollout/reward_mean']:.3f}",
+            reward = metrics["rollout/reward_mean"]
+            self.bar.set_postfix(reward="-" if reward is None else f"{reward:.3f}",
                                  uniform=f"{metrics['rollout/frac_uniform_groups']:.2f}",
                                  s_step=f"{metrics['time/step_s']:.1f}")
         else:  # SFT

@@ -1,51 +1,151 @@
-"""Reward a step's groups with the configured reward functions (TRL signature).
+"""Reward a step's groups with the configured reward functions (TRL signature), and stop a run
+whose reward functions keep failing.
 
 Reward functions receive ``prompts`` (the dataset prompt: a string or a message list),
 ``completions`` (strings; for message-list prompts, ``[{"role": "assistant", "content": ...}]``,
-as in TRL) and every other dataset column as a keyword list aligned with the completions.
+as in TRL) and every other dataset column as a keyword list aligned with the completions
+(``rlvr.data.reward_columns``: a short ``solution`` read as the gold still arrives as ``solution``).
+
+Failure policy (docs/training.md, "When a reward function fails"). A call *fails* when the
+function raises or returns the wrong number of values or non-numbers (``rewards/<name>/errors``
+counts them; ``rewards/calls`` counts the calls each function got, summed over ranks). A run
+stops with the function's name and its exception, exit code 3, when
+- the function failed at every call of the first step this process runs (it cannot work: a
+  missing column, a wrong signature, a missing package), or
+- later, more than ``max_reward_error_frac`` of its calls over the last
+  ``ERROR_WINDOW_STEPS`` steps failed.
+A value of None (TRL's "not applicable") is not a failure; a completion for which every function
+returned None is *unscorable* (``rewards/all_none``) and gets advantage 0 (``train/advantages``).
 """
 
 from __future__ import annotations
 
-from rlvr.rewards import VerifierPool, combine_rewards, resolve_reward
+import logging
+import random
+from collections import deque
+
+from rlvr.data import reward_columns
+from rlvr.rewards import MathAccuracy, VerifierPool, resolve_reward
+from rlvr.rewards.registry import combine_rewards, logged_names
 from rlvr.train.experience import Group
+from rlvr.train.stopping import TrainingStopped
+
+logger = logging.getLogger(__name__)
+
+ERROR_WINDOW_STEPS = 10
+GOLD_CHECK_SAMPLE = 1000  # distinct golds read at start-up (a seeded sample of larger datasets)
+
+
+class RewardFunctionFailed(TrainingStopped):
+    """A reward function failed too often for the run to learn anything (see the module docstring)."""
 
 
 class Rewarder:
     """Owns the verifier pool and the reward functions of a run."""
 
     def __init__(self, reward_funcs: list[str], reward_weights: list[float] | None, *,
-                 verifier_workers: int, verifier_timeout: float, answer_extraction: str):
+                 verifier_workers: int, verifier_timeout: float, answer_extraction: str,
+                 max_reward_error_frac: float = 0.5):
         self.pool = VerifierPool(num_workers=verifier_workers, timeout_s=verifier_timeout)
-        self.names = list(reward_funcs)
-        self.funcs = [resolve_reward(name, self.pool, answer_extraction=answer_extraction) for name in self.names]
+        self.specs = list(reward_funcs)
+        self.funcs = [resolve_reward(spec, self.pool, answer_extraction=answer_extraction) for spec in self.specs]
+        self.names = logged_names(self.funcs)  # what metrics call them: rewards/<name>_mean, <name>/errors
         self.weights = list(reward_weights) if reward_weights is not None else [1.0] * len(self.funcs)
+        self.max_error_frac = max_reward_error_frac
+        self.last_failure: dict[str, str] = {}  # name -> "Type: message", on this rank
+        self._window: deque[tuple[float, dict[str, float]]] = deque(maxlen=ERROR_WINDOW_STEPS)
+        self._steps_checked = 0
 
     def close(self) -> None:
         self.pool.close()
 
-    def reward_groups(self, groups: list[Group]) -> dict[str, float]:
-        """Fill ``rewards`` and ``reward_parts`` of each group; return counters for this call."""
-        keys = sorted({key for group in groups for key in group.row if key != "prompt"})
+    def score(self, rows: list[dict], texts: list[list[str]]) -> tuple[list[float], dict[str, list], dict[str, float]]:
+        """Rewards for ``texts[k]`` (completions) answering ``rows[k]``'s prompt: (totals, parts, counters).
+
+        ``parts`` maps each function's logged name to its values (None: not applicable or failed).
+        """
+        keys = sorted({key for row in rows for key in reward_columns(row)})
         prompts, completions = [], []
         columns: dict[str, list] = {key: [] for key in keys}
-        for group in groups:
-            conversational = isinstance(group.row["prompt"], list)
-            for text in group.texts:
-                prompts.append(group.row["prompt"])
+        for row, row_texts in zip(rows, texts):
+            conversational = isinstance(row["prompt"], list)
+            row_columns = reward_columns(row)
+            for text in row_texts:
+                prompts.append(row["prompt"])
                 completions.append([{"role": "assistant", "content": text}] if conversational else text)
                 for key in keys:  # a column missing from some rows is passed as None there
-                    columns[key].append(group.row.get(key))
-        rewards, parts, counts = combine_rewards(self.funcs, self.weights, prompts, completions, columns)
-        start = 0
-        for group in groups:
-            end = start + len(group.texts)
-            group.rewards = rewards[start:end]
-            group.reward_parts = {name: values[start:end] for name, values in parts.items()}
-            start = end
+                    columns[key].append(row_columns.get(key))
+        failures: dict[str, str] = {}
+        totals, parts, counts = combine_rewards(self.funcs, self.weights, prompts, completions, columns,
+                                                failures=failures)
+        self.last_failure.update(failures)
         stats = {f"rewards/{key}": float(value) for key, value in counts.items()}
+        stats["rewards/calls"] = 1.0
         for func in self.funcs:
             pop = getattr(func, "pop_stats", None)
             if pop is not None:
                 stats.update({f"rewards/{key}": float(value) for key, value in pop().items()})
+        return totals, parts, stats
+
+    def reward_groups(self, groups: list[Group]) -> dict[str, float]:
+        """Fill ``rewards``, ``reward_parts`` and ``scorable`` of each group; return counters for this call."""
+        totals, parts, stats = self.score([g.row for g in groups], [g.texts for g in groups])
+        start = 0
+        for group in groups:
+            end = start + len(group.texts)
+            group.rewards = totals[start:end]
+            group.reward_parts = {name: values[start:end] for name, values in parts.items()}
+            group.scorable = [any(values[i] is not None for values in parts.values()) for i in range(start, end)]
+            start = end
         return stats
+
+    def check_golds(self, rows: list[dict], source: str) -> dict[str, int]:
+        """Warn once when most golds of the dataset are not math to the verifier (so the accuracy
+        reward compares them as text). Returns ``{"math": k, "text": m}`` over the golds read.
+
+        Only with the built-in ``accuracy`` reward; at most ``GOLD_CHECK_SAMPLE`` distinct golds.
+        """
+        if not any(isinstance(fn, MathAccuracy) for fn in self.funcs):
+            return {}
+        golds = sorted({row["answer"] for row in rows})
+        if len(golds) > GOLD_CHECK_SAMPLE:
+            golds = random.Random(0).sample(golds, GOLD_CHECK_SAMPLE)
+        kinds = self.pool.gold_kinds(golds)
+        text = [gold for gold, kind in zip(golds, kinds) if kind != "math"]
+        if 2 * len(text) > len(golds):
+            examples = ", ".join(repr(gold[:60]) for gold in text[:3])
+            logger.warning(
+                "%d of %d golds of %s are not math the verifier can read as a whole (e.g. %s): the accuracy "
+                "reward compares them as normalised text (rewards/accuracy/text_compared counts them), so a "
+                "correct answer worded differently scores 0. If the gold column holds prose, use a reward "
+                "function for it (reward_funcs=file.py:fn); if it holds full solutions, map the final answer "
+                "to `answer`", len(text), len(golds), source, examples)
+        return {"math": len(golds) - len(text), "text": len(text)}
+
+    def check_failures(self, step: int, stats: dict[str, float]) -> None:
+        """Stop the run (``RewardFunctionFailed``) when a function fails as the policy says.
+
+        ``stats``: the step's counters summed over rounds and ranks, so every rank decides alike.
+        """
+        calls = stats.get("rewards/calls", 0.0)
+        errors = {name: stats.get(f"rewards/{name}/errors", 0.0) for name in self.names}
+        self._window.append((calls, errors))
+        self._steps_checked += 1
+        for name in self.names:
+            if self._steps_checked == 1 and calls and errors[name] == calls:
+                raise RewardFunctionFailed(
+                    f"step {step}: reward function {name!r} failed at every call of the first step "
+                    f"({self._cause(name)}); the run would learn nothing. Fix the function (it must "
+                    "accept `prompts`, `completions` and the dataset's columns as keyword lists, "
+                    "and return one float or None per completion), or remove it from reward_funcs")
+            window_calls = sum(c for c, _ in self._window)
+            window_errors = sum(e[name] for _, e in self._window)
+            if window_calls and window_errors / window_calls > self.max_error_frac:
+                raise RewardFunctionFailed(
+                    f"step {step}: reward function {name!r} failed at {window_errors:.0f} of its "
+                    f"{window_calls:.0f} calls over the last {len(self._window)} steps (more than "
+                    f"max_reward_error_frac={self.max_error_frac}); last failure: {self._cause(name)}. "
+                    "Fix the function, or raise max_reward_error_frac (1 never stops)")
+
+    def _cause(self, name: str) -> str:
+        return self.last_failure.get(name, "the failure happened on another rank: see its log")

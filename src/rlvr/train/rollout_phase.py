@@ -61,6 +61,7 @@ def collect_groups(run, step: int) -> RolloutResult:
         result.kept.extend(g for pool in kept_pools[: B - len(pools(result.kept))] for g in pool)
         if len(pools(result.kept)) >= B:
             break
+    run.rewarder.check_failures(step, result.reward_stats)  # a reward function that keeps failing stops the run
     return result
 
 

@@ -43,6 +43,7 @@ from rlvr.train.resume import check_resumable_config
 from rlvr.train.rewarding import Rewarder
 from rlvr.train.rollout_phase import collect_groups
 from rlvr.train.run_files import JsonlLog, write_config
+from rlvr.train.stopping import TrainingStopped
 from rlvr.train.update import update_policy
 
 logger = logging.getLogger(__name__)
@@ -63,10 +64,6 @@ def resolve_device(name: str, *, local_rank: int | None = None) -> torch.device:
     if name == "cuda" and local_rank is not None:
         return torch.device("cuda", local_rank)
     return torch.device(name)
-
-
-class TrainingStopped(RuntimeError):
-    """The run cannot go on (e.g. every recent optimiser step had a non-finite loss or gradient)."""
 
 
 class Trainer:
@@ -104,11 +101,14 @@ class Trainer:
         self.rewarder = Rewarder(cfg.reward.reward_funcs, cfg.reward.reward_weights,
                                  verifier_workers=cfg.reward.verifier_workers,
                                  verifier_timeout=cfg.reward.verifier_timeout,
-                                 answer_extraction=cfg.reward.answer_extraction)
+                                 answer_extraction=cfg.reward.answer_extraction,
+                                 max_reward_error_frac=cfg.reward.max_reward_error_frac)
+        if self.dist.is_main:
+            self.rewarder.check_golds(self.rows, cfg.data.data)  # one warning when most golds are not math
         if cfg.tagrpo.diversity_steps:
             require_embedding_packages("diversity_steps")
         self.dagrpo = build_dagrpo_phase(cfg, tokenizer=self.tokenizer, eos_token_id=self.engine.eos_token_ids[0],
-                                         pool=self.rewarder.pool, device=self.device)
+                                         rewarder=self.rewarder, device=self.device)
         self.optimizer, self.scheduler = self._optimizer()
         self.metrics_log = JsonlLog(self.output_dir / "metrics.jsonl")
         self.samples_log = JsonlLog(self.output_dir / "samples.jsonl")
@@ -160,7 +160,7 @@ class Trainer:
         metrics["perf/tokens_per_s"] = metrics.pop("_generated_tokens") / max(rollout.rollout_s, 1e-9)
         every, count = self.cfg.tagrpo.diversity_steps, self.cfg.tagrpo.diversity_groups
         if every and step % every == 0:
-            texts = [[g.texts[i] for i in g.on_policy] for g in rollout.generated[:count]]
+            texts = [[g.policy_samples.texts[i] for i in g.policy_samples.on_policy] for g in rollout.generated[:count]]
             metrics["rollout/diversity"] = group_diversity(texts, device=str(self.device))
         samples = sample_records(step, rollout.kept, advantages, self.cfg.run.num_completions_to_log)
         return metrics, samples
