@@ -2,11 +2,17 @@
 
     python experiments/summarize.py experiments/results/<study>      (also run by the study scripts)
 
-Reads only <arm>/seed<k>/metrics.jsonl and eval.json, writes summary.json and summary.md next to
+Reads only <arm>/seed<k>/metrics.jsonl, config.yaml and eval.json, writes summary.json and summary.md next to
 them. Spread = (min, max) over seeds (with 2 seeds the honest statistic; no standard error).
 Training quantities: reward over the first and last 5 steps, the fraction of uniform-reward
 groups over training (and, for TA-GRPO pools, per variant vs pooled), grad-norm spikes, response
 length first vs last, compute (sum of time/step_s). Evaluation: pass@k per dataset, diversity.
+
+The training reward is the policy's own, over all its samples. Runs logged before the fix of
+`rollout/` metrics under anchors (docs/training.md, issue 15) left out the response an anchor
+replaced; ``policy_reward`` puts it back: exactly when that response is known to be wrong
+(anchors only into all-wrong groups, accuracy the only reward), else as the range between it
+being wrong and being right (``reward_last_upper``). The logged value stays as ``reward_last_logged``.
 """
 
 from __future__ import annotations
@@ -33,16 +39,54 @@ def _count_positive(values: list[float]) -> int | None:
     return sum(v > 0 for v in values) if values else None
 
 
+def _flat_config(run_dir: Path) -> dict:
+    path = run_dir / "config.yaml"
+    nested = yaml.safe_load(path.read_text()) if path.exists() else {}
+    return {k: v for section in nested.values() for k, v in section.items()}
+
+
+def policy_reward(step: dict, cfg: dict) -> tuple[float | None, float | None]:
+    """(reward, upper): the policy's mean training reward at one step over all its samples.
+
+    ``upper`` is None when ``reward`` is exact. Before the fix a step logged the mean over the
+    N − k samples left after k anchors replaced one response each (N = groups · G); the replaced
+    ones had reward 0 when anchors went only into all-wrong groups with accuracy as the only
+    reward, and at most 1 each otherwise, and only in groups whose other responses were all right
+    (an anchor replaces the lowest-rewarded response).
+    """
+    logged = step.get("rollout/reward_mean")
+    rate = step.get("dagrpo/anchor_rate") or 0.0
+    fixed = "dagrpo/anchor_reward_mean" in step  # logged by the fixed code: already over all samples
+    if (logged is None or fixed or not rate or "prompts_per_step" not in cfg  # no config.yaml: as logged
+            or cfg.get("anchor_placement", "replace_worst") != "replace_worst"):
+        return logged, None
+    groups = step.get("rollout/num_gen_batches", 1) * cfg["prompts_per_step"]
+    n, k = groups * cfg["num_generations"], round(rate * groups)
+    low = logged * (n - k) / n
+    known_wrong = (cfg.get("anchors") == "failed" and cfg.get("anchor_max_correct") == 0
+                   and cfg.get("reward_funcs") == ["accuracy"])
+    if known_wrong:
+        return low, None
+    all_right = round((step.get("rollout/frac_all_correct") or 0.0) * groups)
+    return low, low + min(k, all_right) / n
+
+
 def run_summary(run_dir: Path) -> dict:
     """Numbers of one run (one arm, one seed)."""
     path = run_dir / "metrics.jsonl"
     lines = path.read_text().splitlines() if path.exists() else []  # the base model: eval only
     metrics = [json.loads(line) for line in lines if line.strip()]
     col = lambda key: [m.get(key) for m in metrics]
+    cfg = _flat_config(run_dir) if metrics else {}
+    rewards = [policy_reward(m, cfg) for m in metrics]
+    corrected = any(r != (m.get("rollout/reward_mean"), None) for r, m in zip(rewards, metrics))
     out = {} if not metrics else {
         "steps": len(metrics),
-        "reward_first": _mean(col("rollout/reward_mean")[:WINDOW]),
-        "reward_last": _mean(col("rollout/reward_mean")[-WINDOW:]),
+        "reward_first": _mean([r for r, _ in rewards[:WINDOW]]),
+        "reward_last": _mean([r for r, _ in rewards[-WINDOW:]]),
+        "reward_last_upper": (_mean([r if u is None else u for r, u in rewards[-WINDOW:]])
+                              if any(u is not None for _, u in rewards) else None),
+        "reward_last_logged": _mean(col("rollout/reward_mean")[-WINDOW:]) if corrected else None,
         "frac_uniform_groups": _mean(col("rollout/frac_uniform_groups")),
         "frac_uniform_variant_groups": _mean(col("tagrpo/frac_uniform_variant_groups")),
         "frac_uniform_pools": _mean(col("tagrpo/frac_uniform_pools")),
@@ -140,7 +184,8 @@ def _per_seed_cell(entry: dict, key: str, seeds: list[str]) -> str:
 
 def markdown(summary: dict) -> str:
     """Tables: training, then one evaluation table per dataset (mean [min, max] over seeds)."""
-    train_keys = ["steps", "reward_first", "reward_last", "frac_uniform_groups", "frac_uniform_variant_groups",
+    train_keys = ["steps", "reward_first", "reward_last", "reward_last_upper", "reward_last_logged",
+                  "frac_uniform_groups", "frac_uniform_variant_groups",
                   "frac_uniform_pools", "grad_norm_spikes", "grad_norm_max", "response_len_first",
                   "response_len_last", "anchor_rate", "masked_pair_frac", "masked_contrast_frac",
                   "steps_contrast_masked", "train_minutes"]
