@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import subprocess
@@ -61,6 +62,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_OS_ERROR_FIXES = {
+    errno.ENOSPC: "free space, lower save_total_limit, or put output_dir on a larger disk",
+    errno.EDQUOT: "free space within your quota, lower save_total_limit, or put output_dir elsewhere",
+    errno.EROFS: "the file system is read-only: choose an output_dir on a writable disk",
+    errno.EACCES: "choose an output_dir you may write to, or fix its permissions",
+    errno.EPERM: "choose an output_dir you may write to, or fix its permissions",
+    errno.ENOTDIR: "a part of that path is a file: choose another output_dir",
+    errno.EEXIST: "a file is in the way: choose another output_dir",
+}
+
+
+def os_error_line(error: OSError) -> str:
+    """An OSError in one line, with the fix for the errors a run's environment causes (unless it names one)."""
+    text = " ".join(str(error).split())
+    fix = _OS_ERROR_FIXES.get(error.errno)
+    return text if fix is None or ";" in (error.strerror or "") else f"{text}; {fix}"
+
+
 def launch_torchrun(nproc: int, argv: list[str]) -> int:
     """``rlvr train nproc=N ...``: run the same command under torchrun with N processes on this machine."""
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
@@ -101,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             return launch_torchrun(cfg.run.nproc, argv)
         from transformers.utils import logging as hf_logging
 
+        from rlvr.train.interrupts import TrainingInterrupted
         from rlvr.train.sft import make_trainer  # heavy imports only when training
         from rlvr.train.trainer import TrainingStopped
 
@@ -112,9 +132,19 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as error:
             print(f"rlvr {args.command}: {error}", file=sys.stderr)
             code = 2
+        except OSError as error:  # a full disk, a read-only or unwritable output_dir
+            print(f"rlvr {args.command}: {os_error_line(error)}", file=sys.stderr)
+            code = 2
         except TrainingStopped as error:
             print(f"rlvr {args.command}: stopped: {error}", file=sys.stderr)
             code = 3
+        except TrainingInterrupted as error:  # Ctrl-C / SIGTERM: the step finished and was saved
+            print(f"rlvr {args.command}: interrupted by {error}", file=sys.stderr)
+            code = error.exit_code
+        except KeyboardInterrupt:  # Ctrl-C while loading, or a second Ctrl-C: nothing more is saved
+            print(f"rlvr {args.command}: interrupted; the last checkpoint (if any) is intact: continue with the "
+                  "same command and resume=true", file=sys.stderr)
+            code = 130
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:
             # A torchrun worker leaves without running torch's C++ destructors: after the process
             # group is destroyed, freeing the DDP/gloo objects can block for ever in a thread join

@@ -1,21 +1,29 @@
 """``rlvr eval``: pass@k of a model on one or more datasets, written to a JSON file.
 
-Thin: parse the arguments, load the datasets (fail fast), load the model, call
-``rlvr.eval.evaluate``. Wiring into cli.py::
+Thin: parse the arguments; check --out and the resume file's settings, load the datasets (all
+before the model: fail fast); load the model; call ``rlvr.eval.evaluate``. Wiring into cli.py::
 
     add_eval_parser(sub)                          # in build_parser()
     if args.command == "eval":                    # in main()
         return run_eval(args)
 
 Standalone: ``python -m rlvr.eval_cli --model ... --data ... --out ...``.
-Exit codes: 0 done; 2 bad arguments, an unknown or unloadable dataset or model, or a results file
-written with other settings (the message says which and the fix).
+Exit codes: 0 done; 2 bad arguments, an --out that cannot be written, an unknown or unloadable
+dataset or model, or a results file written with other settings (the message says which and the
+fix; all of these are found before the model loads, except a model that does not load);
+130 / 143 stopped by SIGINT (Ctrl-C) / SIGTERM, after one line saying what is saved. Finished
+problems are already in OUT.problems.jsonl (each line fsynced), so the same command continues.
+A second signal during that clean-up exits at once.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from rlvr.data import DEFAULT_INSTRUCTION
@@ -121,33 +129,109 @@ def _device(name: str):
     return torch.device(name)
 
 
+class _Stopped(KeyboardInterrupt):
+    """The first SIGINT/SIGTERM, raised where the main thread is. A KeyboardInterrupt (a BaseException),
+    so that no ``except Exception`` on the way up swallows it."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _stop_on_signals():
+    """Within: the first SIGINT/SIGTERM raises _Stopped (clean-up runs), a second one exits at once.
+
+    After a first signal the handler stays installed on leaving: the process is on its way out, and
+    a second Ctrl-C during the interpreter's own exit (atexit, finalizers) must not print a traceback.
+    Without a signal the previous handlers are put back.
+    """
+    if threading.current_thread() is not threading.main_thread():  # signal handlers live in the main thread
+        yield
+        return
+    stopping = []
+
+    def handler(signum, frame):
+        if stopping:  # os.write, not print: this may interrupt a print of the main thread
+            os.write(2, f"rlvr eval: {signal.Signals(signum).name} again: exiting at once\n".encode())
+            os._exit(128 + signum)
+        stopping.append(signum)
+        raise _Stopped(signum)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        if not stopping:
+            for sig, old in previous.items():
+                signal.signal(sig, old)
+
+
+def _stopped_message(signum: int, out: str) -> str:
+    from rlvr.eval.problems_file import count_finished, problems_path
+
+    path = problems_path(out)
+    try:
+        saved = count_finished(path)
+    except ValueError as error:  # a damaged file: say so rather than a count
+        return f"rlvr eval: stopped by {signal.Signals(signum).name}; {error}"
+    if saved == 0:
+        return (f"rlvr eval: stopped by {signal.Signals(signum).name} before any problem finished; nothing was "
+                "saved (run the same command to start again)")
+    problems = "1 finished problem is" if saved == 1 else f"{saved} finished problems are"
+    return (f"rlvr eval: stopped by {signal.Signals(signum).name}; {problems} saved in {path}; "
+            "run the same command again to continue from there")
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(line.strip() for line in str(error).splitlines() if line.strip())
+
+
 def run_eval(args: argparse.Namespace) -> int:
     """Run ``rlvr eval`` (module docstring); returns the exit code."""
-    from rlvr.eval import evaluate, load_eval_datasets
-    from rlvr.models import load_policy
-
-    try:
-        if args.n < 1:
-            raise ValueError(f"--n must be >= 1, got {args.n}")
-        ks = _ks(args.k, args.n)
-        specs = [spec.strip() for spec in args.data.split(",") if spec.strip()]
-        datasets = load_eval_datasets(specs, limit=args.limit)  # before the model: fail fast
-        model_path = resolve_model_path(args.model)
-        model, tokenizer = load_policy(model_path, dtype=args.dtype)
-        model.to(_device(args.device))
-        evaluate(
-            model, tokenizer, datasets, n=args.n, ks=ks, temperature=args.temperature, top_p=args.top_p,
-            max_completion_length=args.max_completion_length, out_path=args.out,
-            instruction=None if args.no_instruction else args.instruction, system_prompt=args.system_prompt,
-            greedy=args.greedy, answer_extraction=args.answer_extraction, seed=args.seed,
-            batch_size=args.batch_size, diversity=args.diversity, limit=args.limit, log_samples=args.log_samples,
-            progress=not args.no_progress, model_name=model_path,
-        )
-    except ValueError as error:
-        print(f"rlvr eval: error: {error}", file=sys.stderr)
-        return 2
+    with _stop_on_signals():
+        try:
+            _run(args)
+        except ValueError as error:
+            print(f"rlvr eval: error: {_one_line(error)}", file=sys.stderr)
+            return 2
+        except _Stopped as stopped:
+            print(_stopped_message(stopped.signum, args.out), file=sys.stderr)
+            return 128 + stopped.signum
     print(f"wrote {args.out}")
     return 0
+
+
+def _run(args: argparse.Namespace) -> None:
+    from rlvr.eval import evaluate, load_eval_datasets
+    from rlvr.eval.problems_file import problems_path, settings_mismatch
+    from rlvr.eval.runner import check_out_path, dtype_name, result_settings
+    from rlvr.models import load_policy
+    from rlvr.models.loading import parse_dtype
+
+    if args.n < 1:
+        raise ValueError(f"--n must be >= 1, got {args.n}")
+    ks = _ks(args.k, args.n)
+    check_out_path(args.out)  # before any work: a bad --out would otherwise fail only at the very end
+    specs = [spec.strip() for spec in args.data.split(",") if spec.strip()]
+    datasets = load_eval_datasets(specs, limit=args.limit)  # before the model: fail fast
+    model_path = resolve_model_path(args.model)
+    options = dict(n=args.n, temperature=args.temperature, top_p=args.top_p,
+                   max_completion_length=args.max_completion_length, seed=args.seed,
+                   instruction=None if args.no_instruction else args.instruction, system_prompt=args.system_prompt,
+                   greedy=args.greedy, answer_extraction=args.answer_extraction, diversity=args.diversity)
+    # The resume check again before the model loads (evaluate repeats it with the loaded model's dtype).
+    mismatch = settings_mismatch(problems_path(args.out), result_settings(
+        model_name=model_path, dtype=dtype_name(parse_dtype(args.dtype)), **options))
+    if mismatch:
+        raise ValueError(mismatch)
+    try:
+        model, tokenizer = load_policy(model_path, dtype=args.dtype)
+    except OSError as error:  # transformers' "not a model folder / no such Hub id"
+        raise ValueError(f"cannot load --model {args.model}: {_one_line(error)}") from error
+    model.to(_device(args.device))
+    evaluate(model, tokenizer, datasets, ks=ks, out_path=args.out, batch_size=args.batch_size, limit=args.limit,
+             log_samples=args.log_samples, progress=not args.no_progress, model_name=model_path, **options)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,8 +7,10 @@ Thin: parse the arguments, build the rephraser (and the optional solver check), 
     if args.command == "rephrase":                # in main()
         return run_rephrase(args)
 
-Exit codes: 0 done; 2 bad arguments, data or model, or a generator that gives nothing for the
-first questions (the message says which and the fix).
+Exit codes: 0 done; 2 bad arguments, data or model, a generator that gives nothing for the
+first questions, or an ``openai:`` endpoint that stops answering (OPENAI_GIVE_UP_AFTER requests
+in a row fail for good); the message says which and the fix. Lines already written stay: rerun
+the same command to resume.
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ from rlvr.data.rephrase import GenerationFailed, LLMRephraser, RuleRephraser, an
 VIA_FORMS = "'rules', 'model:<path-or-alias>' or 'openai:<base_url>'"
 REPHRASE_MAX_NEW_TOKENS = 512  # a rewritten problem: about the length of the original
 SOLVER_MAX_NEW_TOKENS = 512  # a short worked solution ending in \boxed{}
-OPENAI_TIMEOUT_S = 60.0
+OPENAI_TIMEOUT_S = 60.0  # per request, in all: connect, send and the whole reply
 OPENAI_MAX_RETRIES = 2
+OPENAI_GIVE_UP_AFTER = 5  # requests in a row failed for good (each after its retries): stop the run
 LOCAL_BATCH_SIZE = 8
 
 _EXAMPLES = """examples:
@@ -58,6 +61,16 @@ def add_rephrase_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--openai-model", help="model name for --via openai:<base_url>")
     parser.add_argument("--api-key-env", default="OPENAI_API_KEY",
                         help="environment variable holding the API key (default OPENAI_API_KEY)")
+    parser.add_argument("--timeout", type=float, default=OPENAI_TIMEOUT_S,
+                        help=f"--via openai: seconds per request in all: connect, send and the whole reply "
+                        f"(default {OPENAI_TIMEOUT_S:g})")
+    parser.add_argument("--max-retries", type=int, default=OPENAI_MAX_RETRIES,
+                        help=f"--via openai: retries of a request on timeouts, connection errors, 429 and 5xx "
+                        f"(default {OPENAI_MAX_RETRIES}); after {OPENAI_GIVE_UP_AFTER} requests in a row fail "
+                        "for good the run stops, keeping what it wrote")
+    parser.add_argument("--allow-plain-http", action="store_true",
+                        help="--via openai: send the API key over plain http:// to a host that is not loopback "
+                        "(refused by default: anyone on the network path could read it)")
     parser.add_argument("--solver", help="model:<path-or-alias>: keep only rephrasings this model still "
                         "answers right (checked where it answers the original right)")
     return parser
@@ -82,6 +95,10 @@ def _check_args(args: argparse.Namespace) -> tuple[str, str]:
         raise ValueError(f"--k must be >= --n ({args.n}), got {args.k}: K candidates are filtered down to N")
     if args.seed < 0:
         raise ValueError(f"--seed must be >= 0, got {args.seed}")
+    if not args.timeout > 0 or args.timeout == float("inf"):
+        raise ValueError(f"--timeout must be a number of seconds > 0, got {args.timeout}")
+    if args.max_retries < 0:
+        raise ValueError(f"--max-retries must be >= 0, got {args.max_retries}")
     if args.solver is not None and not (args.solver.startswith("model:") and args.solver[6:].strip()):
         raise ValueError(f"--solver {args.solver!r} must be 'model:<path-or-alias>'")
     return kind, target
@@ -103,8 +120,10 @@ def _rephraser(kind: str, target: str, args: argparse.Namespace):
     from rlvr.rewards.scorers import OpenAIChatBackend
 
     return LLMRephraser(OpenAIChatBackend(target, args.openai_model, api_key_env=args.api_key_env,
-                                          timeout_s=OPENAI_TIMEOUT_S, max_retries=OPENAI_MAX_RETRIES,
-                                          max_tokens=REPHRASE_MAX_NEW_TOKENS))
+                                          timeout_s=args.timeout, max_retries=args.max_retries,
+                                          max_tokens=REPHRASE_MAX_NEW_TOKENS, allow_plain_http=args.allow_plain_http,
+                                          give_up_after=OPENAI_GIVE_UP_AFTER,
+                                          on_failure="those candidates are dropped"))
 
 
 class ModelSolver:
@@ -127,6 +146,19 @@ def _verified_match(pool) -> Callable[[str, str | None], bool]:
     return match
 
 
+def _endpoint_down(error: ConnectionError, args: argparse.Namespace) -> str:
+    """One line: what failed, what was kept, and the fixes."""
+    try:
+        with open(args.out, "rb") as file:
+            written = sum(1 for line in file if line.endswith(b"\n"))
+    except OSError:
+        written = 0
+    base_url = args.via.partition(":")[2].strip().rstrip("/")
+    return (f"{error}; the endpoint looks down, so the run stopped ({args.out} keeps the questions written so "
+            f"far: {written}). Check that the server is up and serves --openai-model (curl {base_url}/models), raise "
+            "--timeout if it is only slow, or use --via rules; then rerun the same command to resume")
+
+
 def run_rephrase(args: argparse.Namespace) -> int:
     """Run ``rlvr rephrase`` (module docstring); returns the exit code."""
     pool = None
@@ -145,6 +177,11 @@ def run_rephrase(args: argparse.Namespace) -> int:
                               solver=solver, answers_match=answers_match)
     except (ValueError, GenerationFailed) as error:
         print(f"rlvr rephrase: error: {error}", file=sys.stderr)
+        return 2
+    # rlvr.rewards.bounded_http.EndpointDown, a ConnectionError (importing it here would load requests
+    # for every rlvr command); no other ConnectionError gets out of a back end.
+    except ConnectionError as error:
+        print(f"rlvr rephrase: error: {_endpoint_down(error, args)}", file=sys.stderr)
         return 2
     finally:
         if pool is not None:

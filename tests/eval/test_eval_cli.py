@@ -2,9 +2,15 @@
 
 import argparse
 import json
+import os
+import signal
+from pathlib import Path
 
 import pytest
 
+import rlvr.models
+from rlvr import eval_cli
+from rlvr.eval.problems_file import problems_path
 from rlvr.eval_cli import add_eval_parser, resolve_model_path, run_eval
 
 
@@ -78,3 +84,134 @@ def test_checkpoint_and_run_folders_resolve_to_the_model_folder(tmp_path):
 @pytest.mark.parametrize("extra", [["--n", "0"], ["--k", "1,x"]])
 def test_bad_arguments_exit_2(tmp_path, extra):
     assert _eval(["--model", "tiny-random", "--data", "gsm8k-100", *extra, "--out", str(tmp_path / "x.json")]) == 2
+
+
+@pytest.fixture
+def no_model_load(monkeypatch):
+    """Fails the test if the model is loaded: the refusal must come before that (minutes for a big model)."""
+    def load_policy(*args, **kwargs):
+        raise AssertionError("the model was loaded before the refusal")
+
+    monkeypatch.setattr(rlvr.models, "load_policy", load_policy)
+
+
+def _file_then_dir(tmp_path):
+    (tmp_path / "file").write_text("x")
+    return tmp_path / "file" / "res.json"
+
+
+@pytest.mark.parametrize(("make_out", "named"), [
+    (lambda tmp_path: tmp_path, "is a directory"),
+    (lambda tmp_path: (tmp_path / "r.json.problems.jsonl").mkdir() or tmp_path / "r.json", "is a directory"),
+    (_file_then_dir, "is a file, not a folder"),
+])
+def test_an_out_that_cannot_be_written_exits_2_before_any_work(tmp_path, capsys, no_model_load, make_out, named):
+    # Issue 16: `--out DIR` failed only when the summary was written, after all the work.
+    out = make_out(tmp_path)
+    assert _eval([*BASE, "--data", "gsm8k-100", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert named in err and "--out" in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_out_in_a_read_only_folder_exits_2(tmp_path, capsys, no_model_load, monkeypatch):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o500)
+    if os.geteuid() == 0:  # root may write anywhere: let access() answer as it would for a user
+        real_access = os.access
+        monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != folder and real_access(path, mode))
+    try:
+        assert _eval([*BASE, "--data", "gsm8k-100", "--out", str(folder / "new" / "res.json")]) == 2
+    finally:
+        folder.chmod(0o700)
+    err = capsys.readouterr().err
+    assert "permission denied" in err and str(folder) in err
+
+
+def test_an_out_in_a_new_folder_is_created(tmp_path):
+    out = tmp_path / "a" / "b" / "res.json"
+    assert _eval([*BASE, "--data", "gsm8k-100", "--limit", "1", "--out", str(out)]) == 0
+    assert out.is_file() and problems_path(out).is_file()
+
+
+def test_a_dtype_change_on_resume_exits_2_before_the_model_loads(tmp_path, capsys, monkeypatch):
+    # Issue 16: a problems file mixing fp32 and bf16 problems was accepted.
+    out = tmp_path / "res.json"
+    assert _eval([*BASE, "--data", "gsm8k-100", "--limit", "1", "--dtype", "float32", "--out", str(out)]) == 0
+    capsys.readouterr()
+
+    def load_policy(*args, **kwargs):
+        raise AssertionError("the model was loaded before the refusal")
+
+    monkeypatch.setattr(rlvr.models, "load_policy", load_policy)
+    assert _eval([*BASE, "--data", "gsm8k-100", "--limit", "2", "--dtype", "bfloat16", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "dtype: 'float32' → 'bfloat16'" in err and "another --out" in err and "original values" in err
+    assert len(problems_path(out).read_text().splitlines()) == 1 + 1
+
+
+@pytest.mark.parametrize(("option", "old", "new", "named"), [
+    ("--temperature", "0.6", "0.7", "temperature: 0.6 → 0.7"),
+    ("--top_p", "0.95", "0.9", "top_p: 0.95 → 0.9"),
+    ("--max_completion_length", "8", "6", "max_completion_length: 8 → 6"),
+    ("--answer-extraction", "boxed", "flexible", "answer_extraction: 'boxed' → 'flexible'"),
+    ("--seed", "0", "3", "seed: 0 → 3"),
+])
+def test_a_changed_sampling_option_on_resume_exits_2(tmp_path, capsys, option, old, new, named):
+    out = tmp_path / "res.json"
+    assert _eval([*BASE, "--data", "gsm8k-100", "--limit", "1", option, old, "--out", str(out)]) == 0
+    assert _eval([*BASE, "--data", "gsm8k-100", "--limit", "1", option, new, "--out", str(out)]) == 2
+    assert named in capsys.readouterr().err
+
+
+def test_a_model_load_error_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
+    def load_policy(*args, **kwargs):
+        raise ValueError("models/x has no config.json\nit holds: nothing;\ngive a model folder")
+
+    monkeypatch.setattr(rlvr.models, "load_policy", load_policy)
+    assert _eval([*BASE, "--data", "gsm8k-100", "--out", str(tmp_path / "x.json")]) == 2
+    err = capsys.readouterr().err
+    assert err == "rlvr eval: error: models/x has no config.json it holds: nothing; give a model folder\n"
+
+
+def test_an_empty_model_folder_exits_2_without_a_traceback(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    code = _eval([*BASE, "--model", str(tmp_path / "empty"), "--data", "gsm8k-100", "--out", str(tmp_path / "x.json")])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert str(tmp_path / "empty") in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_second_signal_exits_at_once(monkeypatch, capfd):
+    def exit_now(code):
+        raise SystemExit(code)
+
+    monkeypatch.setattr(eval_cli.os, "_exit", exit_now)
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with pytest.raises(SystemExit) as second, eval_cli._stop_on_signals():
+            with pytest.raises(KeyboardInterrupt):  # the first: an exception, so clean-up runs
+                signal.raise_signal(signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)  # during that clean-up: exits, no second exception to catch
+        assert second.value.code == 130
+        assert "SIGINT again: exiting at once" in capfd.readouterr().err
+        with pytest.raises(SystemExit) as after:  # still so on the way out (atexit), after the block
+            signal.raise_signal(signal.SIGTERM)
+        assert after.value.code == 143
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+    with eval_cli._stop_on_signals():  # no signal: the handlers are put back
+        pass
+    assert {sig: signal.getsignal(sig) for sig in before} == before
+
+
+def test_the_stop_message_says_what_is_saved(tmp_path):
+    out = tmp_path / "res.json"
+    assert "nothing was saved" in eval_cli._stopped_message(signal.SIGTERM, str(out))
+    problems_path(out).write_text('{"settings": {}}\n' + json.dumps(
+        {"dataset": "d", "id": "a", "problem": "0", "n": 1, "correct": 0, "greedy_correct": None,
+         "diversity": None, "timeouts": 0}) + "\n" + '{"dataset": "d", "i')  # the last line half-written
+    message = eval_cli._stopped_message(signal.SIGINT, str(out))
+    assert message == (f"rlvr eval: stopped by SIGINT; 1 finished problem is saved in {problems_path(out)}; "
+                       "run the same command again to continue from there")

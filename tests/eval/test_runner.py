@@ -1,10 +1,12 @@
 """evaluate(): output format, pass@k from known counts, resume, refused settings, row seeding."""
 
+import copy
 import hashlib
 import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from rlvr.eval import evaluate, pass_at_k, runner
 from rlvr.eval.problems_file import problems_path
@@ -59,7 +61,10 @@ def test_real_run_on_unreachable_golds(tiny, tmp_path):
     assert json.loads(lines[0])["settings"]["n"] == 4
     assert [json.loads(line)["id"] for line in lines[1:]] == ["toy.jsonl#0", "toy.jsonl#1", "toy.jsonl#2"]
     assert json.loads(lines[1]) == {"dataset": data, "id": "toy.jsonl#0", "n": 4, "correct": 0,
+                                    "problem": runner.problem_fingerprint({"prompt": "What is 0 + 0?",
+                                                                           "answer": "1000987"}),
                                     "greedy_correct": False, "diversity": None, "timeouts": 0}
+    assert json.loads(lines[0])["settings"]["dtype"] == "float32"  # read from the model's parameters
 
 
 class CountingPool:
@@ -167,6 +172,55 @@ def test_changed_settings_are_refused(tiny, tmp_path, change, named):
     with pytest.raises(ValueError, match="other settings") as info:
         _run(tiny, [data], out, **change)
     assert named in str(info.value) and "delete" in str(info.value)
+
+
+def test_a_bfloat16_resume_of_a_float32_file_is_refused(tiny, tmp_path):
+    # Issue 16: a problems file mixing fp32 and bf16 problems was accepted.
+    data = _four_problems(tmp_path)
+    out = tmp_path / "dtype.json"
+    _run(tiny, [data], out, limit=1)
+    bf16 = (copy.deepcopy(tiny[0]).to(torch.bfloat16), tiny[1])
+    with pytest.raises(ValueError, match="other settings") as info:
+        _run(bf16, [data], out)
+    assert "dtype: 'float32' → 'bfloat16'" in str(info.value) and "--out" in str(info.value)
+    assert len(problems_path(out).read_text().splitlines()) == 1 + 1  # nothing was added
+
+
+def test_changed_data_under_the_same_spec_is_refused(tiny, tmp_path):
+    rows = [{"prompt": f"question number {i}", "answer": "1"} for i in range(3)]
+    data = _jsonl(tmp_path / "edited.jsonl", rows)
+    out = tmp_path / "edited.json"
+    _run(tiny, [data], out, limit=2)
+    _run(tiny, [data], out)  # the same data: resumes (adds problem 3)
+    rows[1]["answer"] = "2"  # a recorded problem whose gold changed
+    _jsonl(tmp_path / "edited.jsonl", rows)
+    with pytest.raises(ValueError, match="edited.jsonl#1") as info:
+        _run(tiny, [data], out)
+    assert "another prompt or answer" in str(info.value) and "--out" in str(info.value)
+
+
+def test_a_file_of_the_format_before_the_dtype_check_is_refused_by_its_settings(tiny, tmp_path):
+    data = _four_problems(tmp_path)
+    out = tmp_path / "old.json"
+    _run(tiny, [data], out, limit=2)
+    header, *records = (json.loads(line) for line in problems_path(out).read_text().splitlines())
+    del header["settings"]["dtype"]
+    for record in records:
+        del record["problem"]
+    _jsonl(problems_path(out), [header, *records])  # as written before issue 16
+    with pytest.raises(ValueError, match="other settings") as info:
+        _run(tiny, [data], out)
+    assert "dtype: None → 'float32'" in str(info.value)
+
+
+def test_a_record_line_that_is_not_a_problem_is_refused(tiny, tmp_path):
+    data = _four_problems(tmp_path)
+    out = tmp_path / "damaged.json"
+    _run(tiny, [data], out, limit=2)
+    header, _first, second = problems_path(out).read_text().splitlines()
+    problems_path(out).write_text(f"{header}\n{{\"dataset\": 1}}\n{second}\n")
+    with pytest.raises(ValueError, match="line 2 is not a problem record"):
+        _run(tiny, [data], out)
 
 
 def test_k_larger_than_n_is_refused_before_any_work(tiny, tmp_path):

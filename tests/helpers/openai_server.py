@@ -11,13 +11,20 @@ class FakeServer:
 
     Actions: ("ok", text) → 200 with a chat completion; ("raw", body) → 200 with that body;
     ("status", code) → that code; ("hang", None) → no answer until the test ends;
-    ("rate", None) → "Score: N" for the "[rate N]" marker in the prompt.
+    ("rate", None) → "Score: N" for the "[rate N]" marker in the prompt;
+    ("trickle", (seconds, text)) → a 200 chat completion of `text`, status line and headers included,
+    one byte every `seconds`; ("trickle_body", (seconds, text)) → the same, headers at once and the
+    body a byte at a time; ("huge", (n_bytes, declare_length)) → 200 with an n-byte body written in
+    64 KiB blocks, with or without a Content-Length header (without: ends when the connection does).
+    Trickles and huge bodies stop when the client goes away (or at close()); `sent` gets the number
+    of bytes each one managed to write, in order.
     """
 
     def __init__(self):
         self.script = []
         self.default = ("rate", None)
         self.requests = []  # (path, headers, body)
+        self.sent = []  # bytes written by each "trickle", "trickle_body" or "huge" reply
         self.lock = threading.Lock()
         self.release = threading.Event()
         server = self
@@ -31,7 +38,11 @@ class FakeServer:
                 if action == "hang":
                     server.release.wait(10)
                     return
-                if action == "status":
+                if action in ("trickle", "trickle_body"):
+                    self._trickle(*arg, headers_too=action == "trickle")
+                elif action == "huge":
+                    self._huge(*arg)
+                elif action == "status":
                     self._send(arg, b'{"error": "nope"}')
                 elif action == "raw":
                     self._send(200, arg.encode())
@@ -48,6 +59,44 @@ class FakeServer:
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
                 self.wfile.write(payload)
+
+            def _trickle(self, seconds, text, *, headers_too):
+                body = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": text}}]})
+                head = (f"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n"
+                        f"Content-Length: {len(body)}\r\n\r\n").encode()
+                if not headers_too:
+                    self.wfile.write(head)
+                    self.wfile.flush()
+                self._write_slowly((head if headers_too else b"") + body.encode(), seconds)
+
+            def _write_slowly(self, payload, seconds):
+                sent = 0
+                try:
+                    for i in range(len(payload)):
+                        if server.release.wait(seconds):
+                            break
+                        self.wfile.write(payload[i:i + 1])
+                        self.wfile.flush()
+                        sent += 1
+                except OSError:  # the client closed the connection
+                    pass
+                server.sent.append(sent)
+
+            def _huge(self, n_bytes, declare_length):
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                if declare_length:
+                    self.send_header("Content-Length", str(n_bytes))
+                self.end_headers()
+                block, sent = b" " * 65536, 0
+                try:
+                    while sent < n_bytes and not server.release.is_set():
+                        self.wfile.write(block[:n_bytes - sent])
+                        sent += min(len(block), n_bytes - sent)
+                    self.wfile.flush()
+                except OSError:  # the client closed the connection
+                    pass
+                server.sent.append(sent)
 
             def log_message(self, *args):
                 pass

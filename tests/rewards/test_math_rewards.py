@@ -26,13 +26,13 @@ def test_accuracy_plain_and_conversational(pool):
     answers = ["0.5", "1000", "8", "3"]
     assert accuracy(["p"] * 4, completions, answer=answers) == [1.0, 1.0, 0.0, 0.0]
     assert accuracy(["p"] * 4, [chat(c) for c in completions], answer=answers) == [1.0, 1.0, 0.0, 0.0]
-    assert accuracy.stats == {"calls": 8, "correct": 4, "no_answer": 2, "timeouts": 0, "errors": 0,
+    assert accuracy.stats == {"calls": 8, "correct": 4, "no_answer": 2, "timeouts": 0, "verifier_errors": 0,
                               "gold_unparsed": 0, "text_compared": 0, "unevaluated": 0}
     assert accuracy.pop_stats() == {"accuracy/calls": 8, "accuracy/correct": 4,
                                     "accuracy/no_answer": 2, "accuracy/timeouts": 0,
-                                    "accuracy/errors": 0, "accuracy/gold_unparsed": 0,
+                                    "accuracy/verifier_errors": 0, "accuracy/gold_unparsed": 0,
                                     "accuracy/text_compared": 0, "accuracy/unevaluated": 0}
-    assert accuracy.stats == {"calls": 0, "correct": 0, "no_answer": 0, "timeouts": 0, "errors": 0,
+    assert accuracy.stats == {"calls": 0, "correct": 0, "no_answer": 0, "timeouts": 0, "verifier_errors": 0,
                               "gold_unparsed": 0, "text_compared": 0, "unevaluated": 0}
 
 
@@ -87,7 +87,7 @@ def test_a_gold_that_does_not_parse_scores_zero_and_is_counted(pool):
     stats = accuracy.pop_stats()
     # every answered completion with such a gold is counted, whatever its score
     assert stats["accuracy/gold_unparsed"] == 3 and stats["accuracy/text_compared"] == 3
-    assert stats["accuracy/errors"] == 0 and stats["accuracy/no_answer"] == 1
+    assert stats["accuracy/verifier_errors"] == 0 and stats["accuracy/no_answer"] == 1
     assert accuracy(None, [r"\boxed{\sqrt{4}}"], answer=["2"]) == [1.0]  # the pool is unaffected
 
 
@@ -116,7 +116,7 @@ def test_restating_the_question_is_not_an_answer(pool):
     golds = ["72", "1139", "8", "72", "72", "0.75"]
     assert accuracy(None, completions, answer=golds) == [0.0, 0.0, 0.0, 1.0, 1.0, 1.0]
     stats = accuracy.pop_stats()
-    assert stats["accuracy/unevaluated"] == 3 and stats["accuracy/errors"] == 0
+    assert stats["accuracy/unevaluated"] == 3 and stats["accuracy/verifier_errors"] == 0
     # a gold that is itself an expression is compared by math-verify as before
     assert accuracy(None, [r"\boxed{1 + x}"], answer=["x + 1"]) == [1.0]
     assert accuracy.pop_stats()["accuracy/unevaluated"] == 0

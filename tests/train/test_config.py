@@ -214,3 +214,53 @@ def test_trust_remote_code_is_off_by_default_and_reaches_load_policy(tmp_path, m
     with pytest.raises(Loaded):
         trainer_module.Trainer(cfg)
     assert pickles[-1] is True
+
+
+@pytest.mark.parametrize("pair, key, text", [
+    ("instruction=Finish with #### followed by the number.", "instruction", "Finish with #### followed by the number."),
+    ("system_prompt=Use # for comments", "system_prompt", "Use # for comments"),
+    ("system_prompt=Answer: briefly", "system_prompt", "Answer: briefly"),
+    ("instruction=[not a list], {nor: a mapping}", "instruction", "[not a list], {nor: a mapping}"),
+    ("system_prompt='quoted'", "system_prompt", "'quoted'"),  # as given: the shell already removed its quotes
+])
+def test_text_options_take_the_command_line_text_as_given(pair, key, text):
+    # YAML read " #..." as a comment and "a: b" as a mapping: the text was cut or refused
+    assert getattr(load_config(None, [pair]).data, key) == text
+
+
+def test_null_still_means_none_for_optional_options_and_other_types_stay_parsed():
+    cfg = load_config(None, ["instruction=null", "system_prompt=~", "epsilon_high=null", "output_dir=null"])
+    assert cfg.data.instruction is None and cfg.data.system_prompt is None
+    assert cfg.algorithm.epsilon_high is None and cfg.run.output_dir is None
+    cfg = load_config(None, ["eval_data=gsm8k-100,rg:chain_sum:size=5", "eval_steps=2", "reward_funcs=[accuracy, format]",
+                             "reward_weights=1,0.5", "max_steps=3", "resume=false", "beta=1e-3"])
+    assert cfg.eval.eval_data == ["gsm8k-100", "rg:chain_sum:size=5"]
+    assert cfg.reward.reward_funcs == ["accuracy", "format"] and cfg.reward.reward_weights == [1.0, 0.5]
+    assert cfg.run.max_steps == 3 and cfg.run.resume is False and cfg.algorithm.beta == 0.001
+
+
+def test_a_value_yaml_cannot_read_names_the_option_and_type():
+    with pytest.raises(ValueError, match=r"beta='\[0.1' is not a valid number"):
+        load_config(None, ["beta=[0.1"])
+
+
+def test_yaml_file_values_are_already_typed(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text('instruction: "Finish with #### followed by the number."\nsystem_prompt: "Answer: briefly"\n')
+    cfg = load_config(str(path), [])
+    assert cfg.data.instruction == "Finish with #### followed by the number."
+    assert cfg.data.system_prompt == "Answer: briefly"
+
+
+@pytest.mark.parametrize("value", [2**64, 2**63, -1])
+def test_seed_outside_the_range_torch_takes_is_refused(value):
+    with pytest.raises(ValueError, match=re.escape("seed=") + ".*2\\*\\*63 - 1"):
+        load_config(None, [f"seed={value}"])
+    assert load_config(None, [f"seed={2**63 - 1}"]).run.seed == 2**63 - 1
+
+
+def test_max_prompt_length_is_positive_or_null():
+    assert load_config(None, []).rollout.max_prompt_length is None
+    assert load_config(None, ["max_prompt_length=512"]).rollout.max_prompt_length == 512
+    with pytest.raises(ValueError, match="max_prompt_length"):
+        load_config(None, ["max_prompt_length=0"])

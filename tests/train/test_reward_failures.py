@@ -4,6 +4,7 @@ unscorable completions are out of the statistics; columns reach reward functions
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -35,6 +36,18 @@ def fails_from_call(prompts, completions, **columns):
 
 def none_for_odd(prompts, completions, **columns):
     return [None if len(c) % 2 else 1.0 for c in completions]
+
+def sleeps(prompts, completions, **columns):
+    import time
+    time.sleep(60)
+    return [1.0] * len(completions)
+
+def exits(prompts, completions, **columns):
+    import sys
+    sys.exit(5)
+
+def huge(prompts, completions, **columns):
+    return [1e308 if i % 2 else 0.5 for i in range(len(completions))]
 
 def echo_columns(prompts, completions, solution, answer, **columns):
     """1.0 where TRL's `solution` column arrived and equals the gold rlvr read from it."""
@@ -174,3 +187,45 @@ def test_a_dataset_of_prose_golds_gets_one_warning_at_start_up(caplog):
     custom = Rewarder(["format"], None, verifier_workers=1, verifier_timeout=5.0, answer_extraction="boxed")
     assert custom.check_golds(prose, "prose.jsonl") == {}  # no verifier reward: nothing to warn about
     custom.close()
+
+
+def test_a_reward_that_hangs_is_cut_off_by_reward_timeout(tmp_path, rewards_file):
+    cfg = build_config(tiny_overrides(tmp_path / "r", reward_funcs=[f"{rewards_file}:sleeps"], max_steps=2,
+                                      reward_timeout=1.0))
+    trainer = Trainer(cfg)
+    started = time.monotonic()
+    with pytest.raises(RewardFunctionFailed, match=r"'sleeps' failed at every call .*TimeoutError: did not return "
+                                                   r"within reward_timeout=1 s"):
+        trainer.train()
+    assert time.monotonic() - started < 50  # not the function's 60 s
+
+
+def test_sys_exit_in_a_reward_function_is_contained_and_named(tmp_path, rewards_file):
+    cfg = build_config(tiny_overrides(tmp_path / "r", reward_funcs=[f"{rewards_file}:exits"], max_steps=2))
+    with pytest.raises(RewardFunctionFailed, match=r"'exits' failed at every call .*\(SystemExit: 5\)"):
+        Trainer(cfg).train()
+
+
+def test_absurd_reward_values_are_dropped_not_summed(tmp_path, rewards_file):
+    cfg = build_config(tiny_overrides(tmp_path / "r", reward_funcs=[f"{rewards_file}:huge"], max_steps=1))
+    (metrics,) = Trainer(cfg).train()
+    assert metrics["rewards/huge/nonfinite"] == 8 and metrics["rewards/all_none"] == 8  # half of 4 x 4
+    assert metrics["rollout/reward_mean"] == 0.5
+
+
+def test_the_accuracy_rewards_own_failures_are_not_hidden_by_its_verifier_counters():
+    from rlvr.train.rewarding import Rewarder
+    rewarder = Rewarder(["accuracy"], None, verifier_workers=1, verifier_timeout=5.0, answer_extraction="boxed")
+    try:  # a row without `answer`: the accuracy function raises; that is a failed call, counted as such
+        _, _, stats = rewarder.score([{"id": "a", "prompt": "q"}], [["\\boxed{1}"]])
+    finally:
+        rewarder.close()
+    assert stats["rewards/accuracy/errors"] == 1.0 and stats["rewards/accuracy/verifier_errors"] == 0.0
+
+
+def test_the_end_of_run_summary_names_what_went_wrong(tmp_path, rewards_file, capsys):
+    cfg = build_config(tiny_overrides(tmp_path / "r", reward_funcs=[f"{rewards_file}:huge"], max_steps=1))
+    Trainer(cfg).train()
+    out = capsys.readouterr().out
+    assert "rlvr: look at metrics.jsonl: " in out and "huge: 8 non-finite values" in out
+    assert "8 unscorable completions" in out

@@ -35,8 +35,11 @@ class DaGRPOConfig:
                                           "(needs scorer=judge)")
     judge_model_name: str | None = _f(None, "judge scorer, OpenAI-compatible back end: model name (needs scorer=judge)")
     judge_api_key_env: str = _f("OPENAI_API_KEY", "name of the env var holding the judge's API key (the key is never saved)")
-    judge_timeout: float = _f(30.0, "seconds per judge request")
+    judge_timeout: float = _f(30.0, "seconds per judge request in all (connect, send and the whole reply; each "
+                                    "retry has its own); a reply over 1 MiB is dropped unread")
     judge_max_retries: int = _f(2, "judge retries on timeouts, connection errors, 429 and 5xx")
+    judge_allow_plain_http: bool = _f(False, "send the judge's API key over plain http:// to a judge_base_url "
+                                             "that is not loopback (refused by default: anyone on the path reads it)")
 
     def __post_init__(self) -> None:
         if self.scorer not in SCORER_NAMES:

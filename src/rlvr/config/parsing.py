@@ -29,14 +29,32 @@ def flatten_yaml(doc: Any, source: str) -> dict[str, Any]:
     return flat
 
 
+# The YAML spellings of null that an Optional option takes on the command line (``epsilon_high=null``).
+NULL_WORDS = ("", "null", "Null", "NULL", "~")
+
+
 def parse_cli_value(key: str, raw: str) -> Any:
-    """Parse a command-line string for ``key`` into the field's type."""
+    """Parse a command-line string for ``key`` into the field's type.
+
+    Text options (``str``, ``str | None``) take the text as given: YAML would cut
+    ``instruction=Finish with #### N`` at `` #`` and read ``system_prompt=Answer: briefly`` as a
+    mapping. A list of strings is split at commas (``[a, b]`` is still read as YAML); the words in
+    ``NULL_WORDS`` mean None for Optional options; numbers, booleans and number lists are YAML.
+    """
     if key not in FIELD_SECTION:
         raise unknown_key_error(key)
     hint = _field_type(key)
-    if hint is str:
+    if _is_optional(hint) and raw.strip() in NULL_WORDS:
+        return None
+    base = _base_type(hint)
+    if base is str:
         return raw
-    value = yaml.safe_load(raw) if raw != "" else None
+    if base == list[str] and not raw.lstrip().startswith("["):
+        return [part.strip() for part in raw.split(",") if part.strip()]
+    try:
+        value = yaml.safe_load(raw) if raw != "" else None
+    except yaml.YAMLError:
+        raise ValueError(f"{key}={raw!r} is not a valid {_type_name(base)}; see `rlvr train --help`") from None
     if _is_list(hint) and isinstance(value, str):
         value = [part.strip() for part in value.split(",") if part.strip()]
     return value
@@ -62,6 +80,18 @@ def _field_type(key: str) -> Any:
     return typing.get_type_hints(cls)[key]
 
 
+def _base_type(hint: Any) -> Any:
+    """``X`` for ``X | None``, else the hint itself."""
+    return next(a for a in typing.get_args(hint) if a is not type(None)) if _is_optional(hint) else hint
+
+
+def _type_name(kind: Any) -> str:
+    names = {int: "integer", float: "number", bool: "boolean (true or false)"}
+    if typing.get_origin(kind) is list:
+        return f"list of {names.get(typing.get_args(kind)[0], 'values')}s (comma-separated or [a, b])"
+    return names.get(kind, "value")
+
+
 def _is_list(hint: Any) -> bool:
     args = [a for a in typing.get_args(hint) if a is not type(None)] if _is_optional(hint) else [hint]
     return any(typing.get_origin(a) is list for a in args)
@@ -78,7 +108,7 @@ def _coerce(key: str, value: Any) -> Any:
         if _is_optional(hint):
             return None
         raise ValueError(f"{key} cannot be null; give a value (see `rlvr train --help`)")
-    base = next(a for a in typing.get_args(hint) if a is not type(None)) if _is_optional(hint) else hint
+    base = _base_type(hint)
     origin = typing.get_origin(base)
     if origin is list:
         (item,) = typing.get_args(base)
@@ -123,11 +153,7 @@ def load_config(config_file: str | None, cli_pairs: list[str]) -> ExperimentConf
     """Resolve the experiment config from an optional YAML file and ``key=value`` pairs."""
     overrides: dict[str, Any] = {}
     if config_file:
-        try:
-            with open(config_file, encoding="utf-8") as fh:
-                overrides.update(flatten_yaml(yaml.safe_load(fh), config_file))
-        except FileNotFoundError:
-            raise ValueError(f"config file {config_file!r} does not exist") from None
+        overrides.update(flatten_yaml(_read_yaml_file(config_file), config_file))
     for pair in cli_pairs:
         if "=" not in pair:
             raise ValueError(f"expected key=value, got {pair!r} (e.g. max_steps=10)")
@@ -135,3 +161,28 @@ def load_config(config_file: str | None, cli_pairs: list[str]) -> ExperimentConf
         key = key.strip().lstrip("-").replace("-", "_")
         overrides[key] = parse_cli_value(key, raw)
     return build_config(overrides)
+
+
+def _read_yaml_file(path: str) -> Any:
+    """The parsed YAML document of ``--config``; ValueError naming the file (and line) and the fix."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return yaml.safe_load(fh)
+    except FileNotFoundError:
+        raise ValueError(f"config file {path!r} does not exist; check the path") from None
+    except IsADirectoryError:
+        raise ValueError(f"--config {path!r} is a directory; pass a YAML file (e.g. {path}/config.yaml)") from None
+    except UnicodeDecodeError as error:
+        raise ValueError(f"config file {path!r} is not UTF-8 text (byte {error.start}); save it as UTF-8") from None
+    except OSError as error:
+        raise ValueError(f"cannot read config file {path!r}: {error.strerror or error}") from None
+    except yaml.MarkedYAMLError as error:
+        mark, start = error.problem_mark or error.context_mark, error.context_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else path
+        problem = " ".join(str(error.problem or error.context or "invalid YAML").split())
+        if error.context and start is not None and mark is not None and start.line != mark.line:
+            problem += f" ({error.context} that starts at line {start.line + 1})"
+        raise ValueError(f"{where}: YAML syntax error: {problem}; fix the file (a value holding ': ', ' #' "
+                         "or brackets needs quotes)") from None
+    except yaml.YAMLError as error:
+        raise ValueError(f"{path}: invalid YAML ({' '.join(str(error).split())}); fix the file") from None

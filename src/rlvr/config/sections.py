@@ -16,6 +16,7 @@ from rlvr.core.losses import IMPORTANCE_LEVELS, resolve_aggregation
 from rlvr.data.prompts import DEFAULT_INSTRUCTION
 from rlvr.rollout import ROLLOUT_ENGINES
 
+MAX_SEED = 2**63 - 1  # torch.manual_seed overflows past 2**64 - 1; 63 bits fit every int64 seed (vLLM, generators)
 DEFAULT_DATA = "rg:chain_sum:size=1000:seed=0:min_terms=2:max_terms=2:min_digits=1:max_digits=1"
 
 
@@ -56,6 +57,10 @@ class RolloutConfig:
     prompts_per_step: int = _f(4, "B: prompts per training step (TRL: generation_batch_size / num_generations; verl: data.train_batch_size)")
     num_generations: int = _f(8, "G: responses per prompt (verl: rollout.n)")
     max_completion_length: int = _f(40, "max new tokens per response (verl: data.max_response_length)")
+    max_prompt_length: int | None = _f(None, "refuse (at start-up, naming the row) prompts longer than this many tokens, "
+                                             "chat template included; TRL truncates them from the left instead "
+                                             "(verl: data.max_prompt_length); null: only prompt + "
+                                             "max_completion_length <= the model's positions is checked")
     temperature: float = _f(1.0, "sampling temperature; log-probs are computed at the same temperature")
     top_p: float = _f(1.0, "nucleus sampling p")
     rollout_engine: str = _f("rlvr", "generation engine: rlvr (own loop on the transformers model: shared prefill, "
@@ -69,6 +74,8 @@ class RolloutConfig:
             _fail("num_generations", self.num_generations, "group-relative advantages need G >= 2")
         if self.max_completion_length < 1:
             _fail("max_completion_length", self.max_completion_length, "use a positive token count")
+        if self.max_prompt_length is not None and self.max_prompt_length < 1:
+            _fail("max_prompt_length", self.max_prompt_length, "use a positive token count, or null for no limit")
         if self.temperature <= 0:
             _fail("temperature", self.temperature, "training samples need temperature > 0")
         if not 0 < self.top_p <= 1:
@@ -84,6 +91,8 @@ class RewardConfig:
     verifier_workers: int = _f(2, "math-verify worker processes")
     verifier_timeout: float = _f(5.0, "seconds per verification; a timeout scores 0 and is counted")
     answer_extraction: str = _f("flexible", "boxed: last \\boxed{}, '#### N' or 'the answer is'; flexible: also the last number")
+    reward_timeout: float = _f(600.0, "seconds one call of a reward function may take; past it the call counts "
+                                      "as failed (see max_reward_error_frac) and its values are None")
     max_reward_error_frac: float = _f(0.5, "stop the run when more than this fraction of a reward function's calls "
                                            "failed over the last 10 steps (a function failing at every call of "
                                            "the first step stops it at once); 1 never stops")
@@ -91,6 +100,8 @@ class RewardConfig:
     def __post_init__(self) -> None:
         if not self.reward_funcs:
             _fail("reward_funcs", self.reward_funcs, "name at least one reward function, e.g. accuracy")
+        if self.reward_weights is not None and any(abs(w) > 1e6 for w in self.reward_weights):
+            _fail("reward_weights", self.reward_weights, "use weights of at most 1e6 in size (e.g. 1 and 0.1)")
         if self.reward_weights is not None and len(self.reward_weights) != len(self.reward_funcs):
             _fail("reward_weights", self.reward_weights,
                   f"give one weight per reward function ({len(self.reward_funcs)}: {self.reward_funcs})")
@@ -100,6 +111,8 @@ class RewardConfig:
             _fail("verifier_workers", self.verifier_workers, "use at least 1 worker process")
         if self.verifier_timeout <= 0:
             _fail("verifier_timeout", self.verifier_timeout, "use a positive number of seconds")
+        if self.reward_timeout <= 0:
+            _fail("reward_timeout", self.reward_timeout, "use a positive number of seconds (600: ten minutes)")
         if not 0 <= self.max_reward_error_frac <= 1:
             _fail("max_reward_error_frac", self.max_reward_error_frac,
                   "use a fraction in [0, 1] (0.5: stop when most calls fail; 1: never stop)")
@@ -187,11 +200,15 @@ class OptimConfig:
 class RunConfig:
     output_dir: str | None = _f(None, "run directory (default runs/<algo>-<time>)")
     max_steps: int = _f(16, "training steps (one rollout batch each)")
-    seed: int = _f(0, "seed for data order, sampling and initialisation")
-    save_steps: int = _f(0, "checkpoint every K steps (0: only at the end)")
+    seed: int = _f(0, "seed for data order, sampling and initialisation, in [0, 2**63 - 1]")
+    save_steps: int = _f(50, "checkpoint every K steps and at the end (0: only at the end); bounds what a crash "
+                             "loses to K steps (Ctrl-C and SIGTERM save at once)")
     save_total_limit: int | None = _f(2, "keep the newest K checkpoints (null: all)")
     resume: bool = _f(False, "continue from the newest checkpoint in output_dir")
-    force_resume: bool = _f(False, "resume even if options that change the trajectory differ (logged)")
+    force_resume: bool = _f(False, "resume even if options that change the trajectory differ, or metrics.jsonl "
+                                   "lacks steps (logged)")
+    overwrite_output_dir: bool = _f(False, "start over in an output_dir that holds a run: its checkpoints and "
+                                           "metrics are replaced (TRL/transformers name)")
     log_completions: bool = _f(True, "write samples.jsonl")
     num_completions_to_log: int = _f(8, "responses written to samples.jsonl per step")
     progress_bar: bool = _f(True, "show a progress bar")
@@ -204,6 +221,9 @@ class RunConfig:
     def __post_init__(self) -> None:
         if self.max_steps < 1:
             _fail("max_steps", self.max_steps, "train for at least 1 step")
+        if not 0 <= self.seed <= MAX_SEED:
+            _fail("seed", self.seed, f"use an integer in [0, 2**63 - 1 = {MAX_SEED}] (torch.manual_seed "
+                                     "overflows past 64 bits), e.g. seed=0")
         if self.save_steps < 0:
             _fail("save_steps", self.save_steps, "use 0 (save at the end) or a positive interval")
         if self.grad_spike_factor <= 1:

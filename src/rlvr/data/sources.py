@@ -31,24 +31,43 @@ _SPEC_FORMS = (
 )
 
 
+def _not_utf8(path: Path) -> ValueError:
+    """Name the first line of ``path`` that is not UTF-8 (read again as bytes, only on that error)."""
+    where = f"{path} is"
+    with path.open("rb") as file:
+        for line_number, line in enumerate(file, start=1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as error:
+                where = f"line {line_number} of {path} (byte 0x{line[error.start]:02x} at column {error.start + 1}) is"
+                break
+    return ValueError(f"{where} not UTF-8 text; re-save the file as UTF-8 (from latin-1: "
+                      f"iconv -f latin1 -t utf-8 {path.name} > utf8-{path.name})")
+
+
 def _read_jsonl(path: Path) -> list:
     rows = []
     with path.open(encoding="utf-8") as file:
-        for line_number, line in enumerate(file, start=1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as error:
-                raise ValueError(
-                    f"line {line_number} of {path}: invalid JSON ({error}); write one JSON object per line"
-                ) from error
+        try:
+            for line_number, line in enumerate(file, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as error:
+                    raise ValueError(
+                        f"line {line_number} of {path}: invalid JSON ({error}); write one JSON object per line"
+                    ) from error
+        except UnicodeDecodeError:
+            raise _not_utf8(path) from None
     return rows
 
 
 def _read_json(path: Path) -> list:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise _not_utf8(path) from None
     except json.JSONDecodeError as error:
         raise ValueError(f"{path}: invalid JSON ({error})") from error
     if not isinstance(data, list):

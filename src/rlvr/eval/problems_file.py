@@ -1,15 +1,18 @@
 """The resumable per-problem record of an evaluation: ``<out>.problems.jsonl``.
 
-Line 1 is ``{"settings": {...}}`` — everything that changes a problem's result (model, n,
+Line 1 is ``{"settings": {...}}`` — everything that changes a problem's result (model, dtype, n,
 temperature, top_p, max_completion_length, seed, instruction, system_prompt, answer_extraction,
-greedy, diversity). Every further line is one finished problem:
+greedy, diversity; built by ``rlvr.eval.runner.result_settings``). Every further line is one
+finished problem:
 
-    {"dataset": SPEC, "id": ROW_ID, "n": 16, "correct": 5, "greedy_correct": true|false|null,
-     "diversity": 0.41|null, "timeouts": 0}
+    {"dataset": SPEC, "id": ROW_ID, "problem": SHA256_PREFIX, "n": 16, "correct": 5,
+     "greedy_correct": true|false|null, "diversity": 0.41|null, "timeouts": 0}
 
-Lines are flushed and fsynced as problems finish. On reopen, problems already recorded are skipped;
-a half-written last line (a crash mid-write) is cut off; a file written with other settings is
-refused, because mixing them would silently average two different experiments.
+``problem`` fingerprints the row's prompt and gold answer, so a resume notices a dataset that
+changed under the same spec. Lines are flushed and fsynced as problems finish (the file's folder
+too, when the file is created). On reopen, problems already recorded are skipped; a half-written
+last line (a kill mid-write) is cut off and that problem runs again; a file written with other
+settings is refused, because mixing them would silently average two different experiments.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import os
 from pathlib import Path
 from typing import Self
 
-PROBLEM_KEYS = ("dataset", "id", "n", "correct", "greedy_correct", "diversity", "timeouts")
+PROBLEM_KEYS = ("dataset", "id", "problem", "n", "correct", "greedy_correct", "diversity", "timeouts")
 
 
 def problems_path(out_path: str | os.PathLike) -> Path:
@@ -33,9 +36,9 @@ def _differences(old: dict, new: dict) -> list[str]:
     return [f"{key}: {old.get(key)!r} → {new.get(key)!r}" for key in keys if old.get(key) != new.get(key)]
 
 
-def _parse(path: Path) -> tuple[dict | None, dict[tuple[str, str], dict], int]:
-    """(settings, {(dataset, id): record}, byte length of the complete valid lines)."""
-    data = path.read_bytes()
+def _parse(path: Path, data: bytes | None = None) -> tuple[dict | None, dict[tuple[str, str], dict], int]:
+    """(settings, {(dataset, id): record}, byte length of the complete valid lines) of ``data`` (default: the file)."""
+    data = path.read_bytes() if data is None else data
     settings, records, good_end, position = None, {}, 0, 0
     while position < len(data):
         newline = data.find(b"\n", position)
@@ -58,10 +61,39 @@ def _parse(path: Path) -> tuple[dict | None, dict[tuple[str, str], dict], int]:
                 if not isinstance(obj, dict) or "settings" not in obj:
                     raise ValueError(f"{path}: first line is not a settings header; delete the file to start over")
                 settings = obj["settings"]
-            else:
+            elif isinstance(obj, dict) and set(obj) == set(PROBLEM_KEYS):
                 records[(obj["dataset"], obj["id"])] = obj
+            else:
+                line_number = data[:position].count(b"\n") + 1
+                raise ValueError(f"{path}: line {line_number} is not a problem record (keys {PROBLEM_KEYS}); "
+                                 "the file is damaged or from another tool — delete it to start this evaluation over")
         good_end, position = end, end
     return settings, records, good_end
+
+
+def settings_mismatch(path: str | os.PathLike, settings: dict) -> str | None:
+    """Why ``path`` cannot be resumed with ``settings`` (each differing option, old → new), or None."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    with path.open("rb") as file:
+        first = file.readline()
+    if not first.endswith(b"\n"):  # empty, or a header cut off mid-write: nothing to resume
+        return None
+    # The header alone (read before the records, so a file of an older format reports its settings).
+    old_settings, _, _ = _parse(path, first)
+    if old_settings is None or old_settings == settings:
+        return None
+    return (f"{path} holds results of an evaluation with other settings ("
+            + "; ".join(_differences(old_settings, settings))
+            + "); mixing them would average two different experiments: rerun with the original values to "
+            "resume, or choose another --out (or delete that file) to start a new evaluation")
+
+
+def count_finished(path: str | os.PathLike) -> int:
+    """How many problems ``path`` records (0 when it does not exist; a half-written last line does not count)."""
+    path = Path(path)
+    return len(_parse(path)[1]) if path.is_file() else 0
 
 
 class ProblemsFile:
@@ -71,25 +103,36 @@ class ProblemsFile:
         self.path = Path(path)
         self.records: dict[tuple[str, str], dict] = {}
         if self.path.exists() and self.path.stat().st_size > 0:
+            mismatch = settings_mismatch(self.path, settings)
+            if mismatch:
+                raise ValueError(mismatch)
             old_settings, self.records, good_end = _parse(self.path)
-            if old_settings is not None and old_settings != settings:
-                raise ValueError(
-                    f"{self.path} holds results of an evaluation with other settings ("
-                    + "; ".join(_differences(old_settings, settings))
-                    + "); rerun with the same settings to resume, or delete that file (or choose another --out) "
-                    "to start a new evaluation"
-                )
             with self.path.open("r+b") as file:
                 file.truncate(good_end)
             if old_settings is None:
                 self.records = {}
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        created = not self.path.exists()
         self._file = self.path.open("a", encoding="utf-8")
+        if created:  # the new name must survive a power cut as well as its lines
+            folder = os.open(self.path.parent, os.O_RDONLY)
+            try:
+                os.fsync(folder)
+            finally:
+                os.close(folder)
         if self.path.stat().st_size == 0:
             self._write({"settings": settings})
 
-    def done(self, dataset: str, problem_id: str) -> bool:
-        return (dataset, problem_id) in self.records
+    def done(self, dataset: str, problem_id: str, problem: str) -> bool:
+        """Whether that problem is recorded; ValueError if it was recorded with another ``problem`` fingerprint."""
+        record = self.records.get((dataset, problem_id))
+        if record is not None and record["problem"] != problem:
+            raise ValueError(
+                f"{self.path}: problem {problem_id!r} of dataset {dataset!r} has another prompt or answer than "
+                "when it was recorded (the data changed under the same spec); restore the original data to "
+                "resume, or choose another --out to evaluate the new data"
+            )
+        return record is not None
 
     def add(self, record: dict) -> None:
         assert tuple(record) == PROBLEM_KEYS, f"record keys {tuple(record)} != {PROBLEM_KEYS}"

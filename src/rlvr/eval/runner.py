@@ -24,6 +24,7 @@ Output (the report tool reads exactly these keys):
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import statistics
@@ -34,11 +35,13 @@ from tqdm.auto import tqdm
 
 from rlvr.data import DEFAULT_INSTRUCTION, load_rows, prompt_messages, render_prompt
 from rlvr.data.benchmarks import BENCHMARKS, benchmark_spec, load_benchmark
+from rlvr.data.input_limits import check_lengths, template_bytes
 from rlvr.eval.passk import mean_pass_at_k
 from rlvr.eval.problems_file import ProblemsFile, problems_path
 from rlvr.eval.seeding import row_seed
 from rlvr.models import eos_token_ids
 from rlvr.models.embedding import require_embedding_packages
+from rlvr.models.loading import position_limit
 from rlvr.rewards import EXTRACTION_MODES, VerifierPool, extract_answer
 from rlvr.rollout.decode_engine import DecodeEngine
 
@@ -107,6 +110,56 @@ def _model_name(model) -> str:
     return str(name) or type(model).__name__
 
 
+def dtype_name(dtype) -> str:
+    """'float32', 'bfloat16', ... for a torch.dtype (the form recorded in the problems file)."""
+    return str(dtype).removeprefix("torch.")
+
+
+def result_settings(*, model_name: str, dtype: str, n: int, temperature: float, top_p: float,
+                    max_completion_length: int, seed: int, instruction: str | None, system_prompt: str | None,
+                    greedy: bool, answer_extraction: str, diversity: bool) -> dict:
+    """Everything that changes a problem's result: the problems file's header, compared on resume.
+
+    Not in it: k (pass@k is recomputed from the counts), batch_size (row seeds make samples independent
+    of it), limit (it selects problems, it does not change one), the device (last-bit float
+    differences only, as batch size), and the data (each record carries its row's fingerprint).
+    """
+    return {"model": model_name, "dtype": dtype, "n": n, "temperature": temperature, "top_p": top_p,
+            "max_completion_length": max_completion_length, "seed": seed, "instruction": instruction,
+            "system_prompt": system_prompt, "greedy": greedy, "answer_extraction": answer_extraction,
+            "diversity": diversity}
+
+
+def problem_fingerprint(row: dict) -> str:
+    """16 hex digits of SHA-256 over the row's prompt and gold answer (a changed dataset is noticed on resume)."""
+    key = json.dumps([row["prompt"], row["answer"]], sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()[:16]
+
+
+def check_out_path(out_path: str | os.PathLike) -> None:
+    """ValueError naming the fix unless the summary and its side files can be written at ``out_path``.
+
+    Run before any work: a bad output otherwise fails only when the summary is written at the end.
+    """
+    out = Path(out_path)
+    for path in (out, problems_path(out), samples_path(out)):
+        if path.is_dir():
+            raise ValueError(f"the output {out}: {path} is a directory, but the summary and its .problems.jsonl "
+                             f"are files; give a file name, e.g. --out {out / 'eval.json'}")
+    folder = out.absolute().parent
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    if not existing.is_dir():
+        raise ValueError(f"the output {out}: {existing} is a file, not a folder; choose an --out inside a folder "
+                         "(or move that file away)")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"the output {out}: cannot write in {existing} (permission denied); choose an --out in a "
+                         "folder you can write to, or fix its permissions")
+    problems = problems_path(out)
+    if problems.exists() and not os.access(problems, os.W_OK):
+        raise ValueError(f"the output {out}: {problems} (the resume file) is not writable; fix its permissions "
+                         "or choose another --out")
+
+
 # ----------------------------------------------------------------------------------- one chunk
 class _ChunkEvaluator:
     """Generates, verifies and scores a chunk of problems of one dataset."""
@@ -150,6 +203,7 @@ class _ChunkEvaluator:
             records.append({
                 "dataset": dataset,
                 "id": row["id"],
+                "problem": problem_fingerprint(row),
                 "n": n,
                 "correct": sum(r.correct for r in mine),
                 "greedy_correct": results[len(rows) * n + i].correct if greedy else None,
@@ -269,28 +323,34 @@ def evaluate(
             read what a score is made of. A resumed evaluation logs the problems it runs.
 
     Raises:
-        ValueError: a bad setting, an unknown or unloadable dataset, or a problems file written
-            with other settings.
+        ValueError: a bad setting, an output that cannot be written, an unknown or unloadable dataset,
+            or a problems file written with other settings (result_settings, dtype from the model's
+            parameters) or for other data.
     """
     ks = _check_args(n, ks, temperature, top_p, max_completion_length, batch_size, answer_extraction, limit)
+    check_out_path(out_path)
     if diversity:
         require_embedding_packages("diversity=True")
     if isinstance(specs, Mapping):
         datasets = {spec: list(rows)[:limit] for spec, rows in specs.items()}
     else:
         datasets = load_eval_datasets(specs, limit=limit)
+    _check_input_lengths(model, tokenizer, datasets, max_completion_length=max_completion_length,
+                         instruction=instruction, system_prompt=system_prompt)
     model_name = model_name or _model_name(model)
     settings = {"n": n, "k": ks, "temperature": temperature, "top_p": top_p,
                 "max_completion_length": max_completion_length, "seed": seed, "instruction": instruction,
                 "system_prompt": system_prompt, "greedy": greedy, "answer_extraction": answer_extraction}
-    # Everything that changes a problem's result (not k: pass@k is recomputed from the counts).
-    fingerprint = {"model": model_name, **{k: v for k, v in settings.items() if k != "k"}, "diversity": diversity}
+    fingerprint = result_settings(
+        model_name=model_name, dtype=dtype_name(next(model.parameters()).dtype), n=n, temperature=temperature,
+        top_p=top_p, max_completion_length=max_completion_length, seed=seed, instruction=instruction,
+        system_prompt=system_prompt, greedy=greedy, answer_extraction=answer_extraction, diversity=diversity)
     per_call = max(1, batch_size // n)
     with VerifierPool(num_workers=VERIFIER_WORKERS, timeout_s=VERIFIER_TIMEOUT_S) as pool, \
             ProblemsFile(problems_path(out_path), fingerprint) as record:
         chunk_evaluator = _ChunkEvaluator(model, tokenizer, pool, fingerprint, batch_size)
         for spec, rows in datasets.items():
-            todo = [row for row in rows if not record.done(spec, row["id"])]
+            todo = [row for row in rows if not record.done(spec, row["id"], problem_fingerprint(row))]
             with tqdm(total=len(rows), initial=len(rows) - len(todo), desc=spec, disable=not progress) as bar:
                 for start in range(0, len(todo), per_call):
                     problems = chunk_evaluator.run(spec, todo[start:start + per_call], keep_samples=log_samples)
@@ -306,3 +366,19 @@ def evaluate(
     if progress:
         print(format_table(result))
     return result
+
+
+def _check_input_lengths(model, tokenizer, datasets: dict[str, list[dict]], *, max_completion_length: int,
+                         instruction: str | None, system_prompt: str | None) -> None:
+    """Refuse, before any generation, rows whose prompt plus ``max_completion_length`` exceed the
+    model's positions (rlvr.data.input_limits: the row's index, id and the fix)."""
+    max_positions = position_limit(model, tokenizer)
+    per_row = template_bytes(tokenizer, system_prompt=system_prompt, instruction=instruction)
+
+    def tokenize(row: dict) -> list[int]:
+        messages = prompt_messages(row["prompt"], system_prompt=system_prompt, instruction=instruction)
+        return tokenizer(render_prompt(tokenizer, messages), add_special_tokens=False)["input_ids"]
+
+    for spec, rows in datasets.items():
+        check_lengths(rows, tokenize, max_positions=max_positions, max_completion_length=max_completion_length,
+                      template_bytes=per_row, source=spec)

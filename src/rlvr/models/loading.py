@@ -85,6 +85,17 @@ def _local_failure(path: Path, error: Exception, allow_pickle_weights: bool) -> 
     return ValueError(f"could not load a model from the local folder {path}: {hint}. ({error})")
 
 
+def _require_model_files(path: Path) -> None:
+    """A local folder without config.json is no saved model: say so before transformers' tokenizer error."""
+    if (path / "config.json").is_file() or (path / "adapter_config.json").is_file():  # a PEFT adapter loads too
+        return
+    found = sorted(p.name for p in path.iterdir())
+    what = "is empty" if not found else f"has no config.json (it holds {', '.join(found[:5])}{', ...' * (len(found) > 5)})"
+    raise ValueError(f"model folder {path} {what}; pass a folder written by save_pretrained (config.json, tokenizer "
+                     "files, *.safetensors), a run's checkpoints/step-N/model folder, or an alias "
+                     f"{sorted(ALIASES)}")
+
+
 def _hub_failure(name: str, error: Exception) -> ValueError:
     where = (
         "HF_HUB_OFFLINE is set, so nothing is downloaded and it is not in the local HF cache; "
@@ -150,6 +161,7 @@ def load_policy(
     elif (path := Path(name).expanduser()).exists():
         if not path.is_dir():
             raise ValueError(f"{path} is a file; pass the folder that holds config.json and the weights")
+        _require_model_files(path)
         try:
             model, tokenizer = _load_pretrained(
                 str(path),
@@ -205,6 +217,37 @@ def apply_lora(
         task_type="CAUSAL_LM",
     )
     return get_peft_model(model, config)
+
+
+# Config attributes that hold the number of positions a model was built for, in the order tried.
+_POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx")
+_NO_LIMIT = 10**9  # transformers' tokenizer.model_max_length is VERY_LARGE_INTEGER (1e30) when unset
+
+
+def position_limit(model, tokenizer=None, *, engine=None) -> int | None:
+    """Most tokens (prompt + response) the model takes: its config's position count, None if unknown.
+
+    Convention: ``max_position_embeddings`` (or ``n_positions``, ...) of the text config; a RoPE
+    scaling (``factor`` with ``original_max_position_embeddings`` at or above that count, as Qwen's
+    YaRN recipe writes it) multiplies it; the tokenizer's ``model_max_length`` is the fallback when
+    the config names none. ``engine``: a rollout engine with a limit of its own (vLLM's
+    ``max_model_len``) lowers it.
+    """
+    config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "get_text_config"):
+        config = config.get_text_config()
+    limit = next((v for key in _POSITION_KEYS if isinstance(v := getattr(config, key, None), int) and v > 0), None)
+    scaling = getattr(config, "rope_scaling", None) or getattr(config, "rope_parameters", None)
+    if limit is not None and isinstance(scaling, dict) and scaling.get("factor") and scaling.get(
+            "original_max_position_embeddings", 0) >= limit:
+        limit = int(scaling["original_max_position_embeddings"] * scaling["factor"])
+    model_max_length = getattr(tokenizer, "model_max_length", None)
+    if limit is None and isinstance(model_max_length, int) and 0 < model_max_length < _NO_LIMIT:
+        limit = model_max_length
+    engine_limit = getattr(engine, "max_model_len", None)
+    if isinstance(engine_limit, int) and engine_limit > 0:
+        limit = engine_limit if limit is None else min(limit, engine_limit)
+    return limit
 
 
 def eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> list[int]:

@@ -26,7 +26,7 @@ from rlvr.rewards.verify import UNEVALUATED, VerifierPool
 FORMAT_MAX_TAIL_CHARS = 20
 
 _BOX_OPEN = re.compile(r"\\(?:boxed|fbox)[ \t\n]*\{")
-_STAT_KEYS = ("calls", "correct", "no_answer", "timeouts", "errors", "gold_unparsed", "text_compared",
+_STAT_KEYS = ("calls", "correct", "no_answer", "timeouts", "verifier_errors", "gold_unparsed", "text_compared",
               "unevaluated")
 
 
@@ -56,7 +56,7 @@ class MathAccuracy:
     Reads the gold from the ``answer`` column (one per completion), extracts the prediction with
     ``extract_answer`` and verifies it in ``pool``. Counters since the last ``pop_stats()``:
     ``calls`` (completions scored), ``correct``, ``no_answer`` (nothing extracted),
-    ``timeouts`` and ``errors`` (verifier timed out / failed; both scored 0.0),
+    ``timeouts`` and ``verifier_errors`` (verifier timed out / failed; both scored 0.0),
     ``text_compared`` (completions with an answer whose gold was compared as normalised text, not
     by math-verify: a prose gold such as ``No``, or an unparsed one), ``gold_unparsed`` (the part of
     ``text_compared`` whose gold looks like math but does not parse as a whole, ``\\frac{`` or
@@ -93,7 +93,7 @@ class MathAccuracy:
         self._stats["correct"] += sum(r.correct for r in results)
         self._stats["no_answer"] += sum(p is None for p in preds)
         self._stats["timeouts"] += sum(r.timed_out for r in results)
-        self._stats["errors"] += sum(r.error not in (None, UNEVALUATED) for r in results)
+        self._stats["verifier_errors"] += sum(r.error not in (None, UNEVALUATED) for r in results)
         self._stats["gold_unparsed"] += sum(r.gold_kind == UNPARSED for r in results)
         self._stats["text_compared"] += sum(r.gold_kind in (TEXT, UNPARSED) for r in results)
         self._stats["unevaluated"] += sum(r.error == UNEVALUATED for r in results)
@@ -107,7 +107,8 @@ class MathAccuracy:
     def pop_stats(self) -> dict[str, int]:
         """The counters, named for logging (``accuracy/timeouts``, ...), reset to zero after.
 
-        Namespaced so they sit beside ``combine_rewards``' ``accuracy/errors`` without clashing.
+        Namespaced so they sit beside ``combine_rewards``' ``accuracy/errors`` (failed calls of the
+        function itself, read by the failure policy) without clashing: hence ``verifier_errors``.
         """
         stats, self._stats = self._stats, dict.fromkeys(_STAT_KEYS, 0)
         return {f"{self.__name__}/{key}": value for key, value in stats.items()}

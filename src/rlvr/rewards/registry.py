@@ -8,7 +8,8 @@ function once per batch and sums the weighted values, TRL-style:
 
 Convention: a function that raises, returns the wrong length or returns non-numbers contributes
 None for the whole batch (counted in ``<name>/errors``, the exception handed back through
-``failures``); a NaN, ±inf or float-overflowing (``10**400``) value becomes None
+``failures``; so does a call past ``timeout_s`` and a ``SystemExit`` raised by user code); a NaN,
+±inf, float-overflowing (``10**400``) or absurd (beyond ±1e12) value becomes None
 (``<name>/nonfinite``); a completion where every function gave None totals 0.0 and is counted in
 ``all_none`` (the trainer leaves such an unscorable completion out of its group's statistics and
 gives it advantage 0, see ``rlvr.train.advantages``).
@@ -24,6 +25,7 @@ import logging
 import math
 import numbers
 import sys
+import threading
 import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -33,6 +35,8 @@ from rlvr.rewards.math_rewards import MathAccuracy, format_reward
 logger = logging.getLogger(__name__)
 
 RewardFn = Callable[..., list]
+MAX_ABS_REWARD = 1e12  # larger values are treated like inf: counted in <name>/nonfinite, dropped
+MAX_ABS_WEIGHT = 1e6  # so that a weighted sum of rewards can never overflow
 
 # name -> factory(pool, answer_extraction)
 BUILTIN_REWARDS: dict[str, Callable[[object, str], RewardFn]] = {
@@ -84,6 +88,9 @@ def _load_module(module_name: str):
     try:
         return importlib.import_module(module_name)
     except ImportError as exc:
+        if exc.name and exc.name != module_name and not module_name.startswith(f"{exc.name}."):
+            raise ValueError(f"reward module {module_name!r} imports {exc.name!r}, which is not installed "
+                             f"({exc}); install it in this environment, or remove the import") from exc
         raise ValueError(f"cannot import reward module {module_name!r} ({exc}); install it or "
                          "put it on PYTHONPATH, or use 'path/to/file.py:function'") from exc
 
@@ -101,10 +108,28 @@ def _load_file(path_str: str):
     sys.modules[module_name] = module  # so pickling and dataclasses inside the file work
     try:
         file_spec.loader.exec_module(module)
-    except BaseException:
+    except BaseException as exc:
         del sys.modules[module_name]
+        if isinstance(exc, Exception):
+            raise _import_failure(path_str, path, exc) from exc
         raise
     return module
+
+
+def _import_failure(path_str: str, path: Path, exc: Exception) -> ValueError:
+    """What went wrong importing a reward file, in one line: the file and line, the cause and the fix."""
+    import traceback
+
+    if isinstance(exc, SyntaxError):
+        return ValueError(f"reward file {path_str!r} has a syntax error at line {exc.lineno}: {exc.msg}; fix the file")
+    lines = [frame.lineno for frame in traceback.extract_tb(exc.__traceback__) if Path(frame.filename) == path]
+    where = f"{path_str}:{lines[-1]}" if lines else path_str
+    message = " ".join(str(exc).split())[:200]
+    if isinstance(exc, ModuleNotFoundError) and exc.name:
+        return ValueError(f"reward file {where} imports {exc.name!r}, which is not installed ({message}); install "
+                          "it in this environment (pip install ...), put it on PYTHONPATH, or remove the import")
+    return ValueError(f"reward file {where} raised {type(exc).__name__} while being imported ({message}); "
+                      "fix the file's module-level code")
 
 
 def reward_name(fn) -> str:
@@ -128,6 +153,7 @@ def combine_rewards(
     columns: dict[str, list],
     *,
     failures: dict[str, str] | None = None,
+    timeout_s: float | None = None,
 ) -> tuple[list[float], dict[str, list[float | None]], dict[str, int]]:
     """Weighted sum of several reward functions per completion (TRL's nansum semantics).
 
@@ -141,6 +167,10 @@ def combine_rewards(
         failures: when given, filled with ``{name: "ExceptionType: message"}`` for every function
             whose call failed (raised, or returned the wrong length or non-numbers), so a caller
             can stop a run with the cause (``rlvr.train.rewarding``).
+        timeout_s: seconds one function's call may take (None: no limit). The call runs in a
+            daemon thread; past the limit it counts as failed (``TimeoutError``) and the thread is
+            left behind (Python cannot stop a thread: a function that never returns keeps its
+            thread; the run goes on, and the failure policy stops it if every call hangs).
 
     Returns:
         totals [N]; per-function values {name: [N] float|None} (duplicate names get ``_2``, …);
@@ -150,8 +180,8 @@ def combine_rewards(
     if len(weights) != len(funcs):
         raise ValueError(f"got {len(weights)} reward weights for {len(funcs)} reward functions; "
                          "give one weight per function (or none for all 1.0)")
-    if not all(math.isfinite(w) for w in weights):
-        raise ValueError(f"reward weights must be finite, got {weights}")
+    if not all(math.isfinite(w) and abs(w) <= MAX_ABS_WEIGHT for w in weights):
+        raise ValueError(f"reward weights must be finite and at most {MAX_ABS_WEIGHT:g} in size, got {weights}")
     n = len(completions)
     for key, column in columns.items():
         if key in ("prompts", "completions"):
@@ -163,7 +193,7 @@ def combine_rewards(
     per_func: dict[str, list[float | None]] = {}
     counts: dict[str, int] = {}
     for fn, name in zip(funcs, logged_names(funcs)):
-        values, errors, nonfinite, failure = _call_reward(fn, name, n, prompts, completions, columns)
+        values, errors, nonfinite, failure = _call_reward(fn, name, n, prompts, completions, columns, timeout_s)
         if failure is not None and failures is not None:
             failures[name] = failure
         per_func[name] = values
@@ -186,15 +216,18 @@ def _unique(name: str, taken: dict) -> str:
     return candidate
 
 
-def _call_reward(fn, name: str, n: int, prompts, completions, columns):
+def _call_reward(fn, name: str, n: int, prompts, completions, columns, timeout_s: float | None = None):
     """One reward function's values for the batch, as (values, errors, nonfinite, failure text)."""
     try:
-        raw = fn(prompts=prompts, completions=completions, **columns)
+        raw = _call_bounded(lambda: fn(prompts=prompts, completions=completions, **columns), timeout_s)
         if hasattr(raw, "tolist"):  # numpy array or torch tensor
             raw = raw.tolist()
         raw = list(raw)
-    except Exception as exc:
-        logger.warning("reward %r raised; its values for this batch are None", name, exc_info=True)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SystemExit in user code must not end the run silently
+        logger.warning("reward %r raised; its values for this batch are None", name,
+                       exc_info=not isinstance(exc, TimeoutError))
         return [None] * n, 1, 0, _exception_text(exc)
     if len(raw) != n or not all(v is None or isinstance(v, numbers.Real) for v in raw):
         bad = next((v for v in raw if v is not None and not isinstance(v, numbers.Real)), None)
@@ -208,6 +241,32 @@ def _call_reward(fn, name: str, n: int, prompts, completions, columns):
     return values, 0, nonfinite, None
 
 
+def _call_bounded(call, timeout_s: float | None):
+    """``call()`` in a daemon thread, waiting at most ``timeout_s`` (None: in this thread, no limit).
+
+    Its exception (also SystemExit) is re-raised here; a call still running at the deadline raises
+    TimeoutError and is abandoned.
+    """
+    if timeout_s is None:
+        return call()
+    box: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as exc:  # noqa: BLE001  (handed to the caller's thread)
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, name="rlvr-reward", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise TimeoutError(f"did not return within reward_timeout={timeout_s:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
 def _exception_text(exc: BaseException) -> str:
     """``Type: message`` on one line, cut to 300 characters (the message may quote model text)."""
     message = " ".join(str(exc).split())
@@ -216,11 +275,12 @@ def _exception_text(exc: BaseException) -> str:
 
 
 def _finite_float(value) -> float | None:
-    """``float(value)``, or None for None, NaN, ±inf and an int too large for a float (10**400)."""
+    """``float(value)``, or None for None, NaN, ±inf, a number beyond ±MAX_ABS_REWARD (``1e308``
+    would overflow the batch's sums and means) and an int too large for a float (10**400)."""
     if value is None:
         return None
     try:
         number = float(value)
     except OverflowError:
         return None
-    return number if math.isfinite(number) else None
+    return number if math.isfinite(number) and abs(number) <= MAX_ABS_REWARD else None

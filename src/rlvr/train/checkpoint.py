@@ -11,6 +11,7 @@ complete; a crash leaves at most a ``.tmp-*`` folder, which is deleted on the ne
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -20,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from rlvr.train.checkpoint_check import write_manifest
 
 STEP_DIR = re.compile(r"^step-(\d+)$")
 
@@ -61,19 +64,29 @@ def save_checkpoint(
         shutil.rmtree(stale, ignore_errors=True)
     final = checkpoint_dir(output_dir, step)
     tmp = root / f".tmp-{final.name}"
-    tmp.mkdir()
-    model.save_pretrained(tmp / "model", safe_serialization=True, state_dict=model_state)
-    tokenizer.save_pretrained(tmp / "model")
-    torch.save(optimizer.state_dict() if optimizer_state is None else optimizer_state, tmp / "optimizer.pt")
-    if optimizer_state is not None:
-        trainer_state = {**trainer_state, "optimizer_format": "fqn"}
-    torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
-    torch.save(rng_state(), tmp / "rng.pt")
-    (tmp / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2), encoding="utf-8")
-    _fsync_tree(tmp)
-    if final.exists():  # re-saving the same step (e.g. after a resume): replace it whole
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+    try:
+        tmp.mkdir()
+        model.save_pretrained(tmp / "model", safe_serialization=True, state_dict=model_state)
+        tokenizer.save_pretrained(tmp / "model")
+        torch.save(optimizer.state_dict() if optimizer_state is None else optimizer_state, tmp / "optimizer.pt")
+        if optimizer_state is not None:
+            trainer_state = {**trainer_state, "optimizer_format": "fqn"}
+        torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
+        torch.save(rng_state(), tmp / "rng.pt")
+        (tmp / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2), encoding="utf-8")
+        write_manifest(tmp)  # sizes and checksums: a resume can tell a damaged checkpoint (checkpoint_check.py)
+        _fsync_tree(tmp)
+        if final.exists():  # re-saving the same step (e.g. after a resume): replace it whole
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    except BaseException as error:
+        full = _disk_full(error, root)
+        shutil.rmtree(tmp, ignore_errors=True)  # a partial checkpoint must not stay behind filling the disk
+        if full:
+            raise OSError(errno.ENOSPC, f"no space left on device while saving checkpoint {final.name} in {root} "
+                          f"(the partial {tmp.name} was removed); free space, keep fewer checkpoints "
+                          f"(save_total_limit={keep_last}), or put output_dir on a larger disk") from error
+        raise
     _fsync_dir(root)
     if keep_last is not None:
         for old in list_checkpoints(output_dir)[:-keep_last]:
@@ -88,6 +101,11 @@ def list_checkpoints(output_dir: Path) -> list[Path]:
         return []
     found = [(int(m.group(1)), p) for p in root.iterdir() if (m := STEP_DIR.match(p.name)) and p.is_dir()]
     return [p for _, p in sorted(found)]
+
+
+def remove_checkpoints(output_dir: Path) -> None:
+    """Delete every checkpoint of ``output_dir`` (``overwrite_output_dir=true``: the run starts over)."""
+    shutil.rmtree(output_dir / "checkpoints", ignore_errors=True)
 
 
 def latest_checkpoint(output_dir: Path) -> Path | None:
@@ -149,6 +167,23 @@ def load_model_weights(model, path: Path) -> None:
             f"checkpoint {path} does not match the model (missing {missing[:3]}, unexpected "
             f"{unexpected[:3]}); resume with the same model= as the original run"
         )
+
+
+def _disk_full(error: BaseException, folder: Path) -> bool:
+    """Whether a failed write ran out of disk space.
+
+    ``torch.save`` reports a full disk as a RuntimeError ("unexpected pos ...") and safetensors as
+    a SafetensorError ("No space left on device (os error 28)"), so besides ENOSPC the free space
+    left is asked (under 1 MiB: full).
+    """
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    if "No space left on device" in str(error) or "os error 28" in str(error):
+        return True
+    try:
+        return isinstance(error, Exception) and shutil.disk_usage(folder).free < 2**20
+    except OSError:
+        return False
 
 
 def _to_tuple(value: Any) -> Any:

@@ -118,7 +118,9 @@ def build_run_scorer(cfg: ExperimentConfig, *, device):
         from rlvr.rewards.scorers import OpenAIChatBackend
 
         backend = OpenAIChatBackend(d.judge_base_url, d.judge_model_name, api_key_env=d.judge_api_key_env,
-                                    timeout_s=d.judge_timeout, max_retries=d.judge_max_retries)
+                                    timeout_s=d.judge_timeout, max_retries=d.judge_max_retries,
+                                    allow_plain_http=d.judge_allow_plain_http,
+                                    on_failure="their scores fall back to s = r (dagrpo/scorer_fail_frac)")
     else:
         from rlvr.models import load_policy
         from rlvr.rewards.scorers import LocalModelBackend

@@ -78,10 +78,17 @@ class DistContext:
 
     def sum_floats(self, values: Sequence[float]) -> list[float]:
         """Element-wise sum over ranks (float64, so counts stay exact)."""
+        return self._all_reduce(values, "SUM")
+
+    def max_floats(self, values: Sequence[float]) -> list[float]:
+        """Element-wise maximum over ranks."""
+        return self._all_reduce(values, "MAX")
+
+    def _all_reduce(self, values: Sequence[float], op: str) -> list[float]:
         if not self.enabled:
             return [float(v) for v in values]
         tensor = torch.tensor([float(v) for v in values], dtype=torch.float64, device=self.collective_device)
-        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        dist.all_reduce(tensor, op=getattr(dist.ReduceOp, op))
         return tensor.tolist()
 
     @property

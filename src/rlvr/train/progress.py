@@ -53,3 +53,29 @@ class Progress:
             first, last = statistics.fmean(values[:k]), statistics.fmean(values[-k:])
             trend = f"{label} (mean of {k} steps) first {first:.3f} -> last {last:.3f}; "
         print(f"rlvr: {len(records)} steps in {total / 60:.1f} min; {trend}run directory {output_dir}", flush=True)
+        problems = trouble_summary(records)
+        if problems:
+            print(f"rlvr: look at metrics.jsonl: {problems}", flush=True)
+
+
+def trouble_summary(records: list[dict]) -> str:
+    """What went wrong over ``records``, summed: reward-function failures, non-finite or unscorable
+    rewards, verifier timeouts, skipped optimiser steps ("" when nothing did)."""
+    totals: dict[str, float] = {}
+    for record in records:
+        for key, value in record.items():
+            counted = key == "train/skipped_steps" or (
+                key.startswith("rewards/") and key.endswith(("/errors", "/nonfinite", "/timeouts", "all_none")))
+            if value and counted:
+                totals[key] = totals.get(key, 0.0) + value
+    labels = {"/errors": "failed calls", "/nonfinite": "non-finite values", "/timeouts": "verifier timeouts"}
+    parts = []
+    for key, value in sorted(totals.items()):
+        if key == "train/skipped_steps":
+            parts.append(f"{value:.0f} optimiser steps skipped (non-finite loss or gradient)")
+        elif key == "rewards/all_none":
+            parts.append(f"{value:.0f} unscorable completions (every reward function returned None)")
+        else:
+            name, kind = key.removeprefix("rewards/").rsplit("/", 1)
+            parts.append(f"{name}: {value:.0f} {labels['/' + kind]}")
+    return "; ".join(parts)

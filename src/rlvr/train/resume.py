@@ -1,4 +1,4 @@
-"""What may change when a run is resumed."""
+"""Resuming a run: which checkpoint, what may change, and whether the logs agree with it."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from pathlib import Path
 import yaml
 
 from rlvr.config import ExperimentConfig
+from rlvr.train.checkpoint import list_checkpoints
+from rlvr.train.checkpoint_check import newest_intact
 
 logger = logging.getLogger(__name__)
 
@@ -15,7 +17,8 @@ logger = logging.getLogger(__name__)
 MAY_CHANGE_ON_RESUME = {
     "max_steps", "resume", "save_steps", "save_total_limit", "progress_bar", "log_completions",
     "num_completions_to_log", "output_dir", "verifier_workers", "nproc", "parallelism", "force_resume", "ddp_timeout",
-    "max_skipped_steps",
+    "max_skipped_steps", "max_reward_error_frac", "reward_timeout", "overwrite_output_dir",
+    "max_prompt_length",
 }
 
 
@@ -40,3 +43,54 @@ def check_resumable_config(saved_path: Path, cfg: ExperimentConfig) -> None:
             "resume with the original values, start a new output_dir, or pass force_resume=true to "
             "continue with the new values anyway"
         )
+
+
+def resume_checkpoint(output_dir: Path) -> Path | None:
+    """The newest intact checkpoint of ``output_dir`` (None: there is none at all).
+
+    Damaged ones (``checkpoint_check.checkpoint_problem``) are passed over with a warning naming
+    what is wrong; when every checkpoint is damaged the resume is refused with the fix.
+    """
+    checkpoints = list_checkpoints(output_dir)
+    found, damaged = newest_intact(checkpoints)
+    for folder, problem in damaged:
+        logger.warning("checkpoint %s is damaged (%s); %s", folder.name, problem,
+                       f"resuming from {found.name} instead" if found else "no older one is intact")
+    if checkpoints and found is None:
+        raise ValueError(f"every checkpoint in {output_dir / 'checkpoints'} is damaged "
+                         f"({'; '.join(f'{f.name}: {p}' for f, p in damaged)}); nothing can be resumed. "
+                         "Start over with overwrite_output_dir=true, or choose a new output_dir")
+    return found
+
+
+def check_logged_steps(records: list[dict], step: int, output_dir: Path, *, force: bool) -> None:
+    """metrics.jsonl must hold steps 1..``step`` once each when resuming from a checkpoint at ``step``.
+
+    A file cut short (a copy that lost its tail, an edit) would otherwise resume with a gap
+    (steps 1, 2, 3, 7, 8, ...). ``force_resume=true`` accepts the gap, with a warning.
+    """
+    steps = [r.get("step") for r in records]
+    if steps == list(range(1, step + 1)):
+        return
+    missing = sorted(set(range(1, step + 1)) - set(steps))
+    detail = (f"lacks steps {_ranges(missing)}" if missing else f"holds steps {_ranges(steps)} (duplicates or out "
+              "of order)")
+    message = (f"{output_dir / 'metrics.jsonl'} {detail}, but the checkpoint is at step {step}: resuming would "
+               "leave a gap in the metrics")
+    if force:
+        logger.warning("%s; force_resume=true: resuming anyway", message)
+        return
+    raise ValueError(f"{message}. Restore the file, resume from an earlier checkpoint (delete the later "
+                     "checkpoints/step-* folders), or pass force_resume=true to accept the gap")
+
+
+def _ranges(values: list[int]) -> str:
+    """``[1, 2, 3, 7]`` → ``"1-3, 7"``."""
+    parts, start = [], None
+    for i, v in enumerate(values):
+        if start is None:
+            start = v
+        if i + 1 == len(values) or values[i + 1] != v + 1:
+            parts.append(str(start) if start == v else f"{start}-{v}")
+            start = None
+    return ", ".join(parts)

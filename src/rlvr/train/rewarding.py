@@ -7,7 +7,8 @@ as in TRL) and every other dataset column as a keyword list aligned with the com
 (``rlvr.data.reward_columns``: a short ``solution`` read as the gold still arrives as ``solution``).
 
 Failure policy (docs/training.md, "When a reward function fails"). A call *fails* when the
-function raises or returns the wrong number of values or non-numbers (``rewards/<name>/errors``
+function raises (``SystemExit`` included), takes longer than ``reward_timeout``, or returns the
+wrong number of values or non-numbers (``rewards/<name>/errors``
 counts them; ``rewards/calls`` counts the calls each function got, summed over ranks). A run
 stops with the function's name and its exception, exit code 3, when
 - the function failed at every call of the first step this process runs (it cannot work: a
@@ -45,13 +46,14 @@ class Rewarder:
 
     def __init__(self, reward_funcs: list[str], reward_weights: list[float] | None, *,
                  verifier_workers: int, verifier_timeout: float, answer_extraction: str,
-                 max_reward_error_frac: float = 0.5):
+                 max_reward_error_frac: float = 0.5, reward_timeout: float | None = None):
         self.pool = VerifierPool(num_workers=verifier_workers, timeout_s=verifier_timeout)
         self.specs = list(reward_funcs)
         self.funcs = [resolve_reward(spec, self.pool, answer_extraction=answer_extraction) for spec in self.specs]
         self.names = logged_names(self.funcs)  # what metrics call them: rewards/<name>_mean, <name>/errors
         self.weights = list(reward_weights) if reward_weights is not None else [1.0] * len(self.funcs)
         self.max_error_frac = max_reward_error_frac
+        self.timeout_s = reward_timeout
         self.last_failure: dict[str, str] = {}  # name -> "Type: message", on this rank
         self._window: deque[tuple[float, dict[str, float]]] = deque(maxlen=ERROR_WINDOW_STEPS)
         self._steps_checked = 0
@@ -77,7 +79,7 @@ class Rewarder:
                     columns[key].append(row_columns.get(key))
         failures: dict[str, str] = {}
         totals, parts, counts = combine_rewards(self.funcs, self.weights, prompts, completions, columns,
-                                                failures=failures)
+                                                failures=failures, timeout_s=self.timeout_s)
         self.last_failure.update(failures)
         stats = {f"rewards/{key}": float(value) for key, value in counts.items()}
         stats["rewards/calls"] = 1.0

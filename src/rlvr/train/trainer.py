@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import datetime
 from pathlib import Path
 
 import torch
@@ -35,14 +34,17 @@ from rlvr.train.evaluation import evaluate_during_training, should_evaluate, tra
 from rlvr.train.experience import Experience
 from rlvr.train.fsdp import full_state_dicts, full_weights, is_sharded
 from rlvr.train.grad_spikes import GradSpikes
+from rlvr.train.input_limits import check_training_lengths
+from rlvr.train.interrupts import StopOnSignal, TrainingInterrupted
 from rlvr.train.metrics import rollout_metrics, sample_records
 from rlvr.train.progress import Progress, memory_metrics
 from rlvr.train.reference import AdapterOffReference
 from rlvr.train.rephrasings import attach_rephrasings, variant_prompt
-from rlvr.train.resume import check_resumable_config
+from rlvr.train.resume import check_logged_steps, check_resumable_config, resume_checkpoint
 from rlvr.train.rewarding import Rewarder
 from rlvr.train.rollout_phase import collect_groups
 from rlvr.train.run_files import JsonlLog, write_config
+from rlvr.train.run_folder import RunFolderLock, check_not_foreign, mark_run_folder, new_run_folder
 from rlvr.train.stopping import TrainingStopped
 from rlvr.train.update import update_policy
 
@@ -73,9 +75,22 @@ class Trainer:
         self.cfg = cfg
         self.dist = init_distributed(timeout_s=cfg.run.ddp_timeout)
         self._check_world()
-        name = cfg.run.output_dir or f"runs/{cfg.algorithm.algo}-{datetime.now():%Y%m%d-%H%M%S}"
+        name = cfg.run.output_dir
+        if name is None and self.dist.is_main:
+            name = str(new_run_folder(cfg.algorithm.algo))  # unique: created exclusively
         self.output_dir = Path(self.dist.broadcast_object(name))  # one run directory for every rank
-        self._check_output_dir()  # fail before loading anything
+        check_not_foreign(self.output_dir)  # fail before loading or writing anything
+        self.lock = RunFolderLock(self.output_dir) if self.dist.is_main else None  # one writer per folder
+        try:
+            self._set_up(cfg)
+        except BaseException:
+            if self.lock is not None:
+                self.lock.release()
+            raise
+
+    def _set_up(self, cfg: ExperimentConfig) -> None:
+        """Everything but the run folder: data, model, engine, rewards, optimiser, logs."""
+        self._check_output_dir()
         torch.manual_seed(cfg.run.seed)
         self.rows = self._load_rows()
         self.sampler = PromptSampler(self.rows, seed=cfg.run.seed, shuffle=cfg.data.shuffle)
@@ -98,11 +113,15 @@ class Trainer:
         self.train_model = wrap_policy(self.policy, self.dist, cfg.run.parallelism, self.device)  # DDP/FSDP2
         self.engine = build_engine(cfg.rollout.rollout_engine, self.policy, pad_token_id=self.tokenizer.pad_token_id,
                                    eos_token_ids=eos_token_ids(self.policy, self.tokenizer))
+        self._prompt_cache: dict[tuple[str, int], list[int]] = {}
+        check_training_lengths(cfg, self.rows, policy=self.policy, tokenizer=self.tokenizer, engine=self.engine,
+                               tokenize=self.variant_prompts)  # before anything is generated
         self.rewarder = Rewarder(cfg.reward.reward_funcs, cfg.reward.reward_weights,
                                  verifier_workers=cfg.reward.verifier_workers,
                                  verifier_timeout=cfg.reward.verifier_timeout,
                                  answer_extraction=cfg.reward.answer_extraction,
-                                 max_reward_error_frac=cfg.reward.max_reward_error_frac)
+                                 max_reward_error_frac=cfg.reward.max_reward_error_frac,
+                                 reward_timeout=cfg.reward.reward_timeout)
         if self.dist.is_main:
             self.rewarder.check_golds(self.rows, cfg.data.data)  # one warning when most golds are not math
         if cfg.tagrpo.diversity_steps:
@@ -115,7 +134,6 @@ class Trainer:
         self.group_counter = 0
         self.grad_spikes = GradSpikes(factor=cfg.run.grad_spike_factor)
         self.skipped_in_a_row = 0  # optimiser steps since the last finite one
-        self._prompt_cache: dict[tuple[str, int], list[int]] = {}
 
     # ----------------------------------------------------------------- the algorithm
     def training_step(self, step: int) -> tuple[dict, list[dict]]:
@@ -167,37 +185,54 @@ class Trainer:
 
     # ----------------------------------------------------------------- the loop
     def train(self) -> list[dict]:
-        """Run (or resume) to max_steps; return the metrics of the steps run now."""
-        start = self._start()
+        """Run (or resume) to max_steps; return the metrics of the steps run now.
+
+        Ctrl-C or SIGTERM: the step under way is finished, a checkpoint written, and
+        ``TrainingInterrupted`` raised (``interrupts.py``); a second signal stops at once.
+        """
         main = self.dist.is_main
-        progress = Progress(self.cfg.run.max_steps, start, enabled=self.cfg.run.progress_bar and main)
-        history = []
+        history, progress = [], None
         try:
-            for step in range(start + 1, self.cfg.run.max_steps + 1):
-                metrics, samples = self.training_step(step)
-                finite = metrics.pop("_optimizer_steps", 0), metrics.pop("_trailing_skips", 0)
-                if should_evaluate(self.cfg, step):
-                    with full_weights(self.policy):  # FSDP2: gathered on every rank, used by rank 0
-                        if main:
-                            metrics.update(evaluate_during_training(self, step))
-                        self.dist.barrier()
-                if main:
-                    self.metrics_log.write([metrics])
-                    if self.cfg.run.log_completions:
-                        self.samples_log.write(samples)
-                history.append(metrics)
-                progress.update(metrics)
-                self._check_finite_steps(step, *finite)
-                save_every = self.cfg.run.save_steps
-                if step == self.cfg.run.max_steps or (save_every and step % save_every == 0):
-                    self.save(step)
+            start = self._start()
+            progress = Progress(self.cfg.run.max_steps, start, enabled=self.cfg.run.progress_bar and main)
+            with StopOnSignal() as stop:
+                for step in range(start + 1, self.cfg.run.max_steps + 1):
+                    metrics, samples = self.training_step(step)
+                    finite = metrics.pop("_optimizer_steps", 0), metrics.pop("_trailing_skips", 0)
+                    if should_evaluate(self.cfg, step):
+                        with full_weights(self.policy):  # FSDP2: gathered on every rank, used by rank 0
+                            if main:
+                                metrics.update(evaluate_during_training(self, step))
+                            self.dist.barrier()
+                    if main:
+                        self.metrics_log.write([metrics])
+                        if self.cfg.run.log_completions:
+                            self.samples_log.write(samples)
+                    history.append(metrics)
+                    progress.update(metrics)
+                    self._check_finite_steps(step, *finite)
+                    save_every, stopping = self.cfg.run.save_steps, self._stop_requested(stop)
+                    if step == self.cfg.run.max_steps or (save_every and step % save_every == 0) or stopping:
+                        path = self.save(step)
+                    if stopping and step < self.cfg.run.max_steps:
+                        raise TrainingInterrupted(stopping, step, path, self.output_dir)
         finally:
-            progress.close()
+            if progress is not None:
+                progress.close()
             self.rewarder.close()
+            if self.lock is not None:
+                self.lock.release()
             shutdown_distributed(self.dist)  # also when a step raised (e.g. TrainingStopped)
         if main:
             progress.summary(self.metrics_log.read(), self.output_dir)
         return history
+
+    def _stop_requested(self, stop: StopOnSignal) -> int:
+        """The signal that asked this run to stop (0: none); on several ranks, any rank's request."""
+        if not self.dist.enabled:
+            return stop.requested or 0
+        (largest,) = self.dist.max_floats([float(stop.requested or 0)])
+        return int(largest)
 
     def save(self, step: int) -> Path | None:
         """Rank 0 writes the checkpoint (atomically); the others wait for it."""
@@ -275,12 +310,21 @@ class Trainer:
         return optimizer, scheduler
 
     def _check_output_dir(self) -> None:
+        """A folder holding a run is continued (resume=true) or replaced (overwrite_output_dir=true), never
+        silently restarted; resume=true on metrics without a checkpoint does not wipe them."""
+        run = self.cfg.run
         metrics = self.output_dir / "metrics.jsonl"
-        holds_run = ckpt.latest_checkpoint(self.output_dir) is not None or (
-            metrics.exists() and metrics.stat().st_size > 0)
-        if holds_run and not self.cfg.run.resume:
+        has_metrics = metrics.exists() and metrics.stat().st_size > 0
+        has_checkpoint = bool(ckpt.list_checkpoints(self.output_dir))
+        if run.overwrite_output_dir or not (has_metrics or has_checkpoint):
+            return
+        if not run.resume:
             raise ValueError(f"{self.output_dir} already holds a run; pass resume=true to continue it, "
-                             "or choose a new output_dir")
+                             "overwrite_output_dir=true to start it over, or choose a new output_dir")
+        if not has_checkpoint:
+            raise ValueError(f"resume=true but {self.output_dir} has metrics and no checkpoint to resume from "
+                             "(it stopped before its first save); starting over would wipe its metrics.jsonl: "
+                             "pass overwrite_output_dir=true to start over, or choose a new output_dir")
 
     def _start(self) -> int:
         """Prepare the run directory; on resume restore the newest checkpoint. Returns the last step done.
@@ -290,15 +334,15 @@ class Trainer:
         out, main = self.output_dir, self.dist.is_main
         self._check_output_dir()
         self.dist.barrier()  # every rank has looked at the folder before rank 0 writes to it
-        found = ckpt.latest_checkpoint(out) if self.cfg.run.resume else None
-        if self.cfg.run.resume and found is None:
-            logger.warning("resume=true but %s has no checkpoint; starting from step 0", out)
+        found = self.dist.broadcast_object(resume_checkpoint(out) if main and self.cfg.run.resume else None)
         if found is not None:
             check_resumable_config(out / "config.yaml", self.cfg)
         if main:
-            out.mkdir(parents=True, exist_ok=True)
+            mark_run_folder(out)
         if found is None:
             if main:
+                if self.cfg.run.overwrite_output_dir:
+                    ckpt.remove_checkpoints(out)
                 write_config(out / "config.yaml", self.cfg.to_dict())
                 self.metrics_log.reset()
                 self.samples_log.reset()
@@ -315,6 +359,7 @@ class Trainer:
         if main:
             self.metrics_log.truncate_after(state["step"])
             self.samples_log.truncate_after(state["step"])
+            check_logged_steps(self.metrics_log.read(), state["step"], out, force=self.cfg.run.force_resume)
             write_config(out / "config.yaml", self.cfg.to_dict())
         self.dist.barrier()
         logger.info("resumed from %s (step %d)", found, state["step"])

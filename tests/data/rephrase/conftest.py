@@ -22,3 +22,15 @@ def rules_outputs(source_rows, tmp_path_factory):
         tally = rephrase_rows(rows, RuleRephraser(), n=4, seed=0, out_path=path, progress=False)
         out[spec] = (rows, path, tally)
     return out
+
+
+@pytest.fixture
+def server(monkeypatch):
+    """A loopback OpenAI-compatible server (tests/helpers/openai_server.py), proxies bypassed."""
+    from tests.helpers.openai_server import FakeServer
+
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+    fake = FakeServer()
+    yield fake
+    fake.close()

@@ -101,15 +101,6 @@ def test_local_model_backend_on_a_tiny_random_model_runs_and_rejects_garbage(tmp
     assert tally.kept == {0: 1}
 
 
-@pytest.fixture
-def server(monkeypatch):
-    from tests.helpers.openai_server import FakeServer
-
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
-    fake = FakeServer()
-    yield fake
-    fake.close()
 
 
 def _http_rephraser(server):
@@ -153,3 +144,21 @@ def test_a_server_that_always_fails_writes_nothing_and_the_question_is_retried_l
     server.default = ("ok", "Tom owns 3 apples and gets 4 more. How many apples does he own now?")
     assert rephrase_rows(rows, rephraser, n=2, k=3, out_path=path, progress=False).questions == 1
     assert json.loads(path.read_text())["id"] == "q"
+
+
+def test_a_connection_error_stops_the_run_and_keeps_the_lines_written(tmp_path):
+    # A back end raising ConnectionError (OpenAIChatBackend's EndpointDown) says the endpoint is down.
+    calls = []
+
+    def replies(prompts):
+        calls.append(prompts)
+        if len(calls) > 1:
+            raise ConnectionError("5 requests in a row to http://127.0.0.1:1/v1/chat/completions failed")
+        return ["Tom owns 3 apples and gets 4 more. How many apples does he own now?"] * len(prompts)
+
+    rows = [{"id": str(i), "prompt": QUESTION, "answer": "7"} for i in range(4)]
+    path = tmp_path / "out.jsonl"
+    with pytest.raises(ConnectionError, match="in a row"):
+        rephrase_rows(rows, LLMRephraser(FakeBackend(replies)), n=1, k=2, out_path=path, progress=False)
+    assert [json.loads(line)["id"] for line in path.read_text().splitlines()] == ["0"]
+    assert len(calls) == 2  # stopped at the first failing question, not walked through the rest

@@ -1,10 +1,13 @@
 """The judge over OpenAIChatBackend against a real HTTP server on 127.0.0.1 (a thread per test)."""
 
 import json
+import logging
 import pickle
+import time
 
 import pytest
 
+from rlvr.rewards.bounded_http import EndpointDown
 from rlvr.rewards.scorers import Judge, OpenAIChatBackend, build_scorer
 from tests.helpers.openai_server import FakeServer
 
@@ -197,3 +200,97 @@ def test_backend_options_are_validated(kwargs, message):
     options = {"base_url": "http://127.0.0.1:1/v1", "model": "m", **kwargs}
     with pytest.raises(ValueError, match=message):
         OpenAIChatBackend(**options)
+
+
+# Bounded calls: judge_timeout is a deadline for the whole request, and a reply has a size cap.
+
+TRICKLED = "Score: 7" + " " * 200  # a reply of ~280 bytes: at 0.05 s a byte it would take ~14 s
+
+
+@pytest.mark.parametrize("action", ["trickle", "trickle_body"])
+def test_a_trickling_server_is_cut_at_the_deadline(server, action):
+    # A byte every 0.05 s never trips a per-read timeout of 1 s; the total deadline cuts it at ~1 s.
+    server.script = [(action, (0.05, TRICKLED))]
+    judge = _judge(server, timeout_s=1.0, max_retries=0)
+    start = time.monotonic()
+    assert _call(judge, ["[rate 6]"]) == [None]
+    elapsed = time.monotonic() - start
+    assert elapsed < 3 * 1.0, f"a 1 s deadline took {elapsed:.1f} s"  # a loose bound, not a benchmark
+    stats = judge.pop_stats()
+    assert stats["timeouts"] == 1 and stats["failures"] == 1
+
+
+def test_a_slow_but_complete_reply_within_the_deadline_is_used(server):
+    server.script = [("trickle_body", (0.001, "Score: 8"))]
+    assert _call(_judge(server, timeout_s=10.0, max_retries=0), ["[rate 6]"]) == [0.8]
+
+
+def _wait_for(condition, seconds=10.0):
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return condition()
+
+
+@pytest.mark.parametrize("declare_length", [True, False])
+def test_a_huge_reply_is_dropped_without_reading_it(server, declare_length):
+    huge = 200 << 20  # 200 MiB; the cap is 1 MiB
+    server.script = [("huge", (huge, declare_length))]
+    judge = _judge(server, max_retries=2)
+    assert _call(judge, ["[rate 6]"]) == [None]
+    stats = judge.pop_stats()
+    assert stats["bad_replies"] == 1 and stats["retries"] == 0 and len(server.requests) == 1
+    assert _wait_for(lambda: server.sent), "the server never saw the client go away"
+    # what the server got out before the client closed: the cap plus socket buffers, not 200 MiB
+    assert server.sent[0] < 64 << 20, f"{server.sent[0]} bytes were sent: the reply was read on"
+
+
+def test_a_small_size_cap_drops_a_normal_reply(server):
+    judge = _judge(server, max_reply_bytes=10)
+    assert _call(judge, ["[rate 6]"]) == [None]
+    assert judge.pop_stats()["bad_replies"] == 1
+
+
+def test_a_failing_endpoint_is_logged_once_with_host_cause_and_fallback(server, caplog):
+    server.default = ("status", 500)
+    judge = _judge(server, max_retries=1)
+    host = server.base_url.split("/")[2]
+    with caplog.at_level(logging.DEBUG, logger="rlvr.rewards.scorers.judge_backends"):
+        for _ in range(3):
+            assert _call(judge, ["[rate 1]", "[rate 2]"]) == [None, None]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert host in warnings[0] and "HTTP 500" in warnings[0] and "s = r" in warnings[0]
+    assert judge.pop_stats()["request_failures"] == 6
+
+
+def test_a_refused_connection_is_named_in_the_one_warning(caplog):
+    fake = FakeServer()
+    url = fake.base_url
+    fake.close()
+    judge = Judge(OpenAIChatBackend(url, "m", max_retries=0, backoff_s=0.0, timeout_s=1.0))
+    with caplog.at_level(logging.WARNING, logger="rlvr.rewards.scorers.judge_backends"):
+        _call(judge, ["[rate 1]", "[rate 2]", "[rate 3]"])
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert "Connection refused" in warning and url.split("/")[2] in warning
+
+
+def test_give_up_after_raises_endpoint_down_and_skips_the_queue():
+    fake = FakeServer()
+    url = fake.base_url
+    fake.close()
+    backend = OpenAIChatBackend(url, "m", max_retries=3, backoff_s=0.0, timeout_s=1.0, max_workers=1,
+                                give_up_after=2)
+    with pytest.raises(EndpointDown, match="2 requests in a row to .* failed") as info:
+        backend.complete(["a", "b", "c", "d", "e"])
+    assert isinstance(info.value, ConnectionError)  # what rlvr.data lets through
+    # two prompts tried 1 + 3 times each; the three queued after them are not tried at all
+    assert backend.pop_stats()["connection_errors"] == 2 * 4
+
+
+def test_without_give_up_after_the_backend_never_raises():
+    fake = FakeServer()
+    url = fake.base_url
+    fake.close()
+    backend = OpenAIChatBackend(url, "m", max_retries=0, backoff_s=0.0, timeout_s=1.0)
+    assert backend.complete(["a"] * 12) == [None] * 12

@@ -28,7 +28,9 @@ that is empty after this is "" (filters.py rejects it as ``empty``) and judges t
 
 The back end is any object with ``complete(prompts: list[str]) -> list[str | None]`` (None: that
 request failed), e.g. rlvr.rewards.scorers.OpenAIChatBackend or LocalModelBackend; its sampling
-settings (temperature, reply length) are its own.
+settings (temperature, reply length) are its own. Whatever else it raises costs that question its
+candidates, except a ``ConnectionError`` (OpenAIChatBackend's ``EndpointDown`` when requests keep
+failing): that one stops the run, since every later question would fail the same way.
 """
 
 from __future__ import annotations
@@ -85,7 +87,10 @@ _QUOTES = (('"', '"'), ("'", "'"), ("“", "”"), ("‘", "’"))
 
 
 class CompletionBackend(Protocol):
-    """Turns prompts into replies: one ``str`` per prompt, or None where that request failed."""
+    """Turns prompts into replies: one ``str`` per prompt, or None where that request failed.
+
+    Raises ConnectionError when its endpoint is down for good (the run stops; module docstring).
+    """
 
     def complete(self, prompts: list[str]) -> list[str | None]: ...
 
@@ -133,6 +138,8 @@ class LLMRephraser:
         prompts = [build_rephrase_prompt(question, k) for k in range(len(rngs))]
         try:
             replies = list(self.backend.complete(prompts))
+        except ConnectionError:  # the endpoint is down: stop the run (module docstring)
+            raise
         # A back-end bug costs this question its candidates, not the run.
         except Exception as error:  # noqa: BLE001
             logger.warning("rephrasing back end raised %s on %d prompts", type(error).__name__, len(prompts))

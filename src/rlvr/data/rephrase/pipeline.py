@@ -10,7 +10,9 @@ candidates do not depend on which other rows are processed, nor on their order.
 Resuming: the file is append-only and each line is flushed and fsync'ed; rows whose id already
 has a line are skipped. A last line without its newline (the run died while writing it) is cut
 off and rewritten, so an interrupted run resumed with the same arguments ends with the same
-bytes as an uninterrupted one. Any other unreadable line is an error.
+bytes as an uninterrupted one. Any other unreadable line is an error. An exception out of the
+rephraser (an LLM endpoint that is down raises ConnectionError) stops the run the same way: the
+lines written so far stay, and a rerun resumes after them.
 
 A question for which the rephraser gave no candidate at all (every one None: a server down, a
 wrong model name) gets no line, so a rerun tries it again; it is counted as ``no_candidates``.

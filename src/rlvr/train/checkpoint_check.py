@@ -1,0 +1,90 @@
+"""Is a checkpoint intact? A manifest written at save time, checked before a resume.
+
+``save_checkpoint`` writes ``manifest.json`` (every file's size and CRC-32) into the temporary
+folder before the atomic rename. ``checkpoint_problem`` finds what is wrong with a folder: a
+missing file, a size or checksum that differs from the manifest (a truncated or overwritten
+file), a trainer state that does not parse, weights that are not finite (NaN or inf written by a
+failing disk or a bad step). A checkpoint from before the manifest is checked for its files,
+its state and finite weights. ``newest_intact`` picks the checkpoint a resume should use.
+Cost: one more read of every file at save and at resume (CRC-32, a checksum for damage, not
+for tampering: several times faster than SHA-256 on multi-GB optimizer states).
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from pathlib import Path
+
+import torch
+
+MANIFEST = "manifest.json"
+REQUIRED = ("optimizer.pt", "scheduler.pt", "rng.pt", "trainer_state.json")
+
+
+def write_manifest(folder: Path) -> None:
+    """Record the size and CRC-32 of every file under ``folder`` in ``folder/manifest.json``."""
+    files = {str(p.relative_to(folder)): [p.stat().st_size, _crc32(p)]
+             for p in sorted(folder.rglob("*")) if p.is_file() and p.name != MANIFEST}
+    (folder / MANIFEST).write_text(json.dumps({"files": files}, indent=1), encoding="utf-8")
+
+
+def checkpoint_problem(folder: Path) -> str | None:
+    """What is wrong with the checkpoint in ``folder``, in a few words, or None when it is intact."""
+    missing = [name for name in REQUIRED if not (folder / name).is_file()]
+    weights = sorted((folder / "model").glob("*.safetensors"))
+    if missing or not weights:
+        return f"{', '.join(missing) or 'model/*.safetensors'} missing"
+    manifest = folder / MANIFEST
+    if manifest.is_file():
+        try:
+            files = json.loads(manifest.read_text(encoding="utf-8"))["files"]
+        except (ValueError, KeyError, UnicodeDecodeError):
+            return f"{MANIFEST} unreadable"
+        for name, (size, digest) in files.items():
+            path = folder / name
+            if not path.is_file():
+                return f"{name} missing"
+            if path.stat().st_size != size:
+                return f"{name} has {path.stat().st_size} bytes, {size} when saved (truncated or overwritten)"
+            if _crc32(path) != digest:
+                return f"{name} differs from what was saved (checksum)"
+    try:
+        json.loads((folder / "trainer_state.json").read_text(encoding="utf-8"))["step"]
+    except (ValueError, KeyError, UnicodeDecodeError):
+        return "trainer_state.json unreadable"
+    return _weights_problem(weights)
+
+
+def newest_intact(checkpoints: list[Path]) -> tuple[Path | None, list[tuple[Path, str]]]:
+    """The newest intact checkpoint of ``checkpoints`` (oldest first), and the damaged ones passed over."""
+    damaged = []
+    for folder in reversed(checkpoints):
+        problem = checkpoint_problem(folder)
+        if problem is None:
+            return folder, damaged
+        damaged.append((folder, problem))
+    return None, damaged
+
+
+def _weights_problem(files: list[Path]) -> str | None:
+    from safetensors import SafetensorError, safe_open
+
+    for path in files:
+        try:
+            with safe_open(str(path), framework="pt") as handle:
+                for key in handle.keys():  # noqa: SIM118  (safe_open has keys(), not __iter__)
+                    tensor = handle.get_tensor(key)
+                    if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                        return f"{path.name} holds non-finite values in {key}"
+        except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
+            return f"{path.name} unreadable ({type(exc).__name__})"
+    return None
+
+
+def _crc32(path: Path) -> str:
+    value = 0
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 22), b""):
+            value = zlib.crc32(block, value)
+    return f"{value:08x}"

@@ -1,0 +1,34 @@
+"""The training run's start-up length check: the config's limits applied to ``rlvr.data.input_limits``.
+
+Called once the policy and the rollout engine exist (the engine may have a limit of its own: vLLM's
+``max_model_len``) and before anything is generated, so ``max_completion_length=100000000`` or a
+3,000-token prompt on a 1,024-position model stops the run at start-up, naming the row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from rlvr.config import ExperimentConfig
+from rlvr.data.input_limits import LengthCheck, check_lengths, template_bytes
+from rlvr.models.loading import position_limit
+
+
+def check_training_lengths(
+    cfg: ExperimentConfig,
+    rows: Sequence[dict],
+    *,
+    policy,
+    tokenizer,
+    engine,
+    tokenize: Callable[[dict], Sequence[Sequence[int]]],
+) -> LengthCheck:
+    """``check_lengths`` with the run's limits; ``tokenize``: the trainer's row → prompt ids of every variant."""
+    return check_lengths(
+        rows, tokenize, source=cfg.data.data,
+        max_positions=position_limit(policy, tokenizer, engine=engine),
+        max_completion_length=cfg.rollout.max_completion_length,
+        max_prompt_length=cfg.rollout.max_prompt_length,
+        template_bytes=template_bytes(tokenizer, system_prompt=cfg.data.system_prompt,
+                                      instruction=cfg.data.instruction),
+    )

@@ -1,0 +1,93 @@
+"""The run folder: a unique default name, one writer at a time, and nothing written over a folder
+that is not an rlvr run.
+
+- Default names are ``runs/<algo>-<YYYYmmdd-HHMMSS>``, made unique by creating the folder
+  exclusively (``-2``, ``-3``, ... when a parallel sweep starts in the same second).
+- A run holds an exclusive ``flock`` on ``<run>/.rlvr.lock`` (holding its PID and host) from set-up
+  to exit; a second writer stops at once naming the holder. The kernel drops the lock when the
+  process dies, however it dies, so a killed run never leaves a stale lock.
+- ``<run>/.rlvr-run`` marks a folder as an rlvr run. A non-empty folder without it (and without a
+  run's ``metrics.jsonl`` + ``checkpoints/``, for runs from before the marker) is refused: rlvr
+  would overwrite the user's ``config.yaml`` or ``samples.jsonl``.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import socket
+from datetime import datetime
+from pathlib import Path
+
+MARKER = ".rlvr-run"
+LOCK = ".rlvr.lock"
+
+
+class RunFolderBusy(ValueError):
+    """Another process is writing to this run folder."""
+
+
+def new_run_folder(algo: str, *, root: Path = Path("runs"), now: datetime | None = None) -> Path:
+    """Create and return a fresh ``runs/<algo>-<time>[-k]`` folder (exclusive ``mkdir``: unique)."""
+    stem = f"{algo}-{(now or datetime.now()):%Y%m%d-%H%M%S}"
+    root.mkdir(parents=True, exist_ok=True)
+    for k in range(1, 10_000):
+        candidate = root / (stem if k == 1 else f"{stem}-{k}")
+        try:
+            candidate.mkdir()
+            return candidate
+        except FileExistsError:
+            continue
+    raise RuntimeError(f"could not create a new run folder under {root} named {stem}-*; pass output_dir=")
+
+
+def is_run_folder(path: Path) -> bool:
+    """True when ``path`` was written by ``rlvr train`` (marker, or a run from before the marker)."""
+    return (path / MARKER).exists() or ((path / "metrics.jsonl").exists() and (path / "checkpoints").is_dir())
+
+
+def check_not_foreign(path: Path) -> None:
+    """Refuse a non-empty folder that is not an rlvr run (ValueError naming what is there and the fix)."""
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"output_dir={path} is a file, not a folder; choose another output_dir")
+    if not path.is_dir() or is_run_folder(path):
+        return
+    found = sorted(p.name for p in path.iterdir() if p.name != LOCK)
+    if found:
+        shown = ", ".join(found[:5]) + (", ..." if len(found) > 5 else "")
+        raise ValueError(f"output_dir={path} is not empty ({shown}) and is not an rlvr run: rlvr would write "
+                         "config.yaml, metrics.jsonl and samples.jsonl over what is there. Choose a new or empty "
+                         "output_dir (e.g. output_dir=" + str(path / "run") + ")")
+
+
+def mark_run_folder(path: Path) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / MARKER).touch()
+
+
+class RunFolderLock:
+    """An exclusive, non-blocking ``flock`` on ``<run>/.rlvr.lock``; ``release()`` or process exit drops it."""
+
+    def __init__(self, path: Path):
+        path.mkdir(parents=True, exist_ok=True)
+        self.path = path / LOCK
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = os.pread(self._fd, 200, 0).decode(errors="replace").strip() or "another process"
+            os.close(self._fd)
+            self._fd = None
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise RunFolderBusy(f"{path} is in use by {holder}: two runs writing into one folder would "
+                                    "interleave their metrics and checkpoints. Wait for it to finish, stop it, "
+                                    "or choose another output_dir") from None
+            raise
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, f"rlvr train pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing drops the flock
+            self._fd = None

@@ -1,0 +1,223 @@
+"""Runs that survive their users: one writer per folder, no overwriting of a foreign folder, resume
+that refuses a gap in the logs, damaged checkpoints passed over, Ctrl-C and SIGTERM save the run."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from rlvr.config import build_config
+from rlvr.train.checkpoint import checkpoint_dir, latest_checkpoint, list_checkpoints, load_trainer_state
+from rlvr.train.checkpoint_check import MANIFEST, checkpoint_problem
+from rlvr.train.run_folder import RunFolderBusy, RunFolderLock, new_run_folder
+from rlvr.train.trainer import Trainer
+
+from .conftest import tiny_overrides
+
+
+def _cfg(out, reward, **extra):
+    return build_config(tiny_overrides(out, reward_funcs=[reward], learning_rate=1e-3, **extra))
+
+
+def _weights(folder):
+    return load_file(next((folder / "model").glob("*.safetensors")))
+
+
+def _metrics(run):
+    return [{k: v for k, v in json.loads(x).items() if not k.startswith(("time/", "perf/", "memory/"))}
+            for x in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+# ----------------------------------------------------------------------------- the run folder
+def test_a_second_writer_stops_at_once_naming_the_holder(tmp_path, lowercase_reward):
+    holder = RunFolderLock(tmp_path / "r")  # as a running `rlvr train` holds it
+    try:
+        with pytest.raises(RunFolderBusy, match=rf"in use by rlvr train pid {os.getpid()}"):
+            Trainer(_cfg(tmp_path / "r", lowercase_reward, max_steps=1))
+    finally:
+        holder.release()
+    assert not (tmp_path / "r" / "metrics.jsonl").exists()  # nothing was written by the second one
+    Trainer(_cfg(tmp_path / "r", lowercase_reward, max_steps=1)).train()  # released: the folder is usable
+
+
+def test_two_processes_into_one_folder_one_is_refused(tmp_path, lowercase_reward):
+    out = tmp_path / "shared"
+    command = [sys.executable, "-m", "rlvr.cli", "train", "model=tiny-random", "data=rg:basic_arithmetic:size=16",
+               "prompts_per_step=2", "num_generations=2", "max_completion_length=4", "progress_bar=false",
+               "verifier_workers=1", f"reward_funcs={lowercase_reward}", f"output_dir={out}"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    first = subprocess.Popen([*command, "seed=1", "max_steps=100000"], env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (out / "metrics.jsonl").exists():
+            time.sleep(0.05)
+        # the same command, as a parallel sweep would start it (resume=true: the lock, not the
+        # "already holds a run" check, is what stops it)
+        second = subprocess.run([*command, "seed=2", "max_steps=3", "resume=true"], env=env, capture_output=True,
+                                text=True, timeout=300, check=False)
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.wait(timeout=120)
+    assert second.returncode == 2, second.stderr
+    assert f"is in use by rlvr train pid {first.pid}" in second.stderr and "Traceback" not in second.stderr
+    assert "seed: 1" in (out / "config.yaml").read_text()
+    steps = [m["step"] for m in _metrics(out)]
+    assert steps == list(range(1, len(steps) + 1))  # one run's steps, not interleaved
+
+
+def test_default_run_folders_are_unique_within_a_second(tmp_path):
+    now = datetime(2026, 12, 1, 9, 33, 59)
+    names = {new_run_folder("grpo", root=tmp_path, now=now).name for _ in range(3)}
+    assert names == {"grpo-20261201-093359", "grpo-20261201-093359-2", "grpo-20261201-093359-3"}
+
+
+def test_a_folder_that_is_not_a_run_is_never_written_over(tmp_path, lowercase_reward):
+    myexp = tmp_path / "myexp"
+    myexp.mkdir()
+    (myexp / "config.yaml").write_text("# my commented experiment\nlearning_rate: 1e-3\n")
+    with pytest.raises(ValueError, match=r"is not empty \(config.yaml\) and is not an rlvr run"):
+        Trainer(_cfg(myexp, lowercase_reward, max_steps=1))
+    assert (myexp / "config.yaml").read_text().startswith("# my commented experiment")
+    assert sorted(p.name for p in myexp.iterdir()) == ["config.yaml"]
+
+
+def test_resume_true_without_a_checkpoint_does_not_wipe_the_metrics(tmp_path, lowercase_reward):
+    out = tmp_path / "r"
+    Trainer(_cfg(out, lowercase_reward, max_steps=2)).train()
+    for folder in list_checkpoints(out):  # as if it had died before its first save
+        import shutil
+        shutil.rmtree(folder)
+    before = (out / "metrics.jsonl").read_text()
+    with pytest.raises(ValueError, match="no checkpoint to resume from.*overwrite_output_dir=true"):
+        Trainer(_cfg(out, lowercase_reward, max_steps=3, resume=True)).train()
+    assert (out / "metrics.jsonl").read_text() == before
+    history = Trainer(_cfg(out, lowercase_reward, max_steps=2, overwrite_output_dir=True)).train()
+    assert [m["step"] for m in history] == [1, 2] and [m["step"] for m in _metrics(out)] == [1, 2]
+
+
+def test_a_metrics_file_cut_short_is_refused_on_resume(tmp_path, lowercase_reward):
+    out = tmp_path / "r"
+    Trainer(_cfg(out, lowercase_reward, max_steps=3)).train()
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    (out / "metrics.jsonl").write_text(lines[0] + "\n")  # lost steps 2 and 3; the checkpoint is at 3
+    with pytest.raises(ValueError, match=r"lacks steps 2-3, but the checkpoint is at step 3.*force_resume=true"):
+        Trainer(_cfg(out, lowercase_reward, max_steps=4, resume=True)).train()
+    history = Trainer(_cfg(out, lowercase_reward, max_steps=4, resume=True, force_resume=True)).train()
+    assert [m["step"] for m in history] == [4]
+
+
+# ----------------------------------------------------------------------------- damaged checkpoints
+def _damage_and_resume(tmp_path, lowercase_reward, damage, caplog):
+    """3 steps saved every step; damage step 3's checkpoint; resume to 3 from the newest intact one."""
+    full, run = tmp_path / "full", tmp_path / "run"
+    Trainer(_cfg(full, lowercase_reward, max_steps=3)).train()
+    Trainer(_cfg(run, lowercase_reward, max_steps=3, save_steps=1, save_total_limit=None)).train()
+    damage(checkpoint_dir(run, 3))
+    assert checkpoint_problem(checkpoint_dir(run, 3)) is not None
+    with caplog.at_level("WARNING", logger="rlvr.train.resume"):
+        Trainer(_cfg(run, lowercase_reward, max_steps=3, save_steps=1, save_total_limit=None, resume=True)).train()
+    assert any("step-000003 is damaged" in r.getMessage() and "resuming from step-000002" in r.getMessage()
+               for r in caplog.records)
+    # step 3 was run again from step 2's checkpoint: the same weights and metrics as an uninterrupted run
+    for key, value in _weights(latest_checkpoint(full)).items():
+        torch.testing.assert_close(_weights(latest_checkpoint(run))[key], value, rtol=0, atol=0)
+    assert _metrics(run) == _metrics(full)
+
+
+def test_resume_passes_over_a_checkpoint_missing_its_optimizer(tmp_path, lowercase_reward, caplog):
+    _damage_and_resume(tmp_path, lowercase_reward, lambda c: (c / "optimizer.pt").unlink(), caplog)
+
+
+def test_resume_passes_over_a_truncated_weights_file(tmp_path, lowercase_reward, caplog):
+    def truncate(folder):
+        path = next((folder / "model").glob("*.safetensors"))
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    _damage_and_resume(tmp_path, lowercase_reward, truncate, caplog)
+
+
+def test_resume_passes_over_nan_weights_in_a_checkpoint_without_manifest(tmp_path, lowercase_reward, caplog):
+    def poison(folder):  # a checkpoint written before manifests existed, holding NaN weights
+        (folder / MANIFEST).unlink()
+        path = next((folder / "model").glob("*.safetensors"))
+        weights = load_file(path)
+        name = next(iter(weights))
+        weights[name] = torch.full_like(weights[name], float("nan"))
+        save_file(weights, path, metadata={"format": "pt"})
+    _damage_and_resume(tmp_path, lowercase_reward, poison, caplog)
+
+
+def test_every_checkpoint_damaged_is_refused_with_the_fix(tmp_path, lowercase_reward):
+    out = tmp_path / "r"
+    Trainer(_cfg(out, lowercase_reward, max_steps=1)).train()
+    (checkpoint_dir(out, 1) / "trainer_state.json").write_text("{")
+    with pytest.raises(ValueError, match="every checkpoint .* is damaged.*overwrite_output_dir=true"):
+        Trainer(_cfg(out, lowercase_reward, max_steps=2, resume=True)).train()
+
+
+# ----------------------------------------------------------------------------- signals
+def _cli(out, reward, **extra):
+    options = tiny_overrides(out, reward_funcs=[reward], learning_rate=1e-3, **extra)
+    return [sys.executable, "-m", "rlvr.cli", "train",
+            *(f"{k}=[{','.join(v)}]" if isinstance(v, list) else f"{k}={v}" for k, v in options.items())]
+
+
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+
+
+def _wait_for_step(run, step, proc, timeout=300):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        path = run / "metrics.jsonl"
+        if path.exists() and len(path.read_text().splitlines()) >= step:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"the run did not reach step {step}")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_finishes_the_step_saves_and_resumes_exactly(tmp_path, lowercase_reward, signum):
+    steps = 6
+    full, run = tmp_path / "full", tmp_path / "run"
+    subprocess.run(_cli(full, lowercase_reward, max_steps=steps), env=ENV, stdout=subprocess.DEVNULL, check=True,
+                   timeout=600)
+    proc = subprocess.Popen(_cli(run, lowercase_reward, max_steps=steps), env=ENV, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    _wait_for_step(run, 2, proc)
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 128 + signum, err[-2000:]
+    assert "Traceback" not in err
+    stopped_at = len(_metrics(run))
+    assert 2 <= stopped_at < steps
+    assert load_trainer_state(latest_checkpoint(run))["step"] == stopped_at  # saved, though save_steps is 50
+    assert f"interrupted by {signal.Signals(signum).name} after step {stopped_at}" in err and "resume=true" in err
+    subprocess.run([*_cli(run, lowercase_reward, max_steps=steps), "resume=true"], env=ENV,
+                   stdout=subprocess.DEVNULL, check=True, timeout=600)
+    for key, value in _weights(latest_checkpoint(full)).items():
+        torch.testing.assert_close(_weights(latest_checkpoint(run))[key], value, rtol=0, atol=0)
+    assert _metrics(run) == _metrics(full)
+
+
+def test_a_second_ctrl_c_stops_at_once(tmp_path, lowercase_reward):
+    run = tmp_path / "run"
+    proc = subprocess.Popen(_cli(run, lowercase_reward, max_steps=50, max_completion_length=48), env=ENV,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    _wait_for_step(run, 1, proc)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.05)  # well inside the step under way
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "Traceback" not in err
+    assert "interrupted; the last checkpoint (if any) is intact" in err
+
+
+def test_default_save_steps_bounds_what_a_crash_loses():
+    assert build_config({}).run.save_steps == 50
