@@ -221,3 +221,8 @@ def test_a_second_ctrl_c_stops_at_once(tmp_path, lowercase_reward):
 
 def test_default_save_steps_bounds_what_a_crash_loses():
     assert build_config({}).run.save_steps == 50
+
+
+def test_resume_and_overwrite_together_are_refused():
+    with pytest.raises(ValueError, match="overwrite_output_dir=True: resume=true continues the run"):
+        build_config({"resume": True, "overwrite_output_dir": True})

@@ -230,6 +230,9 @@ class RunConfig:
             _fail("grad_spike_factor", self.grad_spike_factor, "use a factor > 1 (e.g. 5)")
         if self.max_skipped_steps < 1:
             _fail("max_skipped_steps", self.max_skipped_steps, "use a positive count, e.g. 3")
+        if self.resume and self.overwrite_output_dir:
+            _fail("overwrite_output_dir", True, "resume=true continues the run and overwrite_output_dir=true starts it "
+                  "over: pass one of them")
         if self.nproc < 1:
             _fail("nproc", self.nproc, "use 1 (or launch with torchrun) or the number of processes, e.g. 2")
         if self.ddp_timeout < 1:
