@@ -1,4 +1,4 @@
-"""Group-relative advantages: the CONVENTIONS.md cross-check vectors and group-by-id properties."""
+"""Group-relative advantages: the cross-check vectors of docs/design/conventions.md and group-by-id properties."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def _ids(values):
 
 
 # ---------------------------------------------------------------------------------------------
-# Cross-check vectors (CONVENTIONS.md)
+# Cross-check vectors (docs/design/conventions.md)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -88,7 +88,7 @@ def test_grpo_cross_check_one_correct_of_eight():
 
 
 # ---------------------------------------------------------------------------------------------
-# Grouping by id, never by position (USERS.md #9)
+# Grouping by id, never by position (docs/design/pitfalls.md #9)
 # ---------------------------------------------------------------------------------------------
 
 

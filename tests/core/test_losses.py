@@ -179,7 +179,7 @@ def test_micro_batches_equal_one_batch(mode, importance_level):
 
 
 def test_local_token_mean_is_not_the_global_one():
-    # Why the global denominator matters (USERS.md #6): averaging per-micro-batch token means
+    # Why the global denominator matters (docs/design/pitfalls.md #6): averaging per-micro-batch token means
     # weights tokens of short micro-batches more, so it differs when lengths are unequal.
     weight, x, tokens, mask, old, ref, adv = _policy_setup()
     with torch.no_grad():
@@ -313,7 +313,7 @@ def test_clip_mask_is_false_at_padding():
 @pytest.mark.parametrize("importance_level", ["token", "sequence"])
 @pytest.mark.parametrize("mode", AGGREGATION_MODES)
 def test_masked_garbage_gives_zero_gradient_and_no_nan(importance_level, mode):
-    # USERS.md #4: padded positions hold ±inf, ±1e30 and NaN in logprobs, old and ref log-probs.
+    # docs/design/pitfalls.md #4: padded positions hold ±inf, ±1e30 and NaN in logprobs, old and ref log-probs.
     # The masked, clamped log-ratio must keep loss and gradients finite and exactly 0 at padding.
     inf, nan = math.inf, math.nan
     mask = _mask([2, 3], 7)

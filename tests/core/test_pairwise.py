@@ -1,4 +1,4 @@
-"""DaGRPO masked pairwise advantages: every check DAGRPO.md lists, with hand arithmetic."""
+"""DaGRPO masked pairwise advantages: every check docs/algorithms/dagrpo.md lists, with hand arithmetic."""
 
 import math
 

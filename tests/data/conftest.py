@@ -1,6 +1,6 @@
 import os
 
-# Without these a Hub lookup retries for ~50 s before failing (ENVIRONMENT.md). setdefault: the
+# Without these a Hub lookup retries for ~50 s before failing on a machine without network. setdefault: the
 # Makefile/CI already export them; this covers a bare `pytest tests/data`.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")

@@ -1,4 +1,4 @@
-"""DaGRPO options (DAGRPO.md). Every interpretation of the paper is a knob with the spec's default.
+"""DaGRPO options (docs/algorithms/dagrpo.md). Every interpretation of the paper is a knob with the spec's default.
 
 Labels: pair masking and anchors are the paper's mechanisms [paper]; every number and rule below
 is our reconstruction [design] (only the paper's abstract is public).

@@ -1,4 +1,4 @@
-"""TA-GRPO options (TAGRPO.md). Labels: [paper], [code] (the authors' verl fork), [design] (ours).
+"""TA-GRPO options (docs/algorithms/tagrpo.md). Labels: [paper], [code] (the authors' verl fork), [design] (ours).
 
 Every [design] choice is a knob with the spec's default; docs/algorithms/tagrpo.md has the labels.
 """

@@ -1,7 +1,7 @@
 """Per-token log-probabilities and entropy from logits.
 
 Convention: logits are divided by the sampling temperature before log-softmax, so the trainer
-scores tokens under the same distribution the sampler drew them from (USERS.md #5). top_p is not
+scores tokens under the same distribution the sampler drew them from (docs/design/pitfalls.md #5). top_p is not
 applied (as in TRL and verl): the ratio is against the tempered, untruncated distribution.
 
 Cost: the logits of a training micro-batch are [N, T, V] (SmolLM2: 32 x 128 x 49152 fp32 = 0.8 GB),

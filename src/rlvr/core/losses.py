@@ -2,7 +2,7 @@
 
 Every loss here returns a per-token tensor [N, T]; nothing reduces except :func:`aggregate`.
 
-Safety (USERS.md #4): the log-ratio is masked at padding and clamped to ±``log_ratio_clamp``
+Safety (docs/design/pitfalls.md #4): the log-ratio is masked at padding and clamped to ±``log_ratio_clamp``
 *before* ``exp``, so a padded position can never produce inf, and 0·inf = NaN can never leak
 through the unselected branch of ``min``/``max``.
 """
@@ -200,7 +200,7 @@ def anchor_surrogate(
     gradient is exactly −Â ∇log π) or LUFFY's policy shaping ψ(p) = p / (p + γ), which up-weights
     low-probability expert tokens (gradient −Â · γ/(p+γ)² · p ∇log p).
 
-    Anchors have no behaviour log-prob, so there is no ratio and nothing to clip (USERS.md #11:
+    Anchors have no behaviour log-prob, so there is no ratio and nothing to clip (docs/design/pitfalls.md #11:
     clipping is what made expert tokens contribute little in TRL's experiments).
 
     Args:
@@ -211,7 +211,7 @@ def anchor_surrogate(
     Returns:
         [N, T] per-token loss, zero at masked positions.
 
-    Convention: [design] DAGRPO.md; LUFFY (arXiv 2504.14945) for ψ(p) = p/(p+γ), γ = 0.1.
+    Convention: [design] docs/algorithms/dagrpo.md; LUFFY (arXiv 2504.14945) for ψ(p) = p/(p+γ), γ = 0.1.
     """
     mask = response_mask.bool()
     adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages

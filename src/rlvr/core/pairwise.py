@@ -1,6 +1,6 @@
 """DaGRPO's Sequence-level Gradient Rectification: pair masks and masked pairwise advantages.
 
-Our reconstruction (DAGRPO.md, labels [design]); the paper's abstract only says that fine-grained
+Our reconstruction (docs/algorithms/dagrpo.md, labels [design]); the paper's abstract only says that fine-grained
 scoring "dynamically masks sample pairs with low distinctiveness".
 
 Why pairs (exact algebra): with r̄ the group mean, r_i − r̄ = (1/G) Σ_j (r_i − r_j), so

@@ -1,6 +1,6 @@
 """Anchor texts for DaGRPO: an expert solution written as a response that ends with the boxed answer.
 
-[design] (DAGRPO.md, "Off-policy anchors"): the paper takes the anchor from the dataset's expert
+[design] (docs/algorithms/dagrpo.md, "Anchors"): the paper takes the anchor from the dataset's expert
 solution; how that text is turned into a response, and the worked solutions generated for
 reasoning-gym arithmetic rows that have none, are our choices.
 
@@ -20,7 +20,7 @@ Formats, first match wins:
        holds the gold text itself.
     3. Anything else: None.
 Convention: a solution's own final answer is not checked against the gold here; the trainer runs
-the verifier on every anchor and skips the ones it rejects (DAGRPO.md).
+the verifier on every anchor and skips the ones it rejects (docs/algorithms/dagrpo.md).
 """
 
 from __future__ import annotations

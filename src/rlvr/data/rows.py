@@ -1,4 +1,4 @@
-"""Normalize dataset rows to the rlvr row format (CONVENTIONS.md, "Dataset rows").
+"""Normalize dataset rows to the rlvr row format (docs/design/conventions.md, "Dataset rows and reward functions").
 
 A normalized row has
     id           str — the `id` column (ints accepted), else f"{source}#{index}"

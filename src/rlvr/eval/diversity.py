@@ -2,7 +2,7 @@
 
     diversity(group) = mean over pairs i < j of (1 − cos(e_i, e_j)),   e = all-MiniLM-L6-v2
 
-averaged over groups (TAGRPO.md "Controls and diagnostics"). Identical responses give 0; the value
+averaged over groups (docs/algorithms/tagrpo.md, "Diagnostics"). Identical responses give 0; the value
 grows as a group's responses say different things. Used during training (``diversity_steps``) and
 by evaluation. Groups with fewer than two responses are skipped.
 """

@@ -8,7 +8,7 @@ samples drawn without replacement from those n is correct:
 The product form avoids the huge binomials (C(128, 64) ≈ 2.4e37) and is exact up to float
 rounding; it is 1 when n − c < k (every k-subset holds a correct sample). pass@1 = c/n, the mean
 accuracy over the n samples. A benchmark's pass@k is the mean over its problems.
-Convention: CONVENTIONS.md "pass@k"; the same estimator as open-instruct and the Codex paper.
+Convention: docs/design/conventions.md, "pass@k"; the same estimator as open-instruct and the Codex paper.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ flagged ``truncated``.
 
 The sampling log-probs returned are log softmax(logits / T) of the chosen tokens — the same
 convention as the trainer's (top_p is not renormalised), so their difference from the trainer's
-log-probs measures the training/inference mismatch (USERS.md #5).
+log-probs measures the training/inference mismatch (docs/design/pitfalls.md #5).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """DaGRPO off-policy anchors: expert solutions injected into groups where the policy failed.
 
-[design] (DAGRPO.md "Off-policy anchors"): an anchor is the row's expert solution written as a
+[design] (docs/algorithms/dagrpo.md, "Anchors"): an anchor is the row's expert solution written as a
 response (``rlvr.data.anchors.anchor_text``), verified by the same verifier as the rollouts (a
 rejected anchor is never used), tokenised exactly like the policy's own responses — the tokens
 that follow the chat template's generation prompt, ending with EOS — and cut or skipped when longer

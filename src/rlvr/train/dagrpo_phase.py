@@ -1,4 +1,4 @@
-"""DaGRPO's per-step work between reward and advantages (DAGRPO.md, labels [design]).
+"""DaGRPO's per-step work between reward and advantages (docs/algorithms/dagrpo.md, labels [design]).
 
     score : q_i from the scorer, s_i = α·r_i + (1−α)·q_i (a failed score falls back to s_i = r_i)
     anchor: in triggered groups, the expert solution replaces the lowest-scored response (or is

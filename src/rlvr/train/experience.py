@@ -2,7 +2,7 @@
 
 A :class:`Group` is one prompt with its G responses. Every response carries its group's stable
 ``group_id`` (a run-wide counter assigned when the prompt was drawn), and advantages are computed
-from those ids, never from positions in the batch (USERS.md #9).
+from those ids, never from positions in the batch (docs/design/pitfalls.md #9).
 """
 
 from __future__ import annotations

@@ -62,7 +62,7 @@ def tagrpo_rollout_metrics(groups: list[Group]) -> dict[str, float]:
     over the policy's samples (pass ``Group.policy_samples``).
 
     ``pool_rescue_frac``: of the uniform variant groups, the fraction whose pool is not uniform —
-    the gradient that pooling recovers (TAGRPO.md, "Why pooling helps").
+    the gradient that pooling recovers (docs/algorithms/tagrpo.md, "Why pooling helps").
     """
     by_pool: dict[int, dict[int, list[float]]] = {}
     for g in groups:

@@ -5,7 +5,7 @@ Per optimiser step (one mini-batch):
     loss = aggregate(clipped_surrogate(logp, old_logp, A) + β·KL_k3(logp, ref_logp), mode)
 
 accumulated over micro-batches with the *mini-batch's* token and sequence counts as denominators,
-so k micro-batches of b give exactly the loss and gradient of one batch of k·b (USERS.md #6). The
+so k micro-batches of b give exactly the loss and gradient of one batch of k·b (docs/design/pitfalls.md #6). The
 micro-batches hold responses of similar length (``length_buckets``), so little of a forward is padding.
 
 Anchors (DaGRPO's expert responses) replace the clipped term by ψ-weighted log-likelihood:
@@ -13,7 +13,7 @@ Anchors (DaGRPO's expert responses) replace the clipped term by ψ-weighted log-
 
 Old log-probs are computed only when the ratio can differ from 1 (μ > 1 or several mini-batches);
 otherwise old = logp.detach() and the ratio is exactly 1 on this on-policy pass. Then the loss
-reads −mean(A) ≈ 0 on token-mean while the gradient is not 0 (USERS.md #3).
+reads −mean(A) ≈ 0 on token-mean while the gradient is not 0 (docs/design/pitfalls.md #3).
 
 A step whose loss or gradient norm is not finite is skipped (gradients dropped) and counted.
 

@@ -1,4 +1,4 @@
-"""Fine-grained scorers for DaGRPO's sequence-level gradient rectification (DAGRPO.md, SGR 1 and 5).
+"""Fine-grained scorers for DaGRPO's sequence-level gradient rectification (docs/algorithms/dagrpo.md, step 1 and "Scorers").
 
 Every scorer is called as ``scorer(questions, responses, references, rewards)`` and returns a
 quality score q ∈ [0, 1] per response, or None where scoring failed (the trainer then uses

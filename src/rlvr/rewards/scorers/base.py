@@ -5,7 +5,7 @@ A scorer maps a batch to one fine-grained quality score per response:
     scorer(questions, responses, references, rewards) -> list[float | None]
 
 q ∈ [0, 1], or None where scoring failed; the trainer then falls back to s = r for that response
-and counts it (DAGRPO.md, SGR step 5). Scorers never raise on model output.
+and counts it (docs/algorithms/dagrpo.md, step 1 of the algorithm). Scorers never raise on model output.
 """
 
 from __future__ import annotations

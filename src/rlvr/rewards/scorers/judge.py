@@ -1,6 +1,6 @@
 """The ``judge`` scorer: an LLM rates the reasoning of each response 0–10; q = score / 10.
 
-This is the paper's fine-grained scorer ([paper]/[summary] in DAGRPO.md: "scoring is LLM-based");
+This is the paper's fine-grained scorer ([paper]/[summary] in docs/algorithms/dagrpo.md: "scoring is LLM-based");
 the prompt, the 0–10 scale and the parsing are our reconstruction ([design]). The prompt, sent as
 one user message (``{reference_block}`` is empty when there is no reference solution)::
 

@@ -1,7 +1,7 @@
 """The ``reward`` and ``steps`` scorers: cheap, offline, deterministic.
 
 ``steps`` is OUR offline stand-in for the paper's LLM judge of reasoning quality (a deviation,
-[design] in DAGRPO.md): it checks the arithmetic the response writes down, not its logic.
+[design] in docs/algorithms/dagrpo.md): it checks the arithmetic the response writes down, not its logic.
 
     q_steps = (# equations that hold) / (# equations checked)     (see ``find_equations``)
     q       = q_steps   if the response has at least one checkable equation
