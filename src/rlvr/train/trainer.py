@@ -7,7 +7,8 @@ Everything a step needs lives on :class:`Trainer`; checkpoints and resume are in
 
 Reproducibility: every sampled response has its own seed, from (seed, step, round, its position
 in the step's requests); data order depends only on (seed, rows consumed), and the policy runs in
-eval mode (no dropout), so a resumed run repeats an uninterrupted one exactly on CPU (docs/design/pitfalls.md #7),
+eval mode (no dropout), so a resumed run repeats an uninterrupted one exactly on CPU with one
+thread (docs/design/pitfalls.md #7; with several, some CPUs' float sums vary at ~1e-7 run to run),
 and W processes sample what one process samples (``distributed.py``).
 """
 
