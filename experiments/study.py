@@ -128,8 +128,9 @@ def run_study(study_path: Path, argv: list[str] | None = None) -> int:
             final = final_checkpoint(run_dir, max_steps)
             if not (REPO / final).exists():
                 command = train_command(study, arm, seed, run_dir)
-                if (REPO / run_dir).exists():  # continue from its checkpoint (or, if a fresh clone has
-                    command.append("resume=true")  # only the committed logs, start it over)
+                if (REPO / run_dir).exists():  # continue from its checkpoint, or, when a fresh clone has
+                    resumable = any((REPO / run_dir / "checkpoints").glob("step-*"))  # only the logs,
+                    command.append("resume=true" if resumable else "overwrite_output_dir=true")  # start over
                 run(command, log, args.dry_run)
             evaluation = run_dir / "eval.json"
             if not args.skip_eval and not (REPO / evaluation).exists():

@@ -76,7 +76,8 @@ def test_every_run_was_made_by_the_committed_command(name):
         command = " ".join(["python", *study_module.train_command(study, arm, seed, run_dir)[1:]])
         finished = len(metrics.read_text().splitlines()) == int(study["common"]["max_steps"])
         if finished:  # an interrupted run's command is logged when it completes (summary.md lists it)
-            assert command in done or f"{command} resume=true" in done, f"{run_dir}: its command is not in commands.log"
+            variants = (command, f"{command} resume=true", f"{command} overwrite_output_dir=true")
+            assert any(v in done for v in variants), f"{run_dir}: its command is not in commands.log"
         # the run's own record of its options agrees with the study's YAML
         config = yaml.safe_load((metrics.parent / "config.yaml").read_text())
         flat = {key: value for section in config.values() if isinstance(section, dict) for key, value in section.items()}

@@ -226,3 +226,17 @@ def test_default_save_steps_bounds_what_a_crash_loses():
 def test_resume_and_overwrite_together_are_refused():
     with pytest.raises(ValueError, match="overwrite_output_dir=True: resume=true continues the run"):
         build_config({"resume": True, "overwrite_output_dir": True})
+
+
+def test_a_run_from_before_the_marker_is_still_a_run(tmp_path):
+    from rlvr.train.run_folder import check_not_foreign, is_run_folder
+    committed = tmp_path / "seed0"  # as the committed study runs: logs and config, no checkpoint, no marker
+    committed.mkdir()
+    (committed / "metrics.jsonl").write_text('{"step": 1}\n')
+    (committed / "config.yaml").write_text("model:\n  model: tiny-random\nrun:\n  seed: 0\n")
+    assert is_run_folder(committed)
+    check_not_foreign(committed)
+    (committed / "config.yaml").write_text("learning_rate: 1e-3\n")  # a user's own flat config: not a run
+    assert not is_run_folder(committed)
+    with pytest.raises(ValueError, match="is not an rlvr run"):
+        check_not_foreign(committed)

@@ -7,8 +7,8 @@ that is not an rlvr run.
   to exit; a second writer stops at once naming the holder. The kernel drops the lock when the
   process dies, however it dies, so a killed run never leaves a stale lock.
 - ``<run>/.rlvr-run`` marks a folder as an rlvr run. A non-empty folder without it (and without a
-  run's ``metrics.jsonl`` + ``checkpoints/``, for runs from before the marker) is refused: rlvr
-  would overwrite the user's ``config.yaml`` or ``samples.jsonl``.
+  run's ``metrics.jsonl`` beside an rlvr ``config.yaml``, for runs from before the marker) is
+  refused: rlvr would overwrite the user's ``config.yaml`` or ``samples.jsonl``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,10 @@ import os
 import socket
 from datetime import datetime
 from pathlib import Path
+
+import yaml
+
+from rlvr.config import SECTIONS
 
 MARKER = ".rlvr-run"
 LOCK = ".rlvr.lock"
@@ -43,8 +47,17 @@ def new_run_folder(algo: str, *, root: Path = Path("runs"), now: datetime | None
 
 
 def is_run_folder(path: Path) -> bool:
-    """True when ``path`` was written by ``rlvr train`` (marker, or a run from before the marker)."""
-    return (path / MARKER).exists() or ((path / "metrics.jsonl").exists() and (path / "checkpoints").is_dir())
+    """True when ``path`` was written by ``rlvr train``: the marker, or (a run from before the marker,
+    e.g. the committed study runs) a metrics.jsonl beside a config.yaml made of rlvr's sections."""
+    if (path / MARKER).exists():
+        return True
+    if not (path / "metrics.jsonl").is_file() or not (path / "config.yaml").is_file():
+        return False
+    try:
+        saved = yaml.safe_load((path / "config.yaml").read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError, OSError):
+        return False
+    return isinstance(saved, dict) and bool(saved) and set(saved) <= set(SECTIONS)
 
 
 def check_not_foreign(path: Path) -> None:
