@@ -264,3 +264,15 @@ def test_max_prompt_length_is_positive_or_null():
     assert load_config(None, ["max_prompt_length=512"]).rollout.max_prompt_length == 512
     with pytest.raises(ValueError, match="max_prompt_length"):
         load_config(None, ["max_prompt_length=0"])
+
+
+@pytest.mark.parametrize("option, value, fix", [
+    ("max_reward_error_frac", 1.5, "a fraction in \\[0, 1\\]"),
+    ("max_reward_error_frac", -0.1, "a fraction in \\[0, 1\\]"),
+    ("reward_timeout", 0, "positive number of seconds"),
+    ("reward_weights", [1e7], "at most 1e6"),
+])
+def test_reward_failure_options_are_validated(option, value, fix):
+    with pytest.raises(ValueError, match=rf"{option}=.*{fix}"):
+        build_config({option: value})
+    assert build_config({}).reward.max_reward_error_frac == 0.5 and build_config({}).reward.reward_timeout == 600.0

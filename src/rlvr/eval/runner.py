@@ -174,9 +174,7 @@ class _ChunkEvaluator:
         self.device = str(next(model.parameters()).device)
 
     def prompt_ids(self, row: dict) -> list[int]:
-        messages = prompt_messages(row["prompt"], system_prompt=self.s["system_prompt"],
-                                   instruction=self.s["instruction"])
-        return self.tokenizer(render_prompt(self.tokenizer, messages), add_special_tokens=False)["input_ids"]
+        return prompt_ids(self.tokenizer, row, system_prompt=self.s["system_prompt"], instruction=self.s["instruction"])
 
     def _texts(self, prompts: list[list[int]], seeds: list[int] | None, temperature: float) -> list[str]:
         completions = self.engine.generate(prompts, temperature=temperature, row_seeds=seeds,
@@ -376,9 +374,14 @@ def _check_input_lengths(model, tokenizer, datasets: dict[str, list[dict]], *, m
     per_row = template_bytes(tokenizer, system_prompt=system_prompt, instruction=instruction)
 
     def tokenize(row: dict) -> list[int]:
-        messages = prompt_messages(row["prompt"], system_prompt=system_prompt, instruction=instruction)
-        return tokenizer(render_prompt(tokenizer, messages), add_special_tokens=False)["input_ids"]
+        return prompt_ids(tokenizer, row, system_prompt=system_prompt, instruction=instruction)
 
     for spec, rows in datasets.items():
         check_lengths(rows, tokenize, max_positions=max_positions, max_completion_length=max_completion_length,
                       template_bytes=per_row, source=spec)
+
+
+def prompt_ids(tokenizer, row: dict, *, system_prompt: str | None, instruction: str | None) -> list[int]:
+    """The chat-formatted prompt tokens of ``row``, exactly as the evaluation generates from them."""
+    messages = prompt_messages(row["prompt"], system_prompt=system_prompt, instruction=instruction)
+    return tokenizer(render_prompt(tokenizer, messages), add_special_tokens=False)["input_ids"]

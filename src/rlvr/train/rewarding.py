@@ -48,15 +48,13 @@ class Rewarder:
                  verifier_workers: int, verifier_timeout: float, answer_extraction: str,
                  max_reward_error_frac: float = 0.5, reward_timeout: float | None = None):
         self.pool = VerifierPool(num_workers=verifier_workers, timeout_s=verifier_timeout)
-        self.specs = list(reward_funcs)
-        self.funcs = [resolve_reward(spec, self.pool, answer_extraction=answer_extraction) for spec in self.specs]
+        self.funcs = [resolve_reward(spec, self.pool, answer_extraction=answer_extraction) for spec in reward_funcs]
         self.names = logged_names(self.funcs)  # what metrics call them: rewards/<name>_mean, <name>/errors
         self.weights = list(reward_weights) if reward_weights is not None else [1.0] * len(self.funcs)
         self.max_error_frac = max_reward_error_frac
         self.timeout_s = reward_timeout
         self.last_failure: dict[str, str] = {}  # name -> "Type: message", on this rank
         self._window: deque[tuple[float, dict[str, float]]] = deque(maxlen=ERROR_WINDOW_STEPS)
-        self._steps_checked = 0
 
     def close(self) -> None:
         self.pool.close()
@@ -132,9 +130,9 @@ class Rewarder:
         calls = stats.get("rewards/calls", 0.0)
         errors = {name: stats.get(f"rewards/{name}/errors", 0.0) for name in self.names}
         self._window.append((calls, errors))
-        self._steps_checked += 1
         for name in self.names:
-            if self._steps_checked == 1 and calls and errors[name] == calls:
+            first_step = len(self._window) == 1  # the window only grows until it holds ERROR_WINDOW_STEPS
+            if first_step and calls and errors[name] == calls:
                 raise RewardFunctionFailed(
                     f"step {step}: reward function {name!r} failed at every call of the first step "
                     f"({self._cause(name)}); the run would learn nothing. Fix the function (it must "
