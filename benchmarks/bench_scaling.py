@@ -92,7 +92,7 @@ def run_setting(args, sweep: str, setting: dict) -> dict:
         records = []
         for step in range(1, 2 + args.steps):
             counts.update(generated=0, scored=0)
-            metrics, _ = trainer.training_step(step)
+            metrics = trainer.training_step(step).metrics
             if step > 1:
                 records.append({"step_s": metrics["time/step_s"], "rollout_s": metrics["time/rollout_s"],
                                 "update_s": metrics["time/update_s"], **counts})

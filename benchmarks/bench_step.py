@@ -179,7 +179,7 @@ def rlvr_step(trainer, step: int) -> dict:
     rec: dict = {}
     BUCKETS.current = rec
     try:
-        metrics, _ = trainer.training_step(step)
+        metrics = trainer.training_step(step).metrics
     finally:
         BUCKETS.current = None
     rec["step"] = metrics["time/step_s"]
@@ -283,7 +283,7 @@ def check_prompt_tokens(rlvr_trainer, trl_trainer, rows: list[dict], count: int 
         messages = prompt_messages(row["prompt"], system_prompt=cfg.data.system_prompt,
                                    instruction=cfg.data.instruction)
         trl_ids = list(trl_trainer._tokenize_prompts([messages])[0][0])
-        same += trl_ids == rlvr_trainer.prompt_ids(row)
+        same += trl_ids == rlvr_trainer.prompts.ids(row)
     return f"{same}/{count} prompts tokenised identically"
 
 

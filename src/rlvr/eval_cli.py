@@ -20,15 +20,20 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import signal
 import sys
 import threading
 from pathlib import Path
 
-from rlvr.data import DEFAULT_INSTRUCTION
+from rlvr.config import DataConfig, EvalConfig, ModelConfig, RewardConfig, RunConfig
+from rlvr.rewards.extract import DEFAULT_EXTRACTION, EXTRACTION_MODES
 
+# A standalone evaluation samples more, and longer, responses than the one during training
+# (eval_n, and eval_max_completion_length = the training length): these two are its own.
 DEFAULT_N = 16
+DEFAULT_MAX_COMPLETION_LENGTH = 1024
 _EXAMPLES = """examples:
   rlvr eval --model smollm2-135m --data gsm8k-100 --n 4 --k 1,2,4 --out eval/base.json
   rlvr eval --model runs/grpo/checkpoints/step-000200/model --data gsm8k-100,rg:chain_sum:size=200 \\
@@ -45,34 +50,44 @@ minerva, olympiadbench, gsm8k, gpqa-diamond; BENCHMARK:path=FILE for a local cop
 Per-problem results go to OUT.problems.jsonl; rerunning the same command resumes from it."""
 
 
+def _from_config(section: type, name: str, **overrides) -> dict:
+    """``default`` and ``help`` of an option that stands for config field ``name``, so that each
+    default (and what it means) is written once, on the field; ``overrides`` replace either."""
+    spec = next(f for f in dataclasses.fields(section) if f.name == name)
+    default = overrides.pop("default", spec.default)
+    text = overrides.pop("help", spec.metadata["help"])
+    return {"default": default, "help": text if default is None else f"{text} (default {default})", **overrides}
+
+
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="alias, model/checkpoint/run folder, or Hub id")
     parser.add_argument("--data", required=True, help="dataset spec(s), comma-separated")
     parser.add_argument("--out", required=True, help="summary JSON file (per-problem: OUT.problems.jsonl)")
     parser.add_argument("--n", type=int, default=DEFAULT_N, help=f"samples per problem (default {DEFAULT_N})")
     parser.add_argument("--k", help="comma-separated k of pass@k, each <= n (default 1,2,4,... up to n)")
-    parser.add_argument("--temperature", type=float, default=0.6, help="sampling temperature (default 0.6)")
-    parser.add_argument("--top_p", "--top-p", type=float, default=0.95, help="nucleus p (default 0.95)")
-    parser.add_argument("--max_completion_length", "--max-completion-length", type=int, default=1024,
-                        help="max new tokens per response (default 1024)")
+    parser.add_argument("--temperature", type=float, **_from_config(EvalConfig, "eval_temperature"))
+    parser.add_argument("--top_p", "--top-p", type=float, **_from_config(EvalConfig, "eval_top_p"))
+    parser.add_argument("--max_completion_length", "--max-completion-length", type=int,
+                        default=DEFAULT_MAX_COMPLETION_LENGTH,
+                        help=f"max new tokens per response (default {DEFAULT_MAX_COMPLETION_LENGTH})")
     parser.add_argument("--greedy", action="store_true", help="also report greedy (temperature 0) accuracy")
     parser.add_argument("--diversity", action="store_true",
                         help="per-problem response diversity (needs: pip install 'rlvr[embed]')")
-    parser.add_argument("--limit", type=int, help="only the first N problems of each dataset")
+    parser.add_argument("--limit", type=int, **_from_config(EvalConfig, "eval_limit"))
     parser.add_argument("--log-samples", "--log_samples", dest="log_samples", action="store_true",
                         help="also write every response, its extracted answer and verdict to "
                         "<out>.samples.jsonl (to read what a score is made of)")
-    parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
-    parser.add_argument("--dtype", default="float32", help="float32 or bfloat16 (default float32)")
-    parser.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
+    parser.add_argument("--seed", type=int, **_from_config(RunConfig, "seed", help="sampling seed"))
+    parser.add_argument("--dtype", **_from_config(ModelConfig, "dtype"))
+    parser.add_argument("--device", **_from_config(ModelConfig, "device"))
     parser.add_argument("--batch-size", "--batch_size", type=int, default=64,
                         help="sequences per generate call (memory only; results do not depend on it)")
-    parser.add_argument("--instruction", default=DEFAULT_INSTRUCTION,
-                        help="text appended to each question, as in training (default: the training default)")
+    parser.add_argument("--instruction", **_from_config(
+        DataConfig, "instruction", help="text appended to each question, as in training"))
     parser.add_argument("--no-instruction", action="store_true", help="append no instruction")
-    parser.add_argument("--system-prompt", "--system_prompt", help="system message (default none)")
-    parser.add_argument("--answer-extraction", "--answer_extraction", default="boxed", choices=("boxed", "flexible"),
-                        help="boxed: \\boxed{}, '#### N', 'the answer is'; flexible: also the last number")
+    parser.add_argument("--system-prompt", "--system_prompt", **_from_config(DataConfig, "system_prompt"))
+    parser.add_argument("--answer-extraction", "--answer_extraction", choices=EXTRACTION_MODES,
+                        **_from_config(RewardConfig, "answer_extraction", default=DEFAULT_EXTRACTION))
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 

@@ -10,8 +10,10 @@ import pytest
 
 import rlvr.models
 from rlvr import eval_cli
+from rlvr.config import ExperimentConfig
 from rlvr.eval.problems_file import problems_path
 from rlvr.eval_cli import add_eval_parser, resolve_model_path, run_eval
+from rlvr.rewards import DEFAULT_EXTRACTION
 
 
 def _eval(argv: list[str]) -> int:
@@ -21,6 +23,19 @@ def _eval(argv: list[str]) -> int:
 
 
 BASE = ["--model", "tiny-random", "--n", "2", "--k", "1,2", "--max_completion_length", "8", "--no-progress"]
+
+
+def test_defaults_are_the_config_fields_they_stand_for():
+    # written once: the eval options of training and `rlvr eval` sample the same way by default
+    args = argparse.ArgumentParser()
+    eval_cli._add_arguments(args)
+    args = args.parse_args(["--model", "m", "--data", "d", "--out", "o"])
+    cfg = ExperimentConfig()
+    assert (args.temperature, args.top_p, args.limit) == (cfg.eval.eval_temperature, cfg.eval.eval_top_p,
+                                                          cfg.eval.eval_limit)
+    assert (args.seed, args.dtype, args.device) == (cfg.run.seed, cfg.model.dtype, cfg.model.device)
+    assert (args.instruction, args.system_prompt) == (cfg.data.instruction, cfg.data.system_prompt)
+    assert args.answer_extraction == DEFAULT_EXTRACTION  # benchmarks score the written answer, not the last number
 
 
 def test_end_to_end_on_a_local_file_and_gsm8k_100(tmp_path, capsys):

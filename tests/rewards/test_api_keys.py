@@ -122,6 +122,7 @@ def test_the_judge_config_option_reaches_the_backend(key_set):
                "judge_api_key_env": key_set}
     assert build_config(options).dagrpo.judge_allow_plain_http is False
     with pytest.raises(ValueError, match="judge_allow_plain_http=true"):
-        build_run_scorer(build_config(options), device="cpu")
-    judge = build_run_scorer(build_config({**options, "judge_allow_plain_http": True}), device="cpu")
+        build_run_scorer(build_config(options).dagrpo, model_dtype="float32", seed=0, device="cpu")
+    judge = build_run_scorer(build_config({**options, "judge_allow_plain_http": True}).dagrpo, model_dtype="float32",
+                             seed=0, device="cpu")
     assert judge.backend.allow_plain_http and judge.backend.timeout_s == 30.0

@@ -98,6 +98,9 @@ def test_missing_vllm_names_the_fix(monkeypatch):
 
 @needs_vllm
 def test_completion_semantics(engine):
+    from rlvr.rollout import RolloutEngine
+
+    assert isinstance(engine, RolloutEngine)  # the contract every engine keeps (rlvr.rollout.engine)
     prompts = [p for p in SHORT_PROMPTS for _ in range(16)]
     out = engine.generate(prompts, max_new_tokens=40, temperature=1.0, generator_seed=3)
     assert len(out) == len(prompts)

@@ -15,13 +15,13 @@ from rlvr.rollout import Completion
 from rlvr.train.advantages import compute_advantages
 from rlvr.train.anchors import AnchorBank, inject_anchor, should_inject
 from rlvr.train.experience import Experience, Group
-from rlvr.train.rollout_phase import collect_groups
+from rlvr.train.plan import compile_plan, scoring_prompts
 from rlvr.train.sft import SFTTrainer
 from rlvr.train.trainer import Trainer
-from rlvr.train.update import UpdateStats, optimizer_step, update_policy
+from rlvr.train.update import OptimizerBatch, PolicyUpdate, UpdateResult
 
 from .conftest import tiny_overrides
-from .test_update import NoScheduler, RecordingOptimizer, _experience
+from .test_update import NoScheduler, RecordingOptimizer, _experience, update_policy
 
 
 def _cfg(**extra):
@@ -34,12 +34,11 @@ def test_tau_zero_without_anchors_equals_grpo_advantages_and_gradients():
     exp.scores = torch.rand(len(exp))
     grads, advs = {}, {}
     for name, cfg in {"grpo": _cfg(), "dagrpo": _cfg(algo="dagrpo_sgr", pair_tau=0.0)}.items():
-        advs[name], metrics = compute_advantages(cfg, exp)
-        exp.advantages = advs[name]
+        advs[name], metrics = compute_advantages(compile_plan(cfg).advantages, exp)
         model, tok = tiny_random_model_and_tokenizer(seed=0)
         model.eval()
         opt = RecordingOptimizer(model.parameters())
-        update_policy(cfg, model, opt, NoScheduler(), exp, pad_token_id=tok.pad_token_id)
+        update_policy(cfg, model, opt, NoScheduler(), exp, advs[name], pad_token_id=tok.pad_token_id)
         grads[name] = opt.grads[0]
     assert metrics["dagrpo/masked_pair_frac"] == 0.0
     torch.testing.assert_close(advs["dagrpo"], advs["grpo"], rtol=0, atol=1e-7)
@@ -51,8 +50,8 @@ def test_masking_changes_advantages_and_is_reported():
     exp = _experience()
     exp.scores = exp.rewards.clone()  # s = r: pairs with equal rewards carry no contrast anyway
     exp.scores[1] = exp.scores[0] - 0.1  # the (0, 1) pair becomes indistinct at tau 0.2
-    adv, metrics = compute_advantages(_cfg(algo="dagrpo_sgr"), exp)
-    grpo, _ = compute_advantages(_cfg(), exp)
+    adv, metrics = compute_advantages(compile_plan(_cfg(algo="dagrpo_sgr")).advantages, exp)
+    grpo, _ = compute_advantages(compile_plan(_cfg()).advantages, exp)
     assert not torch.allclose(adv, grpo)
     assert metrics["dagrpo/masked_contrast_frac"] > 0
 
@@ -65,12 +64,13 @@ def test_anchor_gradient_is_minus_adv_grad_logp_and_never_clipped():
                   completions=[Completion(anchor_ids, [], False, is_anchor=True), Completion(own_ids, [0.0, 0.0], False)],
                   texts=["", ""], rewards=[1.0, 0.0])
     exp = Experience.from_groups([group])
-    exp.advantages = torch.tensor([2.0, 0.0])  # only the anchor carries a gradient
-    exp.old_logprobs = [torch.full((4,), -30.0), torch.full((2,), -30.0)]  # ratios would be e^30: clipped if PPO
+    advantages = torch.tensor([2.0, 0.0])  # only the anchor carries a gradient
+    old = [torch.full((4,), -30.0), torch.full((2,), -30.0)]  # ratios would be e^30: clipped if PPO
     cfg = _cfg(anchors="always", epsilon=0.2, max_grad_norm=0.0)  # no clipping of the recorded grads
     opt = RecordingOptimizer(model.parameters())
-    optimizer_step(cfg, model, opt, NoScheduler(), exp, [[0, 1]], micro=2, pad_token_id=tok.pad_token_id,
-                   stats=UpdateStats(grad_norms=[]), on_policy=False)
+    update = PolicyUpdate(compile_plan(cfg).update, model, opt, NoScheduler(), pad_token_id=tok.pad_token_id)
+    update.optimizer_step(OptimizerBatch(exp, advantages, old, None, [[0, 1]]), micro=2, result=UpdateResult(lr=0.0),
+                          on_policy=False)
     # expected: d/dθ of -(2.0 * Σ_t log π(a_t)) / 6 tokens (token_mean over the mini-batch)
     ids = torch.tensor([prompt + anchor_ids])
     logp = torch.log_softmax(model(input_ids=ids).logits[0, 2:-1], -1).gather(-1, torch.tensor(anchor_ids)[:, None])
@@ -136,7 +136,7 @@ def test_dynamic_sampling_keeps_groups_rescued_by_anchors(tmp_path):
     cfg = build_config(tiny_overrides(tmp_path / "d", algo="dapo", anchors="failed", data="rg:chain_sum:size=32",
                                       max_num_gen_batches=2, max_completion_length=8))
     trainer = Trainer(cfg)
-    result = collect_groups(trainer, step=1)
+    result = trainer.training_step(1).rollout
     trainer.rewarder.close()
     assert result.rounds == 1 and len(result.kept) == 4  # all-wrong groups got anchors: not uniform
     rescued = [g for g in result.kept if len({g.rewards[i] for i in g.on_policy}) == 1]
@@ -238,13 +238,13 @@ def test_judge_with_a_local_model_back_end(tmp_path):
 
 
 def _variant_group(rewards, *, variants=None):
-    """A TA-GRPO-shaped group (variants set, as generate_groups makes them) with given accuracy rewards."""
+    """A TA-GRPO-shaped group (variants set, as GroupGenerator makes them) with given accuracy rewards."""
     n = len(rewards)
     return Group(group_id=1, row={"id": "r", "prompt": "q", "answer": "7"}, prompt_ids=[1, 2],
                  completions=[Completion([5 + i, 9], [0.0, 0.0], False) for i in range(n)],
                  texts=[f"t{i}" for i in range(n)], rewards=list(rewards),
                  reward_parts={"accuracy": list(rewards)}, variants=list(variants or [0] * n),
-                 variant_prompt_ids=[[1, 2], [3, 4]])
+                 variant_prompt_ids=[[1, 2], [3, 4]], correctness="accuracy")
 
 
 @pytest.mark.parametrize("placement", ["replace_worst", "append"])
@@ -253,7 +253,7 @@ def test_anchor_placements_flatten_with_variants(placement):
     from rlvr.train.anchors import Anchor
     g = _variant_group([0.0, 0.0, 0.0], variants=[0, 1, 1])
     inject_anchor(g, Anchor([7, 257], "sol", False, 1.0, {"accuracy": 1.0}), _cfg(anchor_placement=placement).dagrpo)
-    exp = Experience.from_groups([g], ratio_anchor="unanchored")
+    exp = Experience.from_groups([g], scoring_prompts("unanchored"))
     anchor = int(exp.is_anchor.nonzero())
     assert len(exp) == (4 if placement == "append" else 3)
     # an anchor answers q_0: variant 0 and scored on q_0 in every mode, even in a slot sampled from q_1
@@ -265,7 +265,7 @@ def test_anchor_replacing_a_q1_slot_is_scored_on_q0_in_every_ratio_mode():
     for mode in ("original", "unanchored", "truncated_is"):
         g = _variant_group([1.0, 1.0, 0.0], variants=[0, 0, 1])  # the worst response was sampled from q_1
         inject_anchor(g, Anchor([7, 257], "sol", False, 1.0, {"accuracy": 1.0}), _cfg().dagrpo)
-        exp = Experience.from_groups([g], ratio_anchor=mode)
+        exp = Experience.from_groups([g], scoring_prompts(mode))
         assert bool(exp.is_anchor[2]) and exp.variants[2] == 0
         assert exp.prompt_ids[2] == [1, 2] and exp.behaviour_prompt_ids[2] == [1, 2], mode
         assert bool(exp.on_own_prompt[2])
@@ -280,7 +280,7 @@ def test_rollout_metrics_describe_the_policy_samples_before_injection():
     g = _variant_group([1.0, 1.0, 0.0, 1.0])
     inject_anchor(g, Anchor([7, 257], "sol", False, 1.0, {"accuracy": 1.0}), _cfg(anchors="always").dagrpo)
     assert g.uniform and g.rewards == [1.0] * 4  # the group as trained: all 1.0
-    m = rollout_metrics(RolloutResult(kept=[g], generated=[g], rounds=1), ["accuracy"])
+    m = rollout_metrics(RolloutResult(compile_plan(_cfg()).rollout, 1, kept=[g], generated=[g], rounds=1), ["accuracy"])
     assert m["rollout/reward_mean"] == 0.75 and m["rollout/accuracy"] == 0.75
     assert m["rollout/frac_uniform_groups"] == 0.0 and m["rollout/frac_all_correct"] == 0.0
     assert m["rewards/accuracy_mean"] == 0.75
@@ -307,7 +307,8 @@ def test_anchor_is_rewarded_by_the_runs_reward_functions():
 def build_dagrpo_phase_for_test(rewarder, tok):
     from rlvr.train.dagrpo_phase import build_dagrpo_phase
     cfg = _cfg(anchors="failed", max_completion_length=64)
-    return build_dagrpo_phase(cfg, tokenizer=tok, eos_token_id=257, rewarder=rewarder, device="cpu")
+    return build_dagrpo_phase(cfg.dagrpo, max_completion_length=64, model_dtype="float32", seed=0, tokenizer=tok,
+                              eos_token_id=257, rewarder=rewarder, device="cpu")
 
 
 def test_dagrpo_run_with_appended_anchors(tmp_path):

@@ -14,6 +14,7 @@ from rlvr.config import build_config
 from rlvr.rollout import Completion
 from rlvr.train.advantages import compute_advantages
 from rlvr.train.experience import Experience, Group
+from rlvr.train.plan import compile_plan
 from rlvr.train.rewarding import RewardFunctionFailed
 from rlvr.train.trainer import Trainer
 
@@ -132,7 +133,7 @@ def test_unscorable_completions_are_out_of_the_statistics_and_get_zero_advantage
     # group 2: every completion unscorable -> all 0
     groups = [_group(1, [1.0, 0.0, 0.0, 1.0], [True, True, False, True]), _group(2, [0.0, 0.0], [False, False])]
     exp = Experience.from_groups(groups)
-    adv, _ = compute_advantages(build_config({"model": "tiny-random"}), exp)
+    adv, _ = compute_advantages(compile_plan(build_config({"model": "tiny-random"})).advantages, exp)
     torch.testing.assert_close(adv, torch.tensor([0.57735, -1.1547, 0.0, 0.57735, 0.0, 0.0]), atol=1e-4, rtol=0)
     assert groups[1].uniform and not groups[0].uniform  # no scorable value: no signal
 

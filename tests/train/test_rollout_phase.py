@@ -9,7 +9,6 @@ from rlvr.config import build_config
 from rlvr.rollout import Completion
 from rlvr.train.experience import Group
 from rlvr.train.rewarding import Rewarder
-from rlvr.train.rollout_phase import collect_groups
 from rlvr.train.trainer import Trainer
 
 from .conftest import tiny_overrides
@@ -37,7 +36,7 @@ def parity_reward(tmp_path):
 
 def test_group_ids_are_unique_and_shared_within_groups(tmp_path, parity_reward):
     trainer = Trainer(build_config(tiny_overrides(tmp_path / "r", reward_funcs=[parity_reward])))
-    result = collect_groups(trainer, step=1)
+    result = trainer.training_step(1).rollout
     ids = [g.group_id for g in result.generated]
     assert len(set(ids)) == len(ids) == 4
     assert all(len(g.completions) == 4 for g in result.generated)
@@ -48,7 +47,7 @@ def test_dynamic_sampling_keeps_only_mixed_groups_and_refills(tmp_path, parity_r
     cfg = build_config(tiny_overrides(tmp_path / "r", algo="dapo", reward_funcs=[parity_reward],
                                       data="rg:basic_arithmetic:size=64:seed=3", max_num_gen_batches=6))
     trainer = Trainer(cfg)
-    result = collect_groups(trainer, step=1)
+    result = trainer.training_step(1).rollout
     trainer.rewarder.close()
     uniform_generated = [g for g in result.generated if g.uniform]
     assert uniform_generated, "the fixture must produce some uniform groups"

@@ -7,7 +7,7 @@ from rlvr.config import build_config
 from rlvr.rollout import Completion
 from rlvr.train.experience import Experience, Group, minibatches
 from rlvr.train.metrics import tagrpo_rollout_metrics
-from rlvr.train.rollout_phase import collect_groups, generate_groups
+from rlvr.train.plan import scoring_prompts
 from rlvr.train.scoring import score_no_grad
 from rlvr.train.trainer import Trainer
 
@@ -28,7 +28,7 @@ def _trainer(tmp_path, rows_file=True, **extra):
 
 def test_pools_hold_every_variant_and_share_one_group_id(tmp_path):
     trainer = _trainer(tmp_path, algo="tagrpo")
-    groups = generate_groups(trainer, trainer.sampler.take(2), seed=0)
+    groups = trainer.generate_groups(trainer.sampler.take(2), seed=0)
     trainer.rewarder.close()
     assert len(groups) == 2
     for g in groups:
@@ -39,7 +39,7 @@ def test_pools_hold_every_variant_and_share_one_group_id(tmp_path):
 
 def test_unpooled_variants_are_groups_of_one_pool_never_split(tmp_path):
     trainer = _trainer(tmp_path, algo="tagrpo_unpooled", steps_per_generation=2)
-    groups = generate_groups(trainer, trainer.sampler.take(2), seed=0)
+    groups = trainer.generate_groups(trainer.sampler.take(2), seed=0)
     trainer.rewarder.close()
     assert len(groups) == 8 and len({g.group_id for g in groups}) == 8
     assert len({g.pool for g in groups}) == 2
@@ -59,11 +59,11 @@ def _independent_logprobs(model, prompt, response):
 
 def test_anchored_scores_on_q0_and_unanchored_on_qj(tmp_path):
     trainer = _trainer(tmp_path, algo="tagrpo")
-    (group,) = generate_groups(trainer, trainer.sampler.take(1), seed=0)
+    (group,) = trainer.generate_groups(trainer.sampler.take(1), seed=0)
     trainer.rewarder.close()
     group.rewards = [0.0] * len(group.completions)
     for mode in ("original", "unanchored"):
-        exp = Experience.from_groups([group], ratio_anchor=mode)
+        exp = Experience.from_groups([group], scoring_prompts(mode))
         got = score_no_grad(trainer.policy, exp.prompt_ids, exp.response_ids, pad_token_id=trainer.tokenizer.pad_token_id,
                             temperature=1.0, micro_batch_size=5)
         for i, c in enumerate(group.completions):
@@ -73,7 +73,7 @@ def test_anchored_scores_on_q0_and_unanchored_on_qj(tmp_path):
                                        rtol=1e-5, atol=1e-5)
             if mode == "original" and j > 0:
                 assert group.variant_prompt_ids[j] != group.variant_prompt_ids[0]
-    exp = Experience.from_groups([group], ratio_anchor="truncated_is")
+    exp = Experience.from_groups([group], scoring_prompts("truncated_is"))
     assert all(p == group.prompt_ids for p in exp.prompt_ids)
     assert [p == group.prompt_ids for p in exp.behaviour_prompt_ids] == [v == 0 for v in group.variants]
 
@@ -83,11 +83,11 @@ def test_equal_sampling_uses_n_plus_one_times_g_responses_to_q0(tmp_path):
     seen = []
     original = trainer.engine.generate
     trainer.engine.generate = lambda prompts, **kw: seen.append(prompts) or original(prompts, **kw)
-    groups = generate_groups(trainer, trainer.sampler.take(2), seed=0)
+    groups = trainer.generate_groups(trainer.sampler.take(2), seed=0)
     trainer.rewarder.close()
     assert [len(g.completions) for g in groups] == [16, 16]  # (3 + 1) * 4
     assert all(v == 0 for g in groups for v in g.variants)
-    q0 = {tuple(trainer.prompt_ids(row)) for row in REPHRASED}
+    q0 = {tuple(trainer.prompts.ids(row)) for row in REPHRASED}
     assert len(seen[0]) == 32 and all(tuple(p) in q0 for p in seen[0])
 
 
@@ -138,7 +138,7 @@ def test_tagrpo_runs_end_to_end_with_rule_rephrasings_and_logs_the_gap(tmp_path,
 def test_truncated_is_and_dagrpo_composition_run(tmp_path):
     trainer = _trainer(tmp_path, algo="tagrpo", ratio_anchor="truncated_is", pair_masking=True, scorer="reward",
                        anchors="failed", max_steps=1)
-    assert trainer.cfg.needs_old_logprobs
+    assert trainer.plan.update.needs_old_logprobs
     (metrics,) = trainer.train()
     assert metrics["train/skipped_steps"] == 0
     assert "dagrpo/anchor_rate" in metrics and "tagrpo/frac_uniform_pools" in metrics
@@ -147,7 +147,7 @@ def test_truncated_is_and_dagrpo_composition_run(tmp_path):
 def test_dynamic_sampling_keeps_whole_pools(tmp_path, lowercase_reward):
     trainer = _trainer(tmp_path, algo="tagrpo_unpooled", dynamic_sampling=True, max_num_gen_batches=1,
                        reward_funcs=[lowercase_reward])
-    result = collect_groups(trainer, step=1)
+    result = trainer.training_step(1).rollout
     trainer.rewarder.close()
     pools = {}
     for g in result.kept:

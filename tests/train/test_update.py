@@ -7,7 +7,8 @@ from rlvr.config import build_config
 from rlvr.models import tiny_random_model_and_tokenizer
 from rlvr.rollout import Completion
 from rlvr.train.experience import Experience, Group, length_buckets, minibatches
-from rlvr.train.update import update_policy
+from rlvr.train.plan import compile_plan
+from rlvr.train.update import PolicyUpdate
 
 
 class RecordingOptimizer:
@@ -46,9 +47,16 @@ def _experience(seed=0):
         group = Group(group_id=100 + g, row={"id": str(g)}, prompt_ids=prompt, completions=completions,
                       texts=[""] * 4, rewards=[1.0, 0.0, float(g % 2), 0.5])
         groups.append(group)
-    exp = Experience.from_groups(groups)
-    exp.advantages = torch.tensor([0.9, -0.7, 0.3, -0.5] * 3)
-    return exp
+    return Experience.from_groups(groups)
+
+
+ADVANTAGES = torch.tensor([0.9, -0.7, 0.3, -0.5] * 3)  # for _experience()'s 12 responses
+
+
+def update_policy(cfg, model, opt, scheduler, exp, advantages=ADVANTAGES, *, pad_token_id, ref_model=None):
+    """Run the configured update once on ``exp`` (the trainer's PolicyUpdate); return its UpdateResult."""
+    update = PolicyUpdate(compile_plan(cfg).update, model, opt, scheduler, pad_token_id=pad_token_id, ref_model=ref_model)
+    return update(exp, advantages)
 
 
 @pytest.mark.parametrize("loss_type", ["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"])
@@ -86,9 +94,9 @@ def test_steps_per_generation_makes_that_many_optimizer_steps():
     cfg = build_config({"model": "tiny-random", "steps_per_generation": 3, "num_iterations": 2,
                         "prompts_per_step": 3, "num_generations": 4})
     opt = RecordingOptimizer(model.parameters())
-    metrics = update_policy(cfg, model, opt, NoScheduler(), _experience(), pad_token_id=tok.pad_token_id)
+    result = update_policy(cfg, model, opt, NoScheduler(), _experience(), pad_token_id=tok.pad_token_id)
     assert len(opt.grads) == 6
-    assert metrics["train/skipped_steps"] == 0
+    assert result.optimizer_steps == 6 and result.skipped_steps == 0
 
 
 def test_length_buckets_example_and_invariants():

@@ -9,6 +9,7 @@ Every number option must be finite (nan and inf are refused); a single value for
 (``reward_weights=1``) is a one-element list.
 """
 
+from rlvr.config.evaluation import EvalConfig
 from rlvr.config.experiment import FIELD_SECTION, SECTIONS, ExperimentConfig, field_help, unknown_key_error
 from rlvr.config.parsing import build_config, flatten_yaml, load_config, parse_cli_value
 from rlvr.config.presets import PRESETS
@@ -30,6 +31,7 @@ __all__ = [
     "SECTIONS",
     "AlgorithmConfig",
     "DataConfig",
+    "EvalConfig",
     "ExperimentConfig",
     "ModelConfig",
     "OptimConfig",

@@ -53,8 +53,14 @@ class ExperimentConfig:
     run: RunConfig = field(default_factory=RunConfig)
 
     def __post_init__(self) -> None:
+        """Checks that read options of two sections (one section's own checks live in the section)."""
         for name in SECTIONS:
             _check_finite(getattr(self, name))
+        self._check_batches()
+        self._check_algorithm()
+        self._check_parallelism()
+
+    def _check_batches(self) -> None:
         o, a = self.optim, self.algorithm
         responses = self.rollout.prompts_per_step * self.rollout.num_generations * self.tagrpo.responses_per_prompt_factor
         if a.steps_per_generation > self.rollout.prompts_per_step:
@@ -69,7 +75,8 @@ class ExperimentConfig:
                       f"optimiser step sees {mini} responses (prompts_per_step x num_generations / "
                       "steps_per_generation); set only one of the two")
 
-        d = self.dagrpo
+    def _check_algorithm(self) -> None:
+        a, d = self.algorithm, self.dagrpo
         if (d.pair_masking or d.anchors != "off") and a.advantage_estimator != "grpo":
             _fail("advantage_estimator", a.advantage_estimator,
                   "DaGRPO's pair masking and anchors define their own (pairwise) advantage; use grpo")
@@ -80,23 +87,17 @@ class ExperimentConfig:
             _fail("num_rephrasings", 0, f"algo={a.algo} with no rephrasings would be plain GRPO: set "
                   "num_rephrasings >= 1 (the preset's 4), or use algo=grpo for GRPO")
 
-    @property
-    def needs_old_logprobs(self) -> bool:
-        """Old log-probs must be computed: several updates per rollout, or TA-GRPO's truncated IS
-        (whose behaviour log-probs are on q_j while the policy is scored on q_0)."""
-        truncated_is = self.tagrpo.enabled and self.tagrpo.ratio_anchor == "truncated_is"
-        return self.algorithm.needs_old_logprobs or truncated_is
+    def _check_parallelism(self) -> None:
+        """Refused at any process count: a one-process run would fail the same way once scaled up."""
+        if self.run.parallelism == "fsdp" and self.rollout.rollout_engine == "vllm":
+            raise ValueError("rollout_engine=vllm with parallelism=fsdp is not supported (vLLM would need the "
+                             "gathered weights after every update); use parallelism=ddp or rollout_engine=rlvr")
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         return {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
 
     def flat(self) -> dict[str, Any]:
         return {k: v for section in self.to_dict().values() for k, v in section.items()}
-
-    def replace(self, **overrides: Any) -> ExperimentConfig:
-        from rlvr.config.parsing import build_config  # parsing imports this module
-
-        return build_config({**self.flat(), **overrides}, apply_preset=False)
 
 
 FIELD_SECTION: dict[str, str] = {

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 from rlvr.config.fields import _f, _fail
 from rlvr.config.presets import PRESETS
-from rlvr.core.advantages import ADVANTAGE_ESTIMATORS, SCALE_REWARDS
-from rlvr.core.losses import IMPORTANCE_LEVELS, resolve_aggregation
+from rlvr.core.names import ADVANTAGE_ESTIMATOR_NAMES, IMPORTANCE_LEVELS, SCALE_REWARDS, resolve_aggregation
 from rlvr.data.prompts import DEFAULT_INSTRUCTION
-from rlvr.rollout import ROLLOUT_ENGINES
+from rlvr.rewards.extract import EXTRACTION_MODES
+from rlvr.rollout.names import ROLLOUT_ENGINES
 
 MAX_SEED = 2**63 - 1  # torch.manual_seed overflows past 2**64 - 1; 63 bits fit every int64 seed (vLLM, generators)
 DEFAULT_DATA = "rg:chain_sum:size=1000:seed=0:min_terms=2:max_terms=2:min_digits=1:max_digits=1"
@@ -105,8 +105,8 @@ class RewardConfig:
         if self.reward_weights is not None and len(self.reward_weights) != len(self.reward_funcs):
             _fail("reward_weights", self.reward_weights,
                   f"give one weight per reward function ({len(self.reward_funcs)}: {self.reward_funcs})")
-        if self.answer_extraction not in ("boxed", "flexible"):
-            _fail("answer_extraction", self.answer_extraction, "choose boxed or flexible")
+        if self.answer_extraction not in EXTRACTION_MODES:
+            _fail("answer_extraction", self.answer_extraction, f"choose one of {EXTRACTION_MODES}")
         if self.verifier_workers < 1:
             _fail("verifier_workers", self.verifier_workers, "use at least 1 worker process")
         if self.verifier_timeout <= 0:
@@ -139,8 +139,8 @@ class AlgorithmConfig:
     def __post_init__(self) -> None:
         if self.algo not in PRESETS:
             _fail("algo", self.algo, f"choose one of {sorted(PRESETS)}")
-        if self.advantage_estimator not in ADVANTAGE_ESTIMATORS:
-            _fail("advantage_estimator", self.advantage_estimator, f"choose one of {sorted(ADVANTAGE_ESTIMATORS)}")
+        if self.advantage_estimator not in ADVANTAGE_ESTIMATOR_NAMES:
+            _fail("advantage_estimator", self.advantage_estimator, f"choose one of {sorted(ADVANTAGE_ESTIMATOR_NAMES)}")
         if self.scale_rewards not in SCALE_REWARDS:
             _fail("scale_rewards", self.scale_rewards, f"choose one of {SCALE_REWARDS}")
         resolve_aggregation(self.loss_type)
@@ -164,11 +164,6 @@ class AlgorithmConfig:
     @property
     def aggregation(self) -> str:
         return resolve_aggregation(self.loss_type)
-
-    @property
-    def needs_old_logprobs(self) -> bool:
-        """Old log-probs differ from the detached current ones only after the first update."""
-        return self.num_iterations > 1 or self.steps_per_generation > 1
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import torch
 
-SCALE_REWARDS = ("group", "batch", "none")
+from rlvr.core.names import SCALE_REWARDS  # defined without torch, for config
 
 
 def group_index(group_ids: torch.Tensor) -> tuple[torch.Tensor, int]:

@@ -42,7 +42,7 @@ from rlvr.eval.seeding import row_seed
 from rlvr.models import eos_token_ids
 from rlvr.models.embedding import require_embedding_packages
 from rlvr.models.loading import position_limit
-from rlvr.rewards import EXTRACTION_MODES, VerifierPool, extract_answer
+from rlvr.rewards import DEFAULT_EXTRACTION, EXTRACTION_MODES, VerifierPool, extract_answer
 from rlvr.rollout.decode_engine import DecodeEngine
 
 VERIFIER_WORKERS = 2
@@ -289,7 +289,7 @@ def evaluate(
     instruction: str | None = DEFAULT_INSTRUCTION,
     system_prompt: str | None = None,
     greedy: bool = False,
-    answer_extraction: str = "boxed",
+    answer_extraction: str = DEFAULT_EXTRACTION,
     seed: int = 0,
     batch_size: int = 64,
     diversity: bool = False,

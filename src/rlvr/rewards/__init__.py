@@ -7,7 +7,13 @@
 - ``resolve_reward``, ``combine_rewards``: config names → callables, weighted sum per completion.
 """
 
-from rlvr.rewards.extract import EXTRACTION_MODES, MAX_ANSWER_CHARS, extract_answer, find_last_box
+from rlvr.rewards.extract import (
+    DEFAULT_EXTRACTION,
+    EXTRACTION_MODES,
+    MAX_ANSWER_CHARS,
+    extract_answer,
+    find_last_box,
+)
 from rlvr.rewards.math_rewards import (
     FORMAT_MAX_TAIL_CHARS,
     MathAccuracy,
@@ -15,14 +21,17 @@ from rlvr.rewards.math_rewards import (
     format_reward,
 )
 from rlvr.rewards.registry import BUILTIN_REWARDS, combine_rewards, resolve_reward, reward_name
+from rlvr.rewards.reward_function import RewardFunction
 from rlvr.rewards.verify import VerifierPool, VerifyResult, normalize_answer
 
 __all__ = [
     "BUILTIN_REWARDS",
+    "DEFAULT_EXTRACTION",
     "EXTRACTION_MODES",
     "FORMAT_MAX_TAIL_CHARS",
     "MAX_ANSWER_CHARS",
     "MathAccuracy",
+    "RewardFunction",
     "VerifierPool",
     "VerifyResult",
     "combine_rewards",

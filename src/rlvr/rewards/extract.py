@@ -33,9 +33,12 @@ _SPACES = re.compile(r"[ \t\n]*")
 _ANY_NUMBER = re.compile(_NUMBER)
 
 EXTRACTION_MODES = ("boxed", "flexible")
+# Where a score must mean the answer the model wrote (benchmarks, `rlvr eval`, these functions);
+# training defaults to flexible instead (RewardConfig.answer_extraction), for small models.
+DEFAULT_EXTRACTION = "boxed"
 
 
-def extract_answer(text: str, mode: str = "boxed") -> str | None:
+def extract_answer(text: str, mode: str = DEFAULT_EXTRACTION) -> str | None:
     """The final answer written in a completion, or None when there is none.
 
     Order: last ``\\boxed{}``/``\\fbox{}`` → last ``#### N`` → last "the answer is X" /

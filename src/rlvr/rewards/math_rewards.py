@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 
 from rlvr.rewards.answer_kind import TEXT, UNPARSED
-from rlvr.rewards.extract import EXTRACTION_MODES, extract_answer, find_last_box
+from rlvr.rewards.extract import DEFAULT_EXTRACTION, EXTRACTION_MODES, extract_answer, find_last_box
 from rlvr.rewards.verify import UNEVALUATED, VerifierPool
 
 FORMAT_MAX_TAIL_CHARS = 20
@@ -66,9 +66,14 @@ class MathAccuracy:
     Args:
         pool: the ``VerifierPool`` that runs math-verify.
         answer_extraction: ``boxed`` or ``flexible`` (also the last number), see ``extract_answer``.
+
+    ``is_correctness``: this reward's 1.0 means "correct" (DaGRPO's anchor trigger and the
+    ``rollout/`` correctness fractions read it); any reward function may declare the same.
     """
 
-    def __init__(self, pool: VerifierPool, answer_extraction: str = "boxed"):
+    is_correctness = True
+
+    def __init__(self, pool: VerifierPool, answer_extraction: str = DEFAULT_EXTRACTION):
         if not hasattr(pool, "verify_batch"):
             raise TypeError(f"MathAccuracy needs a VerifierPool, got {type(pool).__name__}; "
                             "create one with rlvr.rewards.VerifierPool()")

@@ -30,11 +30,13 @@ import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from rlvr.rewards.extract import DEFAULT_EXTRACTION
 from rlvr.rewards.math_rewards import MathAccuracy, format_reward
+from rlvr.rewards.reward_function import RewardFunction
 
 logger = logging.getLogger(__name__)
 
-RewardFn = Callable[..., list]
+RewardFn = RewardFunction  # the contract (rlvr.rewards.reward_function)
 MAX_ABS_REWARD = 1e12  # larger values are treated like inf: counted in <name>/nonfinite, dropped
 MAX_ABS_WEIGHT = 1e6  # so that a weighted sum of rewards can never overflow
 
@@ -52,7 +54,7 @@ def _require_pool(pool):
     return pool
 
 
-def resolve_reward(spec: str, pool=None, *, answer_extraction: str = "boxed") -> RewardFn:
+def resolve_reward(spec: str, pool=None, *, answer_extraction: str = DEFAULT_EXTRACTION) -> RewardFn:
     """The reward callable named by ``spec``.
 
     Args:

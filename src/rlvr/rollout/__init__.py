@@ -1,9 +1,10 @@
 """Rollout engines: they generate responses; scoring happens elsewhere.
 
-Every engine takes ``(model, *, pad_token_id, eos_token_ids)`` and offers
-``generate(prompts, *, max_new_tokens, temperature, top_p, generator_seed) -> list[Completion]``
-and ``sync_weights()`` (called by the trainer after every update and after a resume; a no-op for
-engines that sample from the training model itself).
+Every engine keeps the :class:`~rlvr.rollout.engine.RolloutEngine` contract: it takes
+``(model, *, pad_token_id, eos_token_ids)`` and offers ``generate(prompts, *, max_new_tokens,
+temperature, top_p, generator_seed, row_seeds) -> list[Completion]`` and ``sync_weights()``
+(called by the trainer after every update and after a resume; a no-op for engines that sample
+from the training model itself).
 """
 
 from __future__ import annotations
@@ -11,14 +12,15 @@ from __future__ import annotations
 import importlib
 
 from rlvr.rollout.completion import Completion
-from rlvr.rollout.hf_engine import HFEngine
+from rlvr.rollout.engine import RolloutEngine
+from rlvr.rollout.names import ROLLOUT_ENGINES
 
-# rollout_engine name -> "module:Class", imported on first use (vLLM is an optional dependency).
-ROLLOUT_ENGINES = {
-    "rlvr": "rlvr.rollout.decode_engine:DecodeEngine",
-    "hf": "rlvr.rollout.hf_engine:HFEngine",
-    "vllm": "rlvr.rollout.vllm_engine:VLLMEngine",
-}
+
+def __getattr__(name: str):
+    """``HFEngine`` on first use: importing the package (for its names) must not load transformers."""
+    if name == "HFEngine":
+        return engine_class("hf")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def engine_class(name: str):
@@ -29,9 +31,9 @@ def engine_class(name: str):
     return getattr(importlib.import_module(module), cls)
 
 
-def build_engine(name: str, model, *, pad_token_id: int, eos_token_ids: list[int]):
+def build_engine(name: str, model, *, pad_token_id: int, eos_token_ids: list[int]) -> RolloutEngine:
     """An engine of kind ``name`` sampling from ``model``."""
     return engine_class(name)(model, pad_token_id=pad_token_id, eos_token_ids=eos_token_ids)
 
 
-__all__ = ["ROLLOUT_ENGINES", "Completion", "HFEngine", "build_engine", "engine_class"]
+__all__ = ["ROLLOUT_ENGINES", "Completion", "HFEngine", "RolloutEngine", "build_engine", "engine_class"]

@@ -2,6 +2,8 @@
 
 DaGRPO (pair masking, or anchors in the groups) uses ``masked_pairwise_advantages``; with
 τ = 0 and no anchors it equals GRPO exactly, so plain GRPO runs keep using the estimator table.
+A DaGRPO run logs the pair metrics on every step (on a step without pairwise advantages, what the
+τ = 0 mask removes: pairs of equal scores), so its metrics have the same keys throughout.
 
 Unscorable responses (every reward function returned None: ``Experience.scorable`` is False) are
 left out: the statistics (group mean, std, size; batch std) are computed over the scorable
@@ -13,42 +15,41 @@ from __future__ import annotations
 
 import torch
 
-from rlvr.config import ExperimentConfig
 from rlvr.core.advantages import get_advantage_estimator
 from rlvr.core.pairwise import masked_pairwise_advantages, pair_mask
 from rlvr.train.experience import Experience
+from rlvr.train.plan import AdvantageSettings
 
 
-def compute_advantages(cfg: ExperimentConfig, exp: Experience) -> tuple[torch.Tensor, dict[str, float]]:
-    """Advantages [N] and the dagrpo/ pair metrics (empty when DaGRPO is off)."""
+def compute_advantages(settings: AdvantageSettings, exp: Experience) -> tuple[torch.Tensor, dict[str, float]]:
+    """Advantages [N] and the dagrpo/ pair metrics (the same keys on every step of a DaGRPO run; none otherwise)."""
     keep = exp.scorable  # [N] bool
     advantages = torch.zeros_like(exp.rewards)  # [N]; unscorable responses keep 0
     if not bool(keep.any()):
-        return advantages, ({"dagrpo/zero_adv_frac": 1.0} if cfg.dagrpo.enabled else {})
+        return advantages, ({"dagrpo/masked_pair_frac": 0.0, "dagrpo/masked_contrast_frac": 0.0,
+                             "dagrpo/zero_adv_frac": 1.0} if settings.report_pairs else {})
     if bool(keep.all()):
-        return _advantages(cfg, exp)
-    advantages[keep], metrics = _advantages(cfg, exp.subset(keep))
-    if "dagrpo/zero_adv_frac" in metrics:
+        return _advantages(settings, exp)
+    advantages[keep], metrics = _advantages(settings, exp.subset(keep))
+    if metrics:
         metrics["dagrpo/zero_adv_frac"] = _zero_frac(advantages)
     return advantages, metrics
 
 
-def _advantages(cfg: ExperimentConfig, exp: Experience) -> tuple[torch.Tensor, dict[str, float]]:
-    a, d = cfg.algorithm, cfg.dagrpo
-    if not (d.pair_masking or bool(exp.is_anchor.any())):
-        estimator = get_advantage_estimator(a.advantage_estimator)
-        advantages = estimator(exp.rewards, exp.group_ids, scale_rewards=a.scale_rewards, eps=a.advantage_eps)
-        return advantages, ({"dagrpo/zero_adv_frac": _zero_frac(advantages)} if d.enabled else {})
-    tau = d.pair_tau if d.pair_masking else 0.0
-    kappa = d.pair_tau_kappa if d.pair_masking else None
-    contrast = d.contrast if d.pair_masking else "reward"
-    advantages = masked_pairwise_advantages(
-        exp.rewards, exp.scores, exp.group_ids, tau=tau, contrast=contrast, eps=a.advantage_eps,
-        scale_rewards=a.scale_rewards, adaptive_kappa=kappa,
-        stats_mask=None if d.anchor_in_stats else ~exp.is_anchor,
-    )
-    mask = pair_mask(exp.scores, exp.group_ids, tau=tau, adaptive_kappa=kappa)  # [N, N], for the metrics
-    return advantages, pair_metrics(mask, exp, advantages, contrast=contrast)
+def _advantages(s: AdvantageSettings, exp: Experience) -> tuple[torch.Tensor, dict[str, float]]:
+    if s.pair_masking or bool(exp.is_anchor.any()):
+        advantages = masked_pairwise_advantages(
+            exp.rewards, exp.scores, exp.group_ids, tau=s.tau, contrast=s.contrast, eps=s.eps,
+            scale_rewards=s.scale_rewards, adaptive_kappa=s.tau_kappa,
+            stats_mask=None if s.anchor_in_stats else ~exp.is_anchor,
+        )
+    else:
+        estimator = get_advantage_estimator(s.estimator)
+        advantages = estimator(exp.rewards, exp.group_ids, scale_rewards=s.scale_rewards, eps=s.eps)
+    if not s.report_pairs:
+        return advantages, {}
+    mask = pair_mask(exp.scores, exp.group_ids, tau=s.tau, adaptive_kappa=s.tau_kappa)  # [N, N], for the metrics
+    return advantages, pair_metrics(mask, exp, advantages, contrast=s.contrast)
 
 
 def pair_metrics(mask: torch.Tensor, exp: Experience, advantages: torch.Tensor, *, contrast: str) -> dict[str, float]:

@@ -10,10 +10,9 @@ anchor is no longer uniform and is kept.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 
-from rlvr.config import ExperimentConfig
+from rlvr.config.dagrpo import DaGRPOConfig
 from rlvr.train.anchors import AnchorBank, inject_anchor, should_inject
 from rlvr.train.experience import Group
 
@@ -28,35 +27,35 @@ def question_text(prompt) -> str:
 class DaGRPOPhase:
     """Scores responses and injects anchors for the groups of one generation round."""
 
-    def __init__(self, cfg: ExperimentConfig, scorer, anchors: AnchorBank | None):
-        self.cfg = cfg.dagrpo
+    def __init__(self, settings: DaGRPOConfig, scorer, anchors: AnchorBank | None):
+        self.anchor_settings = settings  # anchors, anchor_max_correct, anchor_placement
+        self.alpha = settings.score_alpha
         self.scorer = scorer  # None: s = r
         self.anchors = anchors
 
-    def process(self, groups: list[Group]) -> dict[str, float]:
-        """Fill ``group.scores`` and inject anchors; return counters (summed over rounds)."""
+    def process(self, groups: list[Group]) -> Counter:
+        """Fill ``group.scores`` and inject anchors; return this round's counters (``metrics.dagrpo_rollout_metrics``
+        turns the step's sums into rates)."""
         counts: Counter[str] = Counter()
-        t0 = time.perf_counter()
         self._score(groups, [(g, i) for g in groups for i in range(len(g.texts))], counts)
         if self.anchors is not None:
             injected = []
             for group in groups:
-                if not should_inject(sum(group.correct), self.cfg):
+                if not should_inject(sum(group.correct), self.anchor_settings):
                     continue
                 counts["anchor_triggered"] += 1
                 anchor = self.anchors.get(group.row)
                 if anchor is None:
                     counts["anchor_unavailable"] += 1
                     continue
-                inject_anchor(group, anchor, self.cfg)
+                inject_anchor(group, anchor, self.anchor_settings)
                 counts["anchor_truncated"] += anchor.truncated
                 counts["anchor_reward_sum"] += anchor.reward
                 injected.append((group, next(i for i, c in enumerate(group.completions) if c.is_anchor)))
             counts["anchor_injected"] += len(injected)
             self._score(groups, injected, counts)
         counts["groups"] += len(groups)
-        return {f"dagrpo/_{key}": float(value) for key, value in counts.items()} | {
-            "time/score_s": time.perf_counter() - t0}
+        return counts
 
     def _score(self, groups: list[Group], items: list[tuple[Group, int]], counts: Counter) -> None:
         """s = α·r + (1−α)·q for the (group, index) items; q from the scorer, s = r on failure."""
@@ -73,7 +72,7 @@ class DaGRPOPhase:
             [g.row.get("solution") for g, _ in items],
             [g.rewards[i] for g, i in items],
         )
-        alpha = self.cfg.score_alpha
+        alpha = self.alpha
         for (group, i), q in zip(items, qualities):
             counts["scored"] += 1
             if q is None:
@@ -84,13 +83,13 @@ class DaGRPOPhase:
                 counts["score_sum"] += group.scores[i]
 
 
-def build_dagrpo_phase(cfg: ExperimentConfig, *, tokenizer, eos_token_id: int, rewarder, device) -> DaGRPOPhase | None:
+def build_dagrpo_phase(d: DaGRPOConfig, *, max_completion_length: int, model_dtype: str, seed: int, tokenizer,
+                       eos_token_id: int, rewarder, device) -> DaGRPOPhase | None:
     """The DaGRPO phase for a run, or None when every DaGRPO mechanism is off.
 
     ``rewarder``: the run's :class:`~rlvr.train.rewarding.Rewarder` (its verifier pool checks the
     anchors, its reward functions score them).
     """
-    d = cfg.dagrpo
     if not d.enabled:
         return None
     anchors = None
@@ -100,14 +99,13 @@ def build_dagrpo_phase(cfg: ExperimentConfig, *, tokenizer, eos_token_id: int, r
             return totals[0], {name: values[0] for name, values in parts.items()}
 
         anchors = AnchorBank(tokenizer, eos_token_id=eos_token_id, pool=rewarder.pool,
-                             max_tokens=cfg.rollout.max_completion_length, overlong=d.anchor_overlong,
+                             max_tokens=max_completion_length, overlong=d.anchor_overlong,
                              score_fn=score_anchor)
-    return DaGRPOPhase(cfg, build_run_scorer(cfg, device=device), anchors)
+    return DaGRPOPhase(d, build_run_scorer(d, model_dtype=model_dtype, seed=seed, device=device), anchors)
 
 
-def build_run_scorer(cfg: ExperimentConfig, *, device):
-    """The configured fine-grained scorer (None for ``scorer=none``: s = r)."""
-    d = cfg.dagrpo
+def build_run_scorer(d: DaGRPOConfig, *, model_dtype: str, seed: int, device):
+    """The configured fine-grained scorer (None for ``scorer=none``: s = r); a local judge loads in ``model_dtype``."""
     if d.scorer == "none":
         return None
     from rlvr.rewards.scorers import build_scorer
@@ -125,6 +123,6 @@ def build_run_scorer(cfg: ExperimentConfig, *, device):
         from rlvr.models import load_policy
         from rlvr.rewards.scorers import LocalModelBackend
 
-        model, tokenizer = load_policy(d.judge_model, dtype=cfg.model.dtype, seed=cfg.run.seed)
+        model, tokenizer = load_policy(d.judge_model, dtype=model_dtype, seed=seed)
         backend = LocalModelBackend(model.to(device).eval(), tokenizer)
     return build_scorer("judge", backend=backend)

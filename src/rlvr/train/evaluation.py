@@ -11,37 +11,53 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
 from rlvr.eval.runner import evaluate, load_eval_datasets
 
 logger = logging.getLogger(__name__)
 
 
-def should_evaluate(cfg, step: int) -> bool:
-    every = cfg.eval.eval_steps
-    return bool(every) and (step % every == 0 or step == cfg.run.max_steps)
+@dataclass(frozen=True)
+class TrainingEval:
+    """What to evaluate during training, and when (built once from the eval options at start-up)."""
 
+    datasets: tuple[str, ...]
+    every: int  # eval_steps (0: never)
+    max_steps: int  # the last step is always evaluated
+    n: int
+    ks: tuple[int, ...]
+    temperature: float
+    top_p: float
+    max_completion_length: int
+    limit: int | None
+    instruction: str | None  # the training prompt template, so both ask the same way
+    system_prompt: str | None
+    answer_extraction: str
+    seed: int
+    model_name: str
 
-def evaluate_during_training(trainer, step: int) -> dict[str, float]:
-    """Run the configured evaluation on the current policy; return eval/ metrics."""
-    cfg, e = trainer.cfg, trainer.cfg.eval
-    t0 = time.perf_counter()
-    result = evaluate(
-        trainer.policy, trainer.tokenizer, list(e.eval_data),
-        n=e.eval_n, ks=list(e.eval_k), temperature=e.eval_temperature, top_p=e.eval_top_p,
-        max_completion_length=e.eval_max_completion_length or cfg.rollout.max_completion_length,
-        out_path=trainer.output_dir / "eval" / f"step-{step:06d}.json",
-        instruction=cfg.data.instruction, system_prompt=cfg.data.system_prompt,
-        answer_extraction=cfg.reward.answer_extraction, seed=cfg.run.seed, limit=e.eval_limit,
-        progress=False, model_name=f"{cfg.model.model} (step {step})",
-    )
-    metrics = {
-        f"eval/{name}/pass@{k}": value
-        for name, summary in result["datasets"].items()
-        for k, value in summary["pass@k"].items()
-    }
-    metrics["time/eval_s"] = time.perf_counter() - t0
-    return metrics
+    def due(self, step: int) -> bool:
+        return bool(self.every) and (step % self.every == 0 or step == self.max_steps)
+
+    def run(self, policy, tokenizer, output_dir: Path, step: int) -> dict[str, float]:
+        """Evaluate the current policy; return eval/ metrics."""
+        t0 = time.perf_counter()
+        result = evaluate(
+            policy, tokenizer, list(self.datasets), n=self.n, ks=list(self.ks), temperature=self.temperature,
+            top_p=self.top_p, max_completion_length=self.max_completion_length,
+            out_path=output_dir / "eval" / f"step-{step:06d}.json", instruction=self.instruction,
+            system_prompt=self.system_prompt, answer_extraction=self.answer_extraction, seed=self.seed,
+            limit=self.limit, progress=False, model_name=f"{self.model_name} (step {step})",
+        )
+        metrics = {
+            f"eval/{name}/pass@{k}": value
+            for name, summary in result["datasets"].items()
+            for k, value in summary["pass@k"].items()
+        }
+        metrics["time/eval_s"] = time.perf_counter() - t0
+        return metrics
 
 
 def training_overlap(train_rows: list[dict], eval_specs: list[str], *, limit: int | None) -> dict[str, int]:

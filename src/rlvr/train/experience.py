@@ -1,4 +1,4 @@
-"""Experience: the responses of one training step, grouped, with rewards and advantages.
+"""Experience: the responses of one training step, grouped, with their rewards (advantages are computed from it).
 
 A :class:`Group` is one prompt with its G responses. Every response carries its group's stable
 ``group_id`` (a run-wide counter assigned when the prompt was drawn), and advantages are computed
@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from rlvr.rollout import Completion
+from rlvr.train.plan import SAMPLED, ScoringPrompts
 
 
 @dataclass
@@ -37,6 +38,7 @@ class Group:
     pool_id: int | None = None  # TA-GRPO pool (None: the group itself)
     scorable: list[bool] | None = None  # per response: some reward function gave a value (None: all)
     before_anchor: Group | None = None  # DaGRPO: the policy's own samples, as they were before injection
+    correctness: str | None = None  # the reward function whose 1.0 means correct (Rewarder.correctness)
 
     def snapshot(self) -> Group:
         """A copy whose per-response lists are copies (the group before it is changed in place)."""
@@ -75,9 +77,9 @@ class Group:
 
     @property
     def correct(self) -> list[bool]:
-        """Per response: the ``accuracy`` reward gave 1.0 (if used), else the total reward is > 0."""
-        if "accuracy" in self.reward_parts:
-            return [value == 1.0 for value in self.reward_parts["accuracy"]]
+        """Per response: the correctness reward gave 1.0 (when the run has one), else the total reward is > 0."""
+        if self.correctness is not None and self.correctness in self.reward_parts:
+            return [value == 1.0 for value in self.reward_parts[self.correctness]]
         return [reward > 0 for reward in self.rewards]
 
     @property
@@ -92,7 +94,7 @@ class Experience:
 
     groups: list[Group]
     group_ids: torch.Tensor  # [N] long
-    prompt_ids: list[list[int]]
+    prompt_ids: list[list[int]]  # the prompts the policy scores the responses on
     response_ids: list[list[int]]
     sampling_logprobs: list[list[float]]
     truncated: torch.Tensor  # [N] bool
@@ -101,29 +103,28 @@ class Experience:
     is_anchor: torch.Tensor  # [N] bool
     pool_ids: torch.Tensor  # [N] long: TA-GRPO pools (= group_ids otherwise); never split across steps
     variants: torch.Tensor  # [N] long: 0 = sampled from q_0
-    behaviour_prompt_ids: list[list[int]]  # prompts for old log-probs (truncated IS: q_j)
-    on_own_prompt: torch.Tensor  # [N] bool: scored on the prompt it was sampled from
+    behaviour_prompt_ids: list[list[int]]  # prompts for the old (behaviour) log-probs
+    reference_prompt_ids: list[list[int]]  # prompts for the reference log-probs
+    on_own_prompt: torch.Tensor  # [N] bool: the policy scores it on the prompt it was sampled from
     scorable: torch.Tensor  # [N] bool: some reward function gave a value (else advantage 0, out of the statistics)
-    advantages: torch.Tensor | None = None  # [N]
-    old_logprobs: list[torch.Tensor] | None = None  # N × [T_i]
-    ref_logprobs: list[torch.Tensor] | None = None  # N × [T_i]
 
     @classmethod
-    def from_groups(cls, groups: list[Group], *, ratio_anchor: str = "original") -> Experience:
-        """Flatten groups. ``ratio_anchor`` (TA-GRPO) picks the prompts each response is scored on:
-        ``original`` → q_0 for policy, old and reference; ``unanchored`` → q_j for all three;
-        ``truncated_is`` → q_0 for policy and reference, q_j for the old (behaviour) policy."""
-        group_ids, prompts, responses, sampled, truncated, rewards, scores, anchor = ([] for _ in range(8))
-        pools, variants, behaviour, scorable = [], [], [], []
+    def from_groups(cls, groups: list[Group], prompts: ScoringPrompts | None = None) -> Experience:
+        """Flatten groups; ``prompts`` says which prompt (q_0 or the sampled q_j) each log-prob pass uses
+        (default: q_0 for all three)."""
+        prompts = prompts or ScoringPrompts()
+        group_ids, policy, responses, sampled, truncated, rewards, scores, anchor = ([] for _ in range(8))
+        pools, variants, behaviour, reference, scorable = [], [], [], [], []
+        pick = lambda choice, group, i: group.generation_prompt(i) if choice == SAMPLED else group.prompt_ids
         for group in groups:
             group_scores = group.scores if group.scores is not None else group.rewards
             for i, (completion, reward, score) in enumerate(zip(group.completions, group.rewards, group_scores)):
-                own = group.generation_prompt(i)
                 group_ids.append(group.group_id)
                 pools.append(group.pool)
                 variants.append(group.variant_of(i))
-                prompts.append(own if ratio_anchor == "unanchored" else group.prompt_ids)
-                behaviour.append(group.prompt_ids if ratio_anchor == "original" else own)
+                policy.append(pick(prompts.policy, group, i))
+                behaviour.append(pick(prompts.old, group, i))
+                reference.append(pick(prompts.reference, group, i))
                 responses.append(completion.token_ids)
                 sampled.append(completion.logprobs)
                 truncated.append(completion.truncated)
@@ -134,7 +135,7 @@ class Experience:
         return cls(
             groups=groups,
             group_ids=torch.tensor(group_ids, dtype=torch.long),
-            prompt_ids=prompts,
+            prompt_ids=policy,
             response_ids=responses,
             sampling_logprobs=sampled,
             truncated=torch.tensor(truncated, dtype=torch.bool),
@@ -144,7 +145,8 @@ class Experience:
             pool_ids=torch.tensor(pools, dtype=torch.long),
             variants=torch.tensor(variants, dtype=torch.long),
             behaviour_prompt_ids=behaviour,
-            on_own_prompt=torch.tensor([ratio_anchor == "unanchored" or v == 0 for v in variants], dtype=torch.bool),
+            reference_prompt_ids=reference,
+            on_own_prompt=torch.tensor([prompts.policy == SAMPLED or v == 0 for v in variants], dtype=torch.bool),
             scorable=torch.tensor(scorable, dtype=torch.bool),
         )
 

@@ -9,26 +9,27 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from rlvr.config import ExperimentConfig
 from rlvr.data.input_limits import LengthCheck, check_lengths, template_bytes
 from rlvr.models.loading import position_limit
 
 
 def check_training_lengths(
-    cfg: ExperimentConfig,
     rows: Sequence[dict],
     *,
+    source: str,
+    max_completion_length: int,
+    max_prompt_length: int | None,
+    system_prompt: str | None,
+    instruction: str | None,
     policy,
     tokenizer,
     engine,
     tokenize: Callable[[dict], Sequence[Sequence[int]]],
 ) -> LengthCheck:
-    """``check_lengths`` with the run's limits; ``tokenize``: the trainer's row → prompt ids of every variant."""
+    """``check_lengths`` with the run's limits; ``tokenize``: row → the prompt ids of every variant."""
     return check_lengths(
-        rows, tokenize, source=cfg.data.data,
+        rows, tokenize, source=source,
         max_positions=position_limit(policy, tokenizer, engine=engine),
-        max_completion_length=cfg.rollout.max_completion_length,
-        max_prompt_length=cfg.rollout.max_prompt_length,
-        template_bytes=template_bytes(tokenizer, system_prompt=cfg.data.system_prompt,
-                                      instruction=cfg.data.instruction),
+        max_completion_length=max_completion_length, max_prompt_length=max_prompt_length,
+        template_bytes=template_bytes(tokenizer, system_prompt=system_prompt, instruction=instruction),
     )

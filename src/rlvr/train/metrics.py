@@ -5,18 +5,56 @@ response it replaced, are seen only through ``Group.policy_samples`` (the group 
 the anchors' own numbers are under ``dagrpo/``. Rewards, their spread and uniformity are over the
 scorable responses (some reward function gave a value; ``rewards/all_none`` counts the others).
 
-Correctness for frac_all_correct / frac_all_wrong: a response is correct when the ``accuracy``
-reward gave it 1.0 (when ``accuracy`` is among the reward functions), otherwise when its total
-reward is > 0.
+Correctness for frac_all_correct / frac_all_wrong: a response is correct when the run's correctness
+reward (``Rewarder.correctness``: the built-in ``accuracy``, or a function declaring
+``is_correctness``) gave it 1.0, otherwise when its total reward is > 0.
 """
 
 from __future__ import annotations
 
 import statistics
+import time
+from collections import Counter
+from contextlib import contextmanager
 
 import torch
 
 from rlvr.train.experience import Group
+
+
+class PhaseTimer:
+    """Seconds per phase of a step on this rank (``time/<phase>_s``), and the whole step."""
+
+    PHASES = ("rollout", "reward", "score", "update")
+
+    def __init__(self):
+        self.start = time.perf_counter()
+        self.seconds = dict.fromkeys(self.PHASES, 0.0)
+
+    @contextmanager
+    def __call__(self, phase: str):
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[phase] += time.perf_counter() - t0
+
+    def metrics(self, *, with_score: bool) -> dict[str, float]:
+        out = {f"time/{phase}_s": value for phase, value in self.seconds.items() if with_score or phase != "score"}
+        out["time/step_s"] = time.perf_counter() - self.start
+        return out
+
+
+def step_metrics(step: int, rollout, advantage_metrics: dict, train_metrics: dict, *, reward_names: list[str],
+                 tagrpo: bool, prompt_gap: float | None) -> dict[str, float | None]:
+    """One line of metrics.jsonl (without the grad-spike, time and memory keys the trainer adds)."""
+    return {
+        "step": step,
+        **rollout_metrics(rollout, reward_names, tagrpo=tagrpo),
+        **advantage_metrics,
+        **train_metrics,
+        "tagrpo/anchor_logp_gap": prompt_gap,  # |log π(o|q_0) − log π(o|q_j)| of rephrased responses (None: none)
+    }
 
 
 def rollout_metrics(rollout, reward_names: list[str], *, tagrpo: bool = False) -> dict[str, float]:
@@ -44,14 +82,13 @@ def rollout_metrics(rollout, reward_names: list[str], *, tagrpo: bool = False) -
         "rollout/truncated_frac": statistics.fmean(truncated),
         "rollout/num_gen_batches": rollout.rounds,
         "rollout/kept_groups": len(rollout.kept),
-        "_generated_tokens": float(sum(lengths)),
     }
     for name in reward_names:
         values = [g.reward_parts[name][i] for g, idx in zip(groups, own) for i in idx
                   if name in g.reward_parts and g.reward_parts[name][i] is not None]
         metrics[f"rewards/{name}_mean"] = statistics.fmean(values) if values else None
-    metrics.update({k: v for k, v in rollout.reward_stats.items() if not k.startswith("dagrpo/_")})
-    metrics.update(dagrpo_rollout_metrics(rollout.reward_stats))
+    metrics.update(rollout.reward_counts)
+    metrics.update(dagrpo_rollout_metrics(rollout.dagrpo_counts))
     if tagrpo:
         metrics.update(tagrpo_rollout_metrics(groups))
     return metrics
@@ -86,11 +123,11 @@ def tagrpo_rollout_metrics(groups: list[Group]) -> dict[str, float]:
     }
 
 
-def dagrpo_rollout_metrics(stats: dict[str, float]) -> dict[str, float]:
-    """Rates from the DaGRPO phase's summed counters (empty when DaGRPO is off)."""
-    if "dagrpo/_groups" not in stats:
+def dagrpo_rollout_metrics(counts: Counter | None) -> dict[str, float]:
+    """Rates from the DaGRPO phase's counters summed over the step (empty when DaGRPO is off)."""
+    if counts is None:
         return {}
-    count = lambda key: stats.get(f"dagrpo/_{key}", 0.0)
+    count = lambda key: float(counts.get(key, 0))
     scored = count("scored")
     return {
         "dagrpo/anchor_rate": count("anchor_injected") / max(1.0, count("groups")),

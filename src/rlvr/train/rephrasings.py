@@ -14,7 +14,7 @@ import json
 import logging
 from pathlib import Path
 
-from rlvr.config import ExperimentConfig
+from rlvr.config.tagrpo import TAGRPOConfig
 from rlvr.data.rephrase import RuleRephraser, rephrase_rows
 from rlvr.models.cache import rlvr_cache_dir
 
@@ -41,9 +41,11 @@ def read_rephrasings_file(path: str | Path) -> dict[str, list[str]]:
     return found
 
 
-def attach_rephrasings(rows: list[dict], cfg: ExperimentConfig) -> list[dict]:
-    """Rows with up to N rephrasings each (new dicts; rows without any keep an empty list)."""
-    t = cfg.tagrpo
+def attach_rephrasings(rows: list[dict], t: TAGRPOConfig, *, data: str, seed: int) -> list[dict]:
+    """Rows with up to N rephrasings each (new dicts; rows without any keep an empty list).
+
+    ``data`` (the data spec) and ``seed`` key the cache of rule rephrasings.
+    """
     if not t.enabled:
         return rows
     joined = read_rephrasings_file(t.rephrasings_file) if t.rephrasings_file else {}
@@ -53,7 +55,7 @@ def attach_rephrasings(rows: list[dict], cfg: ExperimentConfig) -> list[dict]:
         raise ValueError(f"{len(missing)} rows have no rephrasings (first: {missing[0]['id']!r}); add a "
                          "'rephrasings' column, pass rephrasings_file=..., or set rephrase_missing=rules")
     if missing:
-        made = _rule_rephrasings(missing, cfg)
+        made = _rule_rephrasings(missing, n=t.num_rephrasings, data=data, seed=seed)
         for row in missing:
             row["rephrasings"] = made.get(row["id"], [])
     for row in out:
@@ -61,10 +63,9 @@ def attach_rephrasings(rows: list[dict], cfg: ExperimentConfig) -> list[dict]:
     return out
 
 
-def _rule_rephrasings(rows: list[dict], cfg: ExperimentConfig) -> dict[str, list[str]]:
+def _rule_rephrasings(rows: list[dict], *, n: int, data: str, seed: int) -> dict[str, list[str]]:
     """Offline rule rephrasings for ``rows``, made once and cached by (data, N, seed)."""
-    n, seed = cfg.tagrpo.num_rephrasings, cfg.run.seed
-    key = hashlib.sha256(json.dumps([cfg.data.data, n, seed, sorted(r["id"] for r in rows)]).encode()).hexdigest()
+    key = hashlib.sha256(json.dumps([data, n, seed, sorted(r["id"] for r in rows)]).encode()).hexdigest()
     path = rlvr_cache_dir() / "rephrasings" / f"rules-{key[:16]}.jsonl"
     text_rows = [r for r in rows if isinstance(r["prompt"], str)]
     if len(text_rows) < len(rows):

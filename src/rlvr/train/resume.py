@@ -7,7 +7,6 @@ from pathlib import Path
 
 import yaml
 
-from rlvr.config import ExperimentConfig
 from rlvr.train.checkpoint import list_checkpoints
 from rlvr.train.checkpoint_check import newest_intact
 
@@ -22,19 +21,22 @@ MAY_CHANGE_ON_RESUME = {
 }
 
 
-def check_resumable_config(saved_path: Path, cfg: ExperimentConfig) -> None:
-    """Refuse to resume with options that would make the resumed run a different run."""
+def check_resumable_config(saved_path: Path, options: dict, *, force: bool = False) -> None:
+    """Refuse to resume with options that would make the resumed run a different run.
+
+    ``options``: the run's flat options (``ExperimentConfig.flat()``); ``force``: force_resume.
+    """
     if not saved_path.exists():
         raise ValueError(f"{saved_path} is missing; this folder was not written by `rlvr train`")
     saved = yaml.safe_load(saved_path.read_text(encoding="utf-8")) or {}
     saved_flat = {k: v for section in saved.values() for k, v in section.items()}
     changed = sorted(
-        key for key, value in cfg.flat().items()
+        key for key, value in options.items()
         if key not in MAY_CHANGE_ON_RESUME and key in saved_flat and saved_flat[key] != value
     )
     if changed:
-        details = ", ".join(f"{k}: {saved_flat[k]!r} -> {cfg.flat()[k]!r}" for k in changed)
-        if cfg.run.force_resume:
+        details = ", ".join(f"{k}: {saved_flat[k]!r} -> {options[k]!r}" for k in changed)
+        if force:
             logger.warning("force_resume=true: resuming %s with changed options (%s); from here on this is "
                            "a different run than the one that started", saved_path.parent, details)
             return

@@ -50,6 +50,10 @@ class Rewarder:
         self.pool = VerifierPool(num_workers=verifier_workers, timeout_s=verifier_timeout)
         self.funcs = [resolve_reward(spec, self.pool, answer_extraction=answer_extraction) for spec in reward_funcs]
         self.names = logged_names(self.funcs)  # what metrics call them: rewards/<name>_mean, <name>/errors
+        # the reward that says "correct": the first function declaring it (the built-in accuracy does); None:
+        # a response is correct when its total reward is > 0
+        self.correctness = next((name for name, fn in zip(self.names, self.funcs)
+                                 if getattr(fn, "is_correctness", False)), None)
         self.weights = list(reward_weights) if reward_weights is not None else [1.0] * len(self.funcs)
         self.max_error_frac = max_reward_error_frac
         self.timeout_s = reward_timeout
@@ -88,7 +92,8 @@ class Rewarder:
         return totals, parts, stats
 
     def reward_groups(self, groups: list[Group]) -> dict[str, float]:
-        """Fill ``rewards``, ``reward_parts`` and ``scorable`` of each group; return counters for this call."""
+        """Fill ``rewards``, ``reward_parts``, ``scorable`` and ``correctness`` of each group; return counters
+        for this call (``rewards/`` metrics, summed over rounds and ranks)."""
         totals, parts, stats = self.score([g.row for g in groups], [g.texts for g in groups])
         start = 0
         for group in groups:
@@ -96,6 +101,7 @@ class Rewarder:
             group.rewards = totals[start:end]
             group.reward_parts = {name: values[start:end] for name, values in parts.items()}
             group.scorable = [any(values[i] is not None for values in parts.values()) for i in range(start, end)]
+            group.correctness = self.correctness
             start = end
         return stats
 

@@ -1,11 +1,12 @@
-"""Rollout and reward phases of a training step, with DAPO dynamic sampling.
+"""The rollout side of a training step: sampling groups, and the rounds of DAPO's dynamic sampling.
 
-    groups = []
-    repeat up to max_num_gen_batches times:
-        draw B prompts → sample G responses each → reward them
+A step runs rounds (``Trainer.training_step`` shows them):
+
+    repeat (once; under dynamic sampling up to max_num_gen_batches times):
+        draw B prompts → sample G responses each (TA-GRPO: to each variant) → reward them
         (DaGRPO) fine-grained scores, anchors into failed groups
-        keep every group (GRPO) or only the groups with mixed rewards (dynamic sampling)
-        stop once B groups are kept
+        gather every rank's groups; keep all (GRPO) or the pools with mixed rewards (dynamic sampling)
+    until B pools are kept
 
 Rollout statistics are computed over *every* group generated in the step, so the uniform fraction
 shows what the sampler really produced, not what survived the filter.
@@ -14,67 +15,78 @@ shows what the sampler really produced, not what survived the filter.
 from __future__ import annotations
 
 import hashlib
-import time
+from collections import Counter
 from dataclasses import dataclass, field
 
 from rlvr.train.experience import Group
 from rlvr.train.fsdp import full_weights
+from rlvr.train.group_ids import GroupIds
+from rlvr.train.plan import RolloutSettings
+from rlvr.train.prompt_builder import PromptBuilder
 
 
 @dataclass
 class RolloutResult:
-    kept: list[Group]
-    generated: list[Group]
-    rounds: int
-    rollout_s: float = 0.0
-    reward_s: float = 0.0
-    reward_stats: dict[str, float] = field(default_factory=dict)
+    """One step's rounds: the groups kept for the update, every group generated, and the summed counters."""
 
+    settings: RolloutSettings
+    step: int
+    kept: list[Group] = field(default_factory=list)
+    generated: list[Group] = field(default_factory=list)
+    rounds: int = 0
+    reward_counts: dict[str, float] = field(default_factory=dict)  # rewards/ counters, summed
+    dagrpo_counts: Counter | None = None  # the DaGRPO phase's counters, summed (None: DaGRPO off)
 
-def collect_groups(run, step: int) -> RolloutResult:
-    """Generate and reward groups for one step (``run`` is the :class:`~rlvr.train.trainer.Trainer`).
+    def wants_another_round(self) -> bool:
+        if self.rounds == 0:
+            return True
+        s = self.settings
+        return s.dynamic_sampling and self.rounds < s.max_rounds and len(pools(self.kept)) < s.prompts_per_step
 
-    On W ranks each rank generates, rewards and scores its share of the prompts; the groups are
-    then gathered, so what follows sees the step's groups in the 1-process order on every rank.
-    """
-    cfg = run.cfg
-    B = cfg.rollout.prompts_per_step
-    result = RolloutResult(kept=[], generated=[], rounds=0)
-    while result.rounds < cfg.algorithm.max_num_gen_batches:
-        result.rounds += 1
-        t0 = time.perf_counter()
-        groups = generate_groups(run, run.sampler.take(B), seed=run.generation_seed(step, result.rounds))
-        t1 = time.perf_counter()
-        stats = run.rewarder.reward_groups(groups)
-        result.reward_s += time.perf_counter() - t1
-        if run.dagrpo is not None:  # score + anchors, before the dynamic-sampling filter
-            stats.update(run.dagrpo.process(groups))
-        result.rollout_s += t1 - t0
-        groups, stats = gather_round(run.dist, groups, stats)
-        for key, value in stats.items():
-            result.reward_stats[key] = result.reward_stats.get(key, 0.0) + value
-        result.generated.extend(groups)
-        if not cfg.algorithm.dynamic_sampling:
-            result.kept = groups
-            break
+    @property
+    def seed(self) -> int:
+        """The generation seed of the next round (per-request seeds are derived from it)."""
+        return generation_seed(self.settings.seed, self.step, self.rounds + 1)
+
+    def add(self, ctx, groups: list[Group], reward_counts: dict[str, float], dagrpo_counts: Counter | None) -> None:
+        """End a round: gather every rank's groups (1-process order), sum counters, keep what trains."""
+        groups, reward_counts, dagrpo_counts = gather_round(ctx, groups, reward_counts, dagrpo_counts)
+        self.rounds += 1
+        for key, value in reward_counts.items():
+            self.reward_counts[key] = self.reward_counts.get(key, 0.0) + value
+        if dagrpo_counts is not None:  # Counter.update adds (``+`` would drop sums that are <= 0)
+            self.dagrpo_counts = self.dagrpo_counts or Counter()
+            self.dagrpo_counts.update(dagrpo_counts)
+        self.generated.extend(groups)
+        if not self.settings.dynamic_sampling:
+            self.kept = groups
+            return
         kept_pools = [pool for pool in pools(groups) if not all(g.uniform for g in pool)]
-        result.kept.extend(g for pool in kept_pools[: B - len(pools(result.kept))] for g in pool)
-        if len(pools(result.kept)) >= B:
-            break
-    run.rewarder.check_failures(step, result.reward_stats)  # a reward function that keeps failing stops the run
-    return result
+        self.kept.extend(g for pool in kept_pools[: self.settings.prompts_per_step - len(pools(self.kept))]
+                         for g in pool)
+
+    @property
+    def generated_tokens(self) -> int:
+        """Tokens the policy sampled in this step (anchors are not sampled)."""
+        return sum(len(g.policy_samples.completions[i].token_ids) for g in self.generated
+                   for i in g.policy_samples.on_policy)
 
 
-def gather_round(ctx, groups: list[Group], stats: dict[str, float]) -> tuple[list[Group], dict[str, float]]:
-    """Every rank's groups in rank order (= prompt order) and the counters summed (times: the max)."""
+def gather_round(ctx, groups: list[Group], reward_counts: dict[str, float], dagrpo_counts: Counter | None):
+    """Every rank's groups in rank order (= prompt order), and their counters summed."""
     if not ctx.enabled:
-        return groups, stats
-    gathered = ctx.gather_objects((groups, stats))
+        return groups, reward_counts, dagrpo_counts
+    gathered = ctx.gather_objects((groups, reward_counts, dagrpo_counts))
     merged: dict[str, float] = {}
-    for _, rank_stats in gathered:
-        for key, value in rank_stats.items():
-            merged[key] = max(merged.get(key, value), value) if key.startswith("time/") else merged.get(key, 0.0) + value
-    return [g for rank_groups, _ in gathered for g in rank_groups], merged
+    for _, counts, _ in gathered:
+        for key, value in counts.items():
+            merged[key] = merged.get(key, 0.0) + value
+    dagrpo = None
+    if dagrpo_counts is not None:
+        dagrpo = Counter()
+        for _, _, counts in gathered:
+            dagrpo.update(counts)
+    return [g for rank_groups, *_ in gathered for g in rank_groups], merged, dagrpo
 
 
 def pools(groups: list[Group]) -> list[list[Group]]:
@@ -88,51 +100,59 @@ def pools(groups: list[Group]) -> list[list[Group]]:
     return out
 
 
-def generate_groups(run, rows: list[dict], *, seed: int) -> list[Group]:
-    """Sample responses for this rank's share of ``rows`` and group them with run-wide group ids.
+class GroupGenerator:
+    """Samples this rank's share of a round's prompts and groups the responses with run-wide ids.
 
     GRPO: G responses to the question. TA-GRPO: G responses to q_0 and to each rephrasing q_j,
     one pooled group per question (or, unpooled, one group per variant sharing a pool id).
     ``equal_sampling``: (N+1)·G responses to q_0 only.
 
-    Request k of the step (row-major over rows, variants, samples) is drawn with seed
+    Request k of the round (row-major over rows, variants, samples) is drawn with seed
     ``request_seed(seed, k)``, and group ids are numbered over all rows, so a rank's groups are
     the ones a single process would make for the same rows.
     """
-    t = run.cfg.tagrpo
-    G = run.cfg.rollout.num_generations * (t.responses_per_prompt_factor if t.equal_sampling else 1)
-    variant_prompts = [run.variant_prompts(row) for row in rows]  # per row: [q_0, q_1, ...] token ids
-    first_request = [0]
-    first_group = [run.group_counter + 1]
-    for variants in variant_prompts:
-        first_request.append(first_request[-1] + len(variants) * G)
-        first_group.append(first_group[-1] + (1 if t.pooled or len(variants) == 1 else len(variants)))
-    run.group_counter = first_group[-1] - 1
-    mine = run.dist.share(len(rows))
-    prompts = [ids for i in mine for ids in variant_prompts[i] for _ in range(G)]
-    seeds = [request_seed(seed, k) for i in mine for k in range(first_request[i], first_request[i + 1])]
-    sampling = {"row_seeds": seeds} if run.engine.supports_row_seeds else {"generator_seed": seed + run.dist.rank}
-    with full_weights(run.policy):  # FSDP2: ranks finish at different steps, so no per-forward gathers
-        completions = run.engine.generate(
-            prompts, max_new_tokens=run.cfg.rollout.max_completion_length,
-            temperature=run.cfg.rollout.temperature, top_p=run.cfg.rollout.top_p, **sampling,
-        )
-    texts = [run.tokenizer.decode(c.token_ids, skip_special_tokens=True) for c in completions]
-    groups, start = [], 0
-    for i in mine:
-        row, variants, group_id = rows[i], variant_prompts[i], first_group[i]
-        members = []  # (variant j, completion, text)
-        for j in range(len(variants)):
-            members += [(j, completions[k], texts[k]) for k in range(start, start + G)]
-            start += G
-        if t.pooled or len(variants) == 1:
-            groups.append(_group(row, variants, members, group_id=group_id, pool_id=None))
-        else:
+
+    def __init__(self, settings: RolloutSettings, engine, tokenizer, prompts: PromptBuilder, group_ids: GroupIds,
+                 ctx, *, policy):
+        self.s, self.engine, self.tokenizer = settings, engine, tokenizer
+        self.prompts, self.group_ids, self.ctx = prompts, group_ids, ctx
+        self.policy = policy  # FSDP2: gathered whole while the engine generates
+
+    def __call__(self, rows: list[dict], *, seed: int) -> list[Group]:
+        G, s = self.s.responses_per_prompt, self.s
+        variant_prompts = [self.prompts.variants(row) for row in rows]  # per row: [q_0, q_1, ...] token ids
+        per_row = [1 if s.pooled or len(v) == 1 else len(v) for v in variant_prompts]  # groups per row
+        first_group = [self.group_ids.reserve(sum(per_row))]
+        first_request = [0]
+        for variants, count in zip(variant_prompts, per_row):
+            first_request.append(first_request[-1] + len(variants) * G)
+            first_group.append(first_group[-1] + count)
+        mine = self.ctx.share(len(rows))
+        prompts = [ids for i in mine for ids in variant_prompts[i] for _ in range(G)]
+        seeds = [request_seed(seed, k) for i in mine for k in range(first_request[i], first_request[i + 1])]
+        sampling = {"row_seeds": seeds} if self.engine.supports_row_seeds else {"generator_seed": seed + self.ctx.rank}
+        with full_weights(self.policy):  # FSDP2: ranks finish at different steps, so no per-forward gathers
+            completions = self.engine.generate(prompts, max_new_tokens=s.max_completion_length,
+                                               temperature=s.temperature, top_p=s.top_p, **sampling)
+        texts = [self.tokenizer.decode(c.token_ids, skip_special_tokens=True) for c in completions]
+        groups, start = [], 0
+        for i in mine:
+            row, variants, group_id = rows[i], variant_prompts[i], first_group[i]
+            members = []  # (variant j, completion, text)
             for j in range(len(variants)):
-                group = _group(row, variants, [m for m in members if m[0] == j], group_id=group_id + j,
-                               pool_id=group_id)
-                groups.append(group)
-    return groups
+                members += [(j, completions[k], texts[k]) for k in range(start, start + G)]
+                start += G
+            if per_row[i] == 1:
+                groups.append(_group(row, variants, members, group_id=group_id, pool_id=None))
+            else:
+                groups += [_group(row, variants, [m for m in members if m[0] == j], group_id=group_id + j,
+                                  pool_id=group_id) for j in range(len(variants))]
+        return groups
+
+
+def generation_seed(seed: int, step: int, round_: int) -> int:
+    """The seed of one generation round of a step."""
+    return (seed * 1_000_003 + step * 1_009 + round_) % (2**63)
 
 
 def request_seed(step_seed: int, request: int) -> int:

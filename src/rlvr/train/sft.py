@@ -14,11 +14,12 @@ import time
 
 import torch
 
+from rlvr.config import ExperimentConfig
 from rlvr.data.anchors import ARITHMETIC_TASKS, anchor_text
 from rlvr.rollout import Completion
 from rlvr.train.experience import Experience, Group
-from rlvr.train.trainer import Trainer
-from rlvr.train.update import update_policy
+from rlvr.train.plan import compile_plan
+from rlvr.train.trainer import StepResult, Trainer
 
 logger = logging.getLogger(__name__)
 
@@ -46,33 +47,33 @@ class SFTTrainer(Trainer):
                         "are skipped", usable, len(rows), self.cfg.data.data, len(rows) - usable)
         return rows
 
-    def training_step(self, step: int) -> tuple[dict, list[dict]]:
+    def training_step(self, step: int) -> StepResult:
+        """Take B rows, make each solution an anchor response, and minimise its NLL (Â = 1, ψ = log)."""
         t0 = time.perf_counter()
         bank = self.dagrpo.anchors
-        rows = self.sampler.take(self.cfg.rollout.prompts_per_step)
+        rows = self.sampler.take(self.plan.rollout.prompts_per_step)
         groups = []
         for row in rows:
             anchor = bank.get(row)
             if anchor is None:
                 continue
             completion = Completion(anchor.token_ids, [], truncated=anchor.truncated, is_anchor=True)
-            groups.append(Group(group_id=self.next_group_id(), row=row, prompt_ids=self.prompt_ids(row),
+            groups.append(Group(group_id=self.group_ids.reserve(1), row=row, prompt_ids=self.prompts.ids(row),
                                 completions=[completion], texts=[anchor.text], rewards=[1.0]))
         metrics = {"step": step, "sft/rows": len(rows), "sft/anchor_rate": len(groups) / len(rows)}
+        update = None
         if groups:
             experience = Experience.from_groups(groups)
-            experience.advantages = torch.ones(len(experience))
-            metrics.update(update_policy(self.cfg, self.train_model, self.optimizer, self.scheduler, experience,
-                                         pad_token_id=self.tokenizer.pad_token_id, ref_model=self.ref_model,
-                                         ctx=self.dist))
+            update = self.update(experience, torch.ones(len(experience)))
+            metrics.update(update.metrics(beta=self.plan.update.beta))
             metrics["sft/tokens"] = sum(len(ids) for ids in experience.response_ids)
         metrics.update(self.grad_spikes.update(metrics.get("train/grad_norm")))
         metrics["time/step_s"] = time.perf_counter() - t0
         samples = [{"step": step, "id": g.row["id"], "prompt": g.row["prompt"], "completion": g.texts[0]}
-                   for g in groups[: self.cfg.run.num_completions_to_log]]
-        return metrics, samples
+                   for g in groups[: self.plan.num_completions_to_log]]
+        return StepResult(metrics, samples, update=update)
 
 
-def make_trainer(cfg) -> Trainer:
-    """The trainer class for the config's ``algo``."""
-    return SFTTrainer(cfg) if cfg.algorithm.algo == "sft" else Trainer(cfg)
+def make_trainer(cfg: ExperimentConfig) -> Trainer:
+    """The trainer class for the run's mode: supervised (``algo=sft``) or RL."""
+    return SFTTrainer(cfg) if compile_plan(cfg).mode == "sft" else Trainer(cfg)

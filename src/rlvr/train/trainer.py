@@ -1,9 +1,12 @@
-"""The training loop. One step reads as the algorithm:
+"""The training loop. One step reads as the algorithm (:meth:`Trainer.training_step`):
 
     rollout (generate G responses for B prompts) → reward → [score, anchors] → advantages → update → log
 
-Everything a step needs lives on :class:`Trainer`; checkpoints and resume are in
-``checkpoint.py``, the update in ``update.py``, the rollout/reward phase in ``rollout_phase.py``.
+The set-up (``Trainer.__init__``) is the only code that reads the config: it compiles the decisions
+of a step once (``plan.py``) and builds the phases from plain settings — ``GroupGenerator`` and
+``RolloutResult`` (rollout_phase.py), ``Rewarder`` (rewarding.py), ``DaGRPOPhase`` (dagrpo_phase.py),
+``compute_advantages`` (advantages.py), ``PolicyUpdate`` (update.py). docs/training.md walks through
+one step. Checkpoints and resume are in ``checkpoint.py`` and ``resume.py``.
 
 Reproducibility: every sampled response has its own seed, from (seed, step, round, its position
 in the step's requests); data order depends only on (seed, rows consumed), and the policy runs in
@@ -15,14 +18,14 @@ and W processes sample what one process samples (``distributed.py``).
 from __future__ import annotations
 
 import logging
-import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from transformers import get_scheduler
 
 from rlvr.config import ExperimentConfig
-from rlvr.data import PromptSampler, load_rows, prompt_messages, render_prompt
+from rlvr.data import PromptSampler, load_rows
 from rlvr.eval import group_diversity
 from rlvr.models import apply_lora, copy_for_reference, eos_token_ids, load_policy
 from rlvr.models.embedding import require_embedding_packages
@@ -31,23 +34,26 @@ from rlvr.train import checkpoint as ckpt
 from rlvr.train.advantages import compute_advantages
 from rlvr.train.dagrpo_phase import build_dagrpo_phase
 from rlvr.train.distributed import init_distributed, shutdown_distributed, wrap_policy
-from rlvr.train.evaluation import evaluate_during_training, should_evaluate, training_overlap
+from rlvr.train.evaluation import TrainingEval, training_overlap
 from rlvr.train.experience import Experience
 from rlvr.train.fsdp import full_state_dicts, full_weights, is_sharded
 from rlvr.train.grad_spikes import GradSpikes
+from rlvr.train.group_ids import GroupIds
 from rlvr.train.input_limits import check_training_lengths
 from rlvr.train.interrupts import StopOnSignal, TrainingInterrupted
-from rlvr.train.metrics import rollout_metrics, sample_records
+from rlvr.train.metrics import PhaseTimer, sample_records, step_metrics
+from rlvr.train.plan import compile_plan
 from rlvr.train.progress import Progress, memory_metrics
+from rlvr.train.prompt_builder import PromptBuilder
 from rlvr.train.reference import AdapterOffReference
-from rlvr.train.rephrasings import attach_rephrasings, variant_prompt
+from rlvr.train.rephrasings import attach_rephrasings
 from rlvr.train.resume import check_logged_steps, check_resumable_config, resume_checkpoint
 from rlvr.train.rewarding import Rewarder
-from rlvr.train.rollout_phase import collect_groups
+from rlvr.train.rollout_phase import GroupGenerator, RolloutResult
 from rlvr.train.run_files import JsonlLog, write_config
 from rlvr.train.run_folder import RunFolderLock, check_not_foreign, mark_run_folder, new_run_folder
 from rlvr.train.stopping import TrainingStopped
-from rlvr.train.update import update_policy
+from rlvr.train.update import PolicyUpdate, UpdateResult
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +73,16 @@ def resolve_device(name: str, *, local_rank: int | None = None) -> torch.device:
     if name == "cuda" and local_rank is not None:
         return torch.device("cuda", local_rank)
     return torch.device(name)
+
+
+@dataclass
+class StepResult:
+    """What one training step produced: its metrics line, sample records, rollout and update."""
+
+    metrics: dict
+    samples: list[dict]
+    rollout: RolloutResult | None = None
+    update: UpdateResult | None = None  # None: no update (every group uniform)
 
 
 class Trainer:
@@ -90,9 +106,10 @@ class Trainer:
             raise
 
     def _set_up(self, cfg: ExperimentConfig) -> None:
-        """Everything but the run folder: data, model, engine, rewards, optimiser, logs."""
+        """Everything but the run folder: data, model, engine, rewards, the phases, optimiser, logs."""
         self._check_output_dir()
         torch.manual_seed(cfg.run.seed)
+        self.plan = compile_plan(cfg)  # the decisions of a step, made once
         self.rows = self._load_rows()
         self.sampler = PromptSampler(self.rows, seed=cfg.run.seed, shuffle=cfg.data.shuffle)
         if cfg.eval.eval_steps and self.dist.is_main:
@@ -114,75 +131,86 @@ class Trainer:
         self.train_model = wrap_policy(self.policy, self.dist, cfg.run.parallelism, self.device)  # DDP/FSDP2
         self.engine = build_engine(cfg.rollout.rollout_engine, self.policy, pad_token_id=self.tokenizer.pad_token_id,
                                    eos_token_ids=eos_token_ids(self.policy, self.tokenizer))
-        self._prompt_cache: dict[tuple[str, int], list[int]] = {}
-        check_training_lengths(cfg, self.rows, policy=self.policy, tokenizer=self.tokenizer, engine=self.engine,
-                               tokenize=self.variant_prompts)  # before anything is generated
-        self.rewarder = Rewarder(cfg.reward.reward_funcs, cfg.reward.reward_weights,
-                                 verifier_workers=cfg.reward.verifier_workers,
-                                 verifier_timeout=cfg.reward.verifier_timeout,
-                                 answer_extraction=cfg.reward.answer_extraction,
-                                 max_reward_error_frac=cfg.reward.max_reward_error_frac,
-                                 reward_timeout=cfg.reward.reward_timeout)
+        self.prompts = PromptBuilder(self.tokenizer, system_prompt=cfg.data.system_prompt,
+                                     instruction=cfg.data.instruction, rephrased=self.plan.rollout.rephrased)
+        check_training_lengths(  # before anything is generated
+            self.rows, source=cfg.data.data, max_completion_length=cfg.rollout.max_completion_length,
+            max_prompt_length=cfg.rollout.max_prompt_length, system_prompt=cfg.data.system_prompt,
+            instruction=cfg.data.instruction, policy=self.policy, tokenizer=self.tokenizer, engine=self.engine,
+            tokenize=self.prompts.variants)
+        self.group_ids = GroupIds()
+        self.generate_groups = GroupGenerator(self.plan.rollout, self.engine, self.tokenizer, self.prompts,
+                                              self.group_ids, self.dist, policy=self.policy)
+        r = cfg.reward
+        self.rewarder = Rewarder(r.reward_funcs, r.reward_weights, verifier_workers=r.verifier_workers,
+                                 verifier_timeout=r.verifier_timeout, answer_extraction=r.answer_extraction,
+                                 max_reward_error_frac=r.max_reward_error_frac, reward_timeout=r.reward_timeout)
         if self.dist.is_main:
             self.rewarder.check_golds(self.rows, cfg.data.data)  # one warning when most golds are not math
         if cfg.tagrpo.diversity_steps:
             require_embedding_packages("diversity_steps")
-        self.dagrpo = build_dagrpo_phase(cfg, tokenizer=self.tokenizer, eos_token_id=self.engine.eos_token_ids[0],
-                                         rewarder=self.rewarder, device=self.device)
+        self.dagrpo = build_dagrpo_phase(cfg.dagrpo, max_completion_length=cfg.rollout.max_completion_length,
+                                         model_dtype=cfg.model.dtype, seed=cfg.run.seed, tokenizer=self.tokenizer,
+                                         eos_token_id=self.engine.eos_token_ids[0], rewarder=self.rewarder,
+                                         device=self.device)
         self.optimizer, self.scheduler = self._optimizer()
+        self.update = PolicyUpdate(self.plan.update, self.train_model, self.optimizer, self.scheduler,
+                                   pad_token_id=self.tokenizer.pad_token_id, ref_model=self.ref_model, ctx=self.dist)
+        self.evaluation = self._training_eval()
         self.metrics_log = JsonlLog(self.output_dir / "metrics.jsonl")
         self.samples_log = JsonlLog(self.output_dir / "samples.jsonl")
-        self.group_counter = 0
         self.grad_spikes = GradSpikes(factor=cfg.run.grad_spike_factor)
         self.skipped_in_a_row = 0  # optimiser steps since the last finite one
 
     # ----------------------------------------------------------------- the algorithm
-    def training_step(self, step: int) -> tuple[dict, list[dict]]:
-        """One step: rollout → reward → (DaGRPO: score, anchors) → advantages → update.
+    def training_step(self, step: int) -> StepResult:
+        """One step: rollout → reward → (DaGRPO: score, anchors) → advantages → update → log.
 
-        Returns (metrics, sample records).
+        A round draws B prompts; under DAPO's dynamic sampling rounds repeat until B pools with mixed
+        rewards are kept (at most max_num_gen_batches). docs/training.md walks through every line.
         """
-        t0 = time.perf_counter()
-        rollout = collect_groups(self, step)  # generate + reward (+ dynamic sampling)
-        advantage_metrics: dict = {}
-        train_metrics: dict = {key: None for key in ("train/loss", "train/grad_norm", "train/grad_norm_max",
-                                                     "train/clip_frac", "train/kl", "train/entropy",
-                                                     "rollout/logprob_mismatch")}
-        train_metrics.update({"train/lr": self.scheduler.get_last_lr()[0], "train/skipped_steps": 0})
-        advantages = None
-        update_s = 0.0
+        timer, rollout = PhaseTimer(), RolloutResult(self.plan.rollout, step)
+        while rollout.wants_another_round():
+            rows = self.sampler.take(self.plan.rollout.prompts_per_step)
+            with timer("rollout"):  # G responses per prompt (TA-GRPO: to each variant), per-request seeds
+                groups = self.generate_groups(rows, seed=rollout.seed)
+            with timer("reward"):  # r = Σ_k w_k·f_k, each function's values kept
+                reward_counts = self.rewarder.reward_groups(groups)
+            with timer("score"):  # DaGRPO: s = α·r + (1−α)·q, anchors into failed groups
+                dagrpo_counts = self.dagrpo.process(groups) if self.dagrpo is not None else None
+            rollout.add(self.dist, groups, reward_counts, dagrpo_counts)  # every rank's groups; DAPO's filter
+        self.rewarder.check_failures(step, rollout.reward_counts)  # a function that keeps failing stops the run
+        advantages, advantage_metrics, update = None, {}, None
         if rollout.kept:
-            experience = Experience.from_groups(rollout.kept, ratio_anchor=self.cfg.tagrpo.ratio_anchor)
-            experience.advantages, advantage_metrics = compute_advantages(self.cfg, experience)  # [N]
-            advantages = experience.advantages
-            t_update = time.perf_counter()
-            train_metrics = update_policy(self.cfg, self.train_model, self.optimizer, self.scheduler, experience,
-                                          pad_token_id=self.tokenizer.pad_token_id, ref_model=self.ref_model,
-                                          ctx=self.dist)
-            self.engine.sync_weights()  # engines holding their own copy (vLLM) take the new weights
-            update_s = time.perf_counter() - t_update
+            experience = Experience.from_groups(rollout.kept, self.plan.prompts)  # flat, with the scoring prompts
+            advantages, advantage_metrics = compute_advantages(self.plan.advantages, experience)  # [N]
+            with timer("update"):  # μ passes × mini-batches of whole pools × micro-batches
+                update = self.update(experience, advantages)
+                self.engine.sync_weights()  # engines holding their own copy (vLLM) take the new weights
         else:
             logger.warning("step %d: every group had uniform rewards; no update", step)
-        step_s = time.perf_counter() - t0
+        metrics = self._step_metrics(step, rollout, advantage_metrics, update, timer)
+        samples = sample_records(step, rollout.kept, advantages, self.plan.num_completions_to_log)
+        return StepResult(metrics, samples, rollout, update)
+
+    def _step_metrics(self, step: int, rollout: RolloutResult, advantage_metrics: dict, update: UpdateResult | None,
+                      timer: PhaseTimer) -> dict:
+        """The step's line of metrics.jsonl."""
+        train = (update.metrics(beta=self.plan.update.beta) if update is not None
+                 else UpdateResult.no_update_metrics(self.scheduler.get_last_lr()[0]))
         metrics = {
-            "step": step,
-            **rollout_metrics(rollout, self.rewarder.names, tagrpo=self.cfg.tagrpo.enabled),
-            **advantage_metrics,
-            **train_metrics,
-            **self.grad_spikes.update(train_metrics["train/grad_norm"]),
-            "time/rollout_s": rollout.rollout_s,
-            "time/reward_s": rollout.reward_s,
-            "time/update_s": update_s,
-            "time/step_s": step_s,
+            **step_metrics(step, rollout, advantage_metrics, train, reward_names=self.rewarder.names,
+                           tagrpo=self.plan.tagrpo_metrics, prompt_gap=update.prompt_gap if update else None),
+            **self.grad_spikes.update(train["train/grad_norm"]),
+            **timer.metrics(with_score=self.dagrpo is not None),
             **memory_metrics(self.device),
+            "perf/tokens_per_s": rollout.generated_tokens / max(timer.seconds["rollout"], 1e-9),
         }
-        metrics["perf/tokens_per_s"] = metrics.pop("_generated_tokens") / max(rollout.rollout_s, 1e-9)
-        every, count = self.cfg.tagrpo.diversity_steps, self.cfg.tagrpo.diversity_groups
+        every, count = self.plan.diversity_every, self.plan.diversity_groups
         if every and step % every == 0:
             texts = [[g.policy_samples.texts[i] for i in g.policy_samples.on_policy] for g in rollout.generated[:count]]
             metrics["rollout/diversity"] = group_diversity(texts, device=str(self.device))
-        samples = sample_records(step, rollout.kept, advantages, self.cfg.run.num_completions_to_log)
-        return metrics, samples
+        return metrics
 
     # ----------------------------------------------------------------- the loop
     def train(self) -> list[dict]:
@@ -198,20 +226,20 @@ class Trainer:
             progress = Progress(self.cfg.run.max_steps, start, enabled=self.cfg.run.progress_bar and main)
             with StopOnSignal() as stop:
                 for step in range(start + 1, self.cfg.run.max_steps + 1):
-                    metrics, samples = self.training_step(step)
-                    finite = metrics.pop("_optimizer_steps", 0), metrics.pop("_trailing_skips", 0)
-                    if should_evaluate(self.cfg, step):
+                    result = self.training_step(step)
+                    metrics = result.metrics
+                    if self.evaluation is not None and self.evaluation.due(step):
                         with full_weights(self.policy):  # FSDP2: gathered on every rank, used by rank 0
                             if main:
-                                metrics.update(evaluate_during_training(self, step))
+                                metrics.update(self.evaluation.run(self.policy, self.tokenizer, self.output_dir, step))
                             self.dist.barrier()
                     if main:
                         self.metrics_log.write([metrics])
                         if self.cfg.run.log_completions:
-                            self.samples_log.write(samples)
+                            self.samples_log.write(result.samples)
                     history.append(metrics)
                     progress.update(metrics)
-                    self._check_finite_steps(step, *finite)
+                    self._check_finite_steps(step, result.update)
                     save_every, stopping = self.cfg.run.save_steps, self._stop_requested(stop)
                     if step == self.cfg.run.max_steps or (save_every and step % save_every == 0) or stopping:
                         path = self.save(step)
@@ -237,7 +265,7 @@ class Trainer:
 
     def save(self, step: int) -> Path | None:
         """Rank 0 writes the checkpoint (atomically); the others wait for it."""
-        state = {"step": step, "sampler": self.sampler.state_dict(), "group_counter": self.group_counter,
+        state = {"step": step, "sampler": self.sampler.state_dict(), "group_counter": self.group_ids.last,
                  "grad_spikes": self.grad_spikes.state_dict(), "skipped_in_a_row": self.skipped_in_a_row}
         path, model_state, optimizer_state = None, None, None
         if is_sharded(self.policy):  # gather the full states (a collective: every rank takes part)
@@ -251,11 +279,11 @@ class Trainer:
         self.dist.barrier()
         return path
 
-    def _check_finite_steps(self, step: int, done: int, trailing: int) -> None:
-        """Count optimiser steps skipped for a non-finite loss/gradient in a row; stop after too many.
-
-        ``done``: optimiser steps taken in this training step; ``trailing``: skipped after the last one.
-        """
+    def _check_finite_steps(self, step: int, update: UpdateResult | None) -> None:
+        """Count optimiser steps skipped for a non-finite loss/gradient in a row; stop after too many."""
+        if update is None:
+            return
+        done, trailing = update.optimizer_steps, update.trailing_skips  # trailing: skipped after the last one taken
         self.skipped_in_a_row = trailing if done else self.skipped_in_a_row + trailing
         limit = self.cfg.run.max_skipped_steps
         if self.skipped_in_a_row >= limit:
@@ -266,32 +294,21 @@ class Trainer:
                 "max_grad_norm, use float32, or check the reward function for NaN/inf"
             )
 
-    # ----------------------------------------------------------------- helpers used by the phases
-    def prompt_ids(self, row: dict, variant: int = 0) -> list[int]:
-        """Chat-formatted prompt tokens for a row's question (variant j > 0: rephrasing j), cached."""
-        key = (row["id"], variant)
-        if key not in self._prompt_cache:
-            prompt = row["prompt"] if variant == 0 else variant_prompt(row["prompt"], row["rephrasings"][variant - 1])
-            messages = prompt_messages(prompt, system_prompt=self.cfg.data.system_prompt,
-                                       instruction=self.cfg.data.instruction)
-            text = render_prompt(self.tokenizer, messages)
-            self._prompt_cache[key] = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        return self._prompt_cache[key]
-
-    def variant_prompts(self, row: dict) -> list[list[int]]:
-        """[q_0, q_1, ..., q_N] prompt tokens: the question, then its rephrasings when TA-GRPO is on."""
-        count = len(row.get("rephrasings") or []) if self.cfg.tagrpo.enabled else 0
-        return [self.prompt_ids(row, j) for j in range(count + 1)]
-
-    def next_group_id(self) -> int:
-        self.group_counter += 1
-        return self.group_counter
-
-    def generation_seed(self, step: int, round_: int) -> int:
-        return (self.cfg.run.seed * 1_000_003 + step * 1_009 + round_) % (2**63)
+    # ----------------------------------------------------------------- set-up helpers
+    def _training_eval(self) -> TrainingEval | None:
+        cfg, e = self.cfg, self.cfg.eval
+        if not e.eval_steps:
+            return None
+        return TrainingEval(
+            datasets=tuple(e.eval_data), every=e.eval_steps, max_steps=cfg.run.max_steps, n=e.eval_n,
+            ks=tuple(e.eval_k), temperature=e.eval_temperature, top_p=e.eval_top_p,
+            max_completion_length=e.eval_max_completion_length or cfg.rollout.max_completion_length,
+            limit=e.eval_limit, instruction=cfg.data.instruction, system_prompt=cfg.data.system_prompt,
+            answer_extraction=cfg.reward.answer_extraction, seed=cfg.run.seed, model_name=cfg.model.model,
+        )
 
     def _reference_model(self):
-        if self.cfg.algorithm.beta == 0:
+        if self.plan.update.beta == 0:
             return None
         if self.cfg.model.lora_r > 0:
             return AdapterOffReference(self.policy)  # the base weights, without a second copy
@@ -304,8 +321,8 @@ class Trainer:
         # resume test under load (docs/performance.md, "What is left").
         optimizer = torch.optim.AdamW(params, lr=o.learning_rate, betas=(o.adam_beta1, o.adam_beta2),
                                       weight_decay=o.weight_decay)
-        a = self.cfg.algorithm
-        total = self.cfg.run.max_steps * a.num_iterations * a.steps_per_generation
+        u = self.plan.update
+        total = self.cfg.run.max_steps * u.num_iterations * u.num_minibatches  # optimiser steps of the run
         scheduler = get_scheduler(o.lr_scheduler_type, optimizer,
                                   num_warmup_steps=round(o.warmup_ratio * total), num_training_steps=total)
         return optimizer, scheduler
@@ -337,7 +354,7 @@ class Trainer:
         self.dist.barrier()  # every rank has looked at the folder before rank 0 writes to it
         found = self.dist.broadcast_object(resume_checkpoint(out) if main and self.cfg.run.resume else None)
         if found is not None:
-            check_resumable_config(out / "config.yaml", self.cfg)
+            check_resumable_config(out / "config.yaml", self.cfg.flat(), force=self.cfg.run.force_resume)
         if main:
             mark_run_folder(out)
         if found is None:
@@ -355,7 +372,7 @@ class Trainer:
         state = ckpt.load_trainer_state(found)
         self.skipped_in_a_row = state.get("skipped_in_a_row", 0)
         self.sampler.load_state_dict(state["sampler"])
-        self.group_counter = state["group_counter"]
+        self.group_ids.last = state["group_counter"]
         self.grad_spikes.load_state_dict(state["grad_spikes"])
         if main:
             self.metrics_log.truncate_after(state["step"])
@@ -368,13 +385,12 @@ class Trainer:
 
     def _load_rows(self) -> list[dict]:
         """The training rows (with rephrasings): rank 0 first, so it alone fills any on-disk cache."""
-        rows = None
+        cfg, rows = self.cfg, None
+        load = lambda: attach_rephrasings(load_rows(cfg.data.data), cfg.tagrpo, data=cfg.data.data, seed=cfg.run.seed)
         if self.dist.is_main:
-            rows = attach_rephrasings(load_rows(self.cfg.data.data), self.cfg)
+            rows = load()
         self.dist.barrier()
-        if rows is None:
-            rows = attach_rephrasings(load_rows(self.cfg.data.data), self.cfg)
-        return rows
+        return rows if rows is not None else load()
 
     def _check_world(self) -> None:
         """nproc and the prompt count must fit the processes torchrun started."""
@@ -383,9 +399,6 @@ class Trainer:
             raise ValueError(f"nproc={run.nproc} but this job has {world} process(es); launch with "
                              f"`rlvr train nproc={run.nproc} ...` or torchrun --nproc-per-node {run.nproc} "
                              "(and then leave nproc=1)")
-        if world > 1 and run.parallelism == "fsdp" and self.cfg.rollout.rollout_engine == "vllm":
-            raise ValueError("rollout_engine=vllm with parallelism=fsdp is not supported (vLLM would need the "
-                             "gathered weights after every update); use parallelism=ddp or rollout_engine=rlvr")
         if self.cfg.rollout.prompts_per_step < world:
             raise ValueError(f"prompts_per_step={self.cfg.rollout.prompts_per_step} is smaller than the "
                              f"{world} processes: every rank needs at least one prompt; use "

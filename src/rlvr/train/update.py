@@ -2,20 +2,21 @@
 
 Per optimiser step (one mini-batch):
 
-    loss = aggregate(clipped_surrogate(logp, old_logp, A) + β·KL_k3(logp, ref_logp), mode)
+    loss = aggregate(policy_loss(logp, old_logp, A, ref_logp, ...), mode)      (rlvr.core.objective)
 
 accumulated over micro-batches with the *mini-batch's* token and sequence counts as denominators,
 so k micro-batches of b give exactly the loss and gradient of one batch of k·b (docs/design/pitfalls.md #6). The
 micro-batches hold responses of similar length (``length_buckets``), so little of a forward is padding.
 
-Anchors (DaGRPO's expert responses) replace the clipped term by ψ-weighted log-likelihood:
-−Â·ψ(π_θ(a_t)), never clipped (core.losses.anchor_surrogate).
+Anchor rows (expert responses) take −Â·ψ(π_θ(a_t)) instead of the clipped term, never clipped.
+The settings come from ``plan.UpdateSettings``; this module knows no algorithm by name.
 
 Old log-probs are computed only when the ratio can differ from 1 (μ > 1 or several mini-batches);
 otherwise old = logp.detach() and the ratio is exactly 1 on this on-policy pass. Then the loss
 reads −mean(A) ≈ 0 on token-mean while the gradient is not 0 (docs/design/pitfalls.md #3).
 
 A step whose loss or gradient norm is not finite is skipped (gradients dropped) and counted.
+Statistics stay on the device during an optimiser step and reach the host once per step.
 
 On W ranks (train/distributed.py) every rank holds the whole batch; each mini-batch's pools are
 dealt to the ranks whole, each rank's loss uses the mini-batch's global denominators and is
@@ -27,104 +28,193 @@ backward that synchronises gradients is a collective.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
-from rlvr.config import ExperimentConfig
-from rlvr.core.kl import kl_k3
-from rlvr.core.losses import aggregate, anchor_surrogate, clipped_surrogate
+from rlvr.core.losses import aggregate
+from rlvr.core.objective import policy_loss
 from rlvr.train.distributed import ALONE, DistContext, gradient_sync, unwrap
 from rlvr.train.experience import Experience, length_buckets, minibatches, pad_rows
 from rlvr.train.fsdp import full_weights
+from rlvr.train.plan import UpdateSettings
 from rlvr.train.scoring import collate, score, score_no_grad
 
-SUMMED_OVER_RANKS = ("tokens", "clipped_tokens", "kl_sum", "entropy_sum", "mismatch_sum", "mismatch_tokens",
-                     "gap_sum", "gap_tokens")
+# per-token sums of a micro-batch, accumulated on the device; summed over ranks at the end
+TOKEN_SUMS = ("tokens", "clipped_tokens", "kl_sum", "entropy_sum", "mismatch_sum", "mismatch_tokens",
+              "gap_sum", "gap_tokens")
 
 
 @dataclass
-class UpdateStats:
-    """Sums over one training step's optimiser steps, reduced by :meth:`summary`."""
+class UpdateResult:
+    """What one training step's optimiser steps did: sums, reduced by :meth:`metrics`."""
 
+    lr: float
     loss: float = 0.0
-    optimizer_steps: int = 0
+    optimizer_steps: int = 0  # taken (finite loss and gradient norm)
     skipped_steps: int = 0
     trailing_skips: int = 0  # skipped since the last optimiser step taken
-    grad_norms: list[float] | None = None
-    tokens: float = 0.0
-    clipped_tokens: float = 0.0
-    kl_sum: float = 0.0
-    entropy_sum: float = 0.0
-    mismatch_sum: float = 0.0
-    mismatch_tokens: float = 0.0
-    gap_sum: float = 0.0
-    gap_tokens: float = 0.0
+    grad_norms: list[float] = field(default_factory=list)
+    sums: dict[str, float] = field(default_factory=lambda: dict.fromkeys(TOKEN_SUMS, 0.0))
 
-    def summary(self, *, beta: float, lr: float) -> dict[str, float | None]:
-        norms = self.grad_norms or []
+    @property
+    def prompt_gap(self) -> float | None:
+        """Mean |log π(o|q_0) − log π(o|q_j)| over responses scored on another prompt than the one they
+        were sampled from (TA-GRPO's anchored ratios), on the first pass; None when there are none."""
+        return self.sums["gap_sum"] / self.sums["gap_tokens"] if self.sums["gap_tokens"] else None
+
+    def metrics(self, *, beta: float) -> dict[str, float | None]:
+        """train/ metrics and the sampler-vs-trainer log-prob mismatch (on the first, on-policy pass)."""
+        s, norms = self.sums, self.grad_norms
         return {
             "train/loss": self.loss / max(1, self.optimizer_steps + self.skipped_steps),
             "train/grad_norm": sum(norms) / len(norms) if norms else None,
             "train/grad_norm_max": max(norms) if norms else None,
-            "train/clip_frac": self.clipped_tokens / max(1.0, self.tokens),
-            "train/kl": self.kl_sum / max(1.0, self.tokens) if beta > 0 else None,
-            "train/entropy": self.entropy_sum / max(1.0, self.tokens),
-            "train/lr": lr,
+            "train/clip_frac": s["clipped_tokens"] / max(1.0, s["tokens"]),
+            "train/kl": s["kl_sum"] / max(1.0, s["tokens"]) if beta > 0 else None,
+            "train/entropy": s["entropy_sum"] / max(1.0, s["tokens"]),
+            "train/lr": self.lr,
             "train/skipped_steps": self.skipped_steps,
-            "rollout/logprob_mismatch": (
-                self.mismatch_sum / self.mismatch_tokens if self.mismatch_tokens else None
-            ),
-            "tagrpo/anchor_logp_gap": self.gap_sum / self.gap_tokens if self.gap_tokens else None,
-            "_optimizer_steps": self.optimizer_steps,
-            "_trailing_skips": self.trailing_skips,
+            "rollout/logprob_mismatch": s["mismatch_sum"] / s["mismatch_tokens"] if s["mismatch_tokens"] else None,
         }
 
-    def sum_over_ranks(self, ctx: DistContext) -> None:
-        """Token-level sums are per rank; loss, steps and grad norms are already global."""
-        for name, value in zip(SUMMED_OVER_RANKS, ctx.sum_floats([getattr(self, n) for n in SUMMED_OVER_RANKS])):
-            setattr(self, name, value)
+    @staticmethod
+    def no_update_metrics(lr: float) -> dict[str, float | None]:
+        """The train/ metrics of a step that made no update (every group uniform)."""
+        keys = ("train/loss", "train/grad_norm", "train/grad_norm_max", "train/clip_frac", "train/kl",
+                "train/entropy", "rollout/logprob_mismatch")
+        return {**dict.fromkeys(keys), "train/lr": lr, "train/skipped_steps": 0}
 
 
-def update_policy(
-    cfg: ExperimentConfig,
-    model,
-    optimizer: torch.optim.Optimizer,
-    scheduler,
-    experience: Experience,
-    *,
-    pad_token_id: int,
-    ref_model=None,
-    ctx: DistContext = ALONE,
-) -> dict[str, float | None]:
-    """Run every optimiser step of one training step; return train/ metrics.
+class PolicyUpdate:
+    """Runs every optimiser step of one training step (μ passes × mini-batches × micro-batches).
 
-    ``model`` is the policy, or its DDP/FSDP2 wrapping on W ranks (``ctx``).
+    ``model`` is the policy, or its DDP/FSDP2 wrapping on W ranks (``ctx``); ``ref_model`` the
+    reference policy when β > 0.
     """
-    algo = cfg.algorithm
-    micro = micro_batch_size(cfg, len(experience), world_size=ctx.world_size)
-    temperature = cfg.rollout.temperature
-    plan = [
-        [rank_share(experience.pool_ids, mini, ctx, rank) for rank in range(ctx.world_size)]
-        for mini in minibatches(experience.pool_ids, algo.steps_per_generation)
-    ]  # per mini-batch: every rank's responses
-    mine = sorted({i for shares in plan for i in shares[ctx.rank]})
-    with full_weights(unwrap(model)):  # FSDP2: ranks run different numbers of forwards here
-        if cfg.needs_old_logprobs:
-            experience.old_logprobs = _score_rows(unwrap(model), experience.behaviour_prompt_ids, experience,
-                                                  mine, pad_token_id=pad_token_id, temperature=temperature,
-                                                  micro=micro)
-        if algo.beta > 0:  # (a LoRA reference is the sharded policy with its adapters off)
-            experience.ref_logprobs = _score_rows(ref_model, experience.prompt_ids, experience, mine,
-                                                  pad_token_id=pad_token_id, temperature=temperature, micro=micro)
-    stats = UpdateStats(grad_norms=[])
-    for iteration in range(algo.num_iterations):
-        for index, shares in enumerate(plan):
-            optimizer_step(cfg, model, optimizer, scheduler, experience, shares,
-                           micro=micro, pad_token_id=pad_token_id, stats=stats,
-                           on_policy=iteration == 0 and index == 0, ctx=ctx)
-    stats.sum_over_ranks(ctx)
-    return stats.summary(beta=algo.beta, lr=scheduler.get_last_lr()[0])
+
+    def __init__(self, settings: UpdateSettings, model, optimizer: torch.optim.Optimizer, scheduler, *,
+                 pad_token_id: int, ref_model=None, ctx: DistContext = ALONE):
+        self.s = settings
+        self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
+        self.pad_token_id, self.ref_model, self.ctx = pad_token_id, ref_model, ctx
+
+    def __call__(self, exp: Experience, advantages: torch.Tensor) -> UpdateResult:
+        """Update the policy on ``exp`` with ``advantages`` [N]; neither is changed."""
+        s, ctx = self.s, self.ctx
+        micro = micro_batch_size(s, len(exp), world_size=ctx.world_size)
+        plan = [
+            [rank_share(exp.pool_ids, mini, ctx, rank) for rank in range(ctx.world_size)]
+            for mini in minibatches(exp.pool_ids, s.num_minibatches)
+        ]  # per mini-batch: every rank's responses
+        mine = sorted({i for shares in plan for i in shares[ctx.rank]})
+        old = ref = None
+        with full_weights(unwrap(self.model)):  # FSDP2: ranks run different numbers of forwards here
+            if s.needs_old_logprobs:
+                old = self._logprobs(unwrap(self.model), exp.behaviour_prompt_ids, exp, mine, micro)
+            if s.beta > 0:  # (a LoRA reference is the sharded policy with its adapters off)
+                ref = self._logprobs(self.ref_model, exp.reference_prompt_ids, exp, mine, micro)
+        result = UpdateResult(lr=0.0)
+        for iteration in range(s.num_iterations):
+            for index, shares in enumerate(plan):
+                batch = OptimizerBatch(exp, advantages, old, ref, shares)
+                self.optimizer_step(batch, micro=micro, result=result, on_policy=iteration == 0 and index == 0)
+        for name, value in zip(TOKEN_SUMS, ctx.sum_floats([result.sums[n] for n in TOKEN_SUMS])):
+            result.sums[name] = value  # token sums are per rank; loss, steps and grad norms already global
+        result.lr = self.scheduler.get_last_lr()[0]
+        return result
+
+    def _logprobs(self, model, prompts, exp: Experience, rows: list[int], micro: int) -> list[torch.Tensor | None]:
+        """No-grad log-probs for the responses ``rows`` (this rank's); None for the others."""
+        scored = score_no_grad(model, [prompts[i] for i in rows], [exp.response_ids[i] for i in rows],
+                               pad_token_id=self.pad_token_id, temperature=self.s.temperature, micro_batch_size=micro)
+        out: list[torch.Tensor | None] = [None] * len(exp)
+        for i, logprobs in zip(rows, scored):
+            out[i] = logprobs
+        return out
+
+    def optimizer_step(self, batch: OptimizerBatch, *, micro: int, result: UpdateResult, on_policy: bool) -> None:
+        """One optimiser step over one mini-batch: ``batch.shares[r]`` are rank r's responses of it."""
+        s, ctx, exp = self.s, self.ctx, batch.exp
+        keep = ~exp.truncated if s.mask_truncated else torch.ones_like(exp.truncated)
+        mini = [i for share in batch.shares for i in share]
+        num_tokens = float(sum(len(exp.response_ids[i]) for i in mini if keep[i]))  # global denominators
+        plans = [length_buckets(share, [len(exp.response_ids[i]) for i in share], micro) for share in batch.shares]
+        buckets = plans[ctx.rank]
+        count = max(len(p) for p in plans)  # every rank runs as many micro-batches (collective backward)
+        # [this step's loss, *the running TOKEN_SUMS], float64, on the device: added to in micro-batch order
+        sums = torch.tensor([0.0] + [result.sums[n] for n in TOKEN_SUMS], dtype=torch.float64)
+        for k in range(count):
+            with gradient_sync(self.model, enabled=k == count - 1):
+                if k >= len(buckets):
+                    _zero_loss_pass(self.model, self.pad_token_id)
+                    continue
+                part = self._micro_batch(batch, buckets[k], keep, num_tokens=num_tokens, num_sequences=len(mini),
+                                         on_policy=on_policy)
+                sums = sums.to(part.device) + part
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        max_norm = s.max_grad_norm if s.max_grad_norm > 0 else math.inf
+        grad_norm = _full(torch.nn.utils.clip_grad_norm_(params, max_norm))
+        host = torch.cat([sums, grad_norm.detach().to(sums.device, torch.float64).reshape(1)]).tolist()  # one sync
+        loss_total, grad_norm = ctx.sum_floats([host[0]])[0], host[-1]
+        result.sums.update(zip(TOKEN_SUMS, host[1:-1]))
+        result.loss += loss_total
+        if math.isfinite(grad_norm) and math.isfinite(loss_total):
+            self.optimizer.step()
+            result.optimizer_steps += 1
+            result.trailing_skips = 0
+            result.grad_norms.append(grad_norm)
+        else:
+            result.skipped_steps += 1
+            result.trailing_skips += 1
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def _micro_batch(self, batch: OptimizerBatch, rows: list[int], keep: torch.Tensor, *, num_tokens: float,
+                     num_sequences: int, on_policy: bool) -> torch.Tensor:
+        """Forward and backward of one micro-batch; returns [loss share, *TOKEN_SUMS] (float64, no sync)."""
+        s, exp = self.s, batch.exp
+        collated = collate([exp.prompt_ids[i] for i in rows], [exp.response_ids[i] for i in rows],
+                           pad_token_id=self.pad_token_id)
+        mask = collated.response_mask & keep[rows].unsqueeze(-1)  # [n, T]
+        width = collated.response_width
+        logprobs, entropy = score(self.model, collated, temperature=s.temperature, with_entropy=True)
+        device = logprobs.device
+        old = pad_rows([batch.old[i] for i in rows], width).to(device) if batch.old is not None else logprobs.detach()
+        ref = pad_rows([batch.ref[i] for i in rows], width).to(device) if batch.ref is not None else None
+        anchor = exp.is_anchor[rows].to(device)  # [n]
+        mask = mask.to(device)
+        out = policy_loss(logprobs, old, batch.advantages[rows].to(device), mask, is_anchor=anchor, ref_logprobs=ref,
+                          **s.loss.as_kwargs())
+        loss = aggregate(out.per_token, mask, s.aggregation, max_completion_length=s.max_completion_length,
+                         num_tokens=num_tokens, num_sequences=num_sequences)
+        scale = self.ctx.world_size
+        (loss * scale if scale != 1 else loss).backward()  # DDP/FSDP average over ranks: scale to a sum
+        zero = torch.zeros((), dtype=torch.float64, device=device)
+        d = lambda value: value.detach().to(torch.float64)
+        sums = {"tokens": d(mask.sum()), "clipped_tokens": d(out.clipped_tokens),
+                "kl_sum": d(out.kl_sum) if out.kl_sum is not None else zero, "entropy_sum": d(entropy[mask].sum())}
+        if on_policy:  # sampler vs trainer log-probs; for responses scored on another prompt than the one
+            # they were sampled from (TA-GRPO's q_0 vs q_j) the gap |log π(o|q_j) − log π(o|q_0)| instead
+            sampled = pad_rows([torch.tensor(exp.sampling_logprobs[i]) for i in rows], width).to(device)
+            gap = (logprobs.detach() - sampled).abs()  # [n, T]
+            same_prompt = exp.on_own_prompt[rows].unsqueeze(-1).to(device)  # [n, 1]
+            shown = collated.response_mask.to(device) & ~anchor.unsqueeze(-1)  # every response token, no anchors
+            own, moved = shown & same_prompt, shown & ~same_prompt
+            sums |= {"mismatch_sum": d(gap[own].sum()), "mismatch_tokens": d(own.sum()),
+                     "gap_sum": d(gap[moved].sum()), "gap_tokens": d(moved.sum())}
+        return torch.stack([d(loss)] + [sums.get(name, zero) for name in TOKEN_SUMS])
+
+
+@dataclass
+class OptimizerBatch:
+    """One mini-batch's inputs: the experience, its advantages and old/reference log-probs, the rank shares."""
+
+    exp: Experience
+    advantages: torch.Tensor  # [N]
+    old: list[torch.Tensor | None] | None  # N × [T_i] (None: old = logp.detach())
+    ref: list[torch.Tensor | None] | None  # N × [T_i] (None: β = 0)
+    shares: list[list[int]]  # rank r -> its responses of this mini-batch
 
 
 def rank_share(pool_ids: torch.Tensor, mini: list[int], ctx: DistContext, rank: int) -> list[int]:
@@ -138,124 +228,14 @@ def rank_share(pool_ids: torch.Tensor, mini: list[int], ctx: DistContext, rank: 
     return [i for p in ctx.share(len(pools), rank) for i in pools[p]]
 
 
-def _score_rows(model, prompts, exp: Experience, rows: list[int], *, pad_token_id: int, temperature: float,
-                micro: int) -> list[torch.Tensor | None]:
-    """No-grad log-probs for the responses ``rows`` (this rank's); None for the others."""
-    scored = score_no_grad(model, [prompts[i] for i in rows], [exp.response_ids[i] for i in rows],
-                           pad_token_id=pad_token_id, temperature=temperature, micro_batch_size=micro)
-    out: list[torch.Tensor | None] = [None] * len(exp)
-    for i, logprobs in zip(rows, scored):
-        out[i] = logprobs
-    return out
-
-
-def _ratio_cap(cfg: ExperimentConfig) -> float | None:
-    t = cfg.tagrpo
-    return t.truncated_is_cap if t.enabled and t.ratio_anchor == "truncated_is" else None
-
-
-def micro_batch_size(cfg: ExperimentConfig, num_responses: int, *, world_size: int = 1) -> int:
+def micro_batch_size(s: UpdateSettings, num_responses: int, *, world_size: int = 1) -> int:
     """Responses per forward/backward pass, from per_device_train_batch_size or accumulation steps."""
-    mini = math.ceil(num_responses / cfg.algorithm.steps_per_generation / world_size)  # per rank
-    if cfg.optim.per_device_train_batch_size is not None:
-        return cfg.optim.per_device_train_batch_size
-    if cfg.optim.gradient_accumulation_steps is not None:
-        return math.ceil(mini / cfg.optim.gradient_accumulation_steps)
+    mini = math.ceil(num_responses / s.num_minibatches / world_size)  # per rank
+    if s.per_device_train_batch_size is not None:
+        return s.per_device_train_batch_size
+    if s.gradient_accumulation_steps is not None:
+        return math.ceil(mini / s.gradient_accumulation_steps)
     return mini
-
-
-def optimizer_step(
-    cfg: ExperimentConfig,
-    model,
-    optimizer: torch.optim.Optimizer,
-    scheduler,
-    exp: Experience,
-    shares: list[list[int]],
-    *,
-    micro: int,
-    pad_token_id: int,
-    stats: UpdateStats,
-    on_policy: bool,
-    ctx: DistContext = ALONE,
-) -> None:
-    """One optimiser step over one mini-batch: ``shares[r]`` are rank r's responses of it."""
-    algo = cfg.algorithm
-    keep = ~exp.truncated if algo.mask_truncated_completions else torch.ones_like(exp.truncated)
-    mini = [i for share in shares for i in share]
-    num_tokens = float(sum(len(exp.response_ids[i]) for i in mini if keep[i]))  # global denominators
-    plans = [length_buckets(share, [len(exp.response_ids[i]) for i in share], micro) for share in shares]
-    buckets = plans[ctx.rank]
-    count = max(len(p) for p in plans)  # every rank runs as many micro-batches (collective backward)
-    loss_total = 0.0
-    for k in range(count):
-        with gradient_sync(model, enabled=k == count - 1):
-            if k >= len(buckets):
-                _zero_loss_pass(model, pad_token_id)
-                continue
-            loss_total += _micro_batch(cfg, model, exp, buckets[k], keep, num_tokens=num_tokens,
-                                       num_sequences=len(mini), pad_token_id=pad_token_id, stats=stats,
-                                       on_policy=on_policy, scale=ctx.world_size)
-    loss_total = ctx.sum_floats([loss_total])[0]
-    params = [p for p in model.parameters() if p.requires_grad]
-    max_norm = cfg.optim.max_grad_norm if cfg.optim.max_grad_norm > 0 else math.inf
-    grad_norm = _float(torch.nn.utils.clip_grad_norm_(params, max_norm))
-    stats.loss += loss_total
-    if math.isfinite(grad_norm) and math.isfinite(loss_total):
-        optimizer.step()
-        stats.optimizer_steps += 1
-        stats.trailing_skips = 0
-        stats.grad_norms.append(grad_norm)
-    else:
-        stats.skipped_steps += 1
-        stats.trailing_skips += 1
-    scheduler.step()
-    optimizer.zero_grad(set_to_none=True)
-
-
-def _micro_batch(cfg: ExperimentConfig, model, exp: Experience, rows: list[int], keep: torch.Tensor, *,
-                 num_tokens: float, num_sequences: int, pad_token_id: int, stats: UpdateStats, on_policy: bool,
-                 scale: int) -> float:
-    """Forward and backward of one micro-batch; returns its (unscaled) share of the mini-batch loss."""
-    algo = cfg.algorithm
-    batch = collate([exp.prompt_ids[i] for i in rows], [exp.response_ids[i] for i in rows],
-                    pad_token_id=pad_token_id)
-    mask = batch.response_mask & keep[rows].unsqueeze(-1)  # [n, T]
-    width = batch.response_width
-    logprobs, entropy = score(model, batch, temperature=cfg.rollout.temperature, with_entropy=True)
-    old = pad_rows([exp.old_logprobs[i] for i in rows], width) if exp.old_logprobs else logprobs.detach()
-    per_token, clipped = clipped_surrogate(
-        logprobs, old, exp.advantages[rows], mask,
-        epsilon=algo.epsilon, epsilon_high=algo.epsilon_high, dual_clip=algo.dual_clip,
-        importance_level=algo.importance_sampling_level, ratio_cap=_ratio_cap(cfg),
-    )  # [n, T]
-    anchor = exp.is_anchor[rows].unsqueeze(-1)  # [n, 1]: expert tokens, no ratio, never clipped
-    if bool(anchor.any()):
-        anchor_loss = anchor_surrogate(logprobs, exp.advantages[rows], mask,
-                                       psi=cfg.dagrpo.anchor_psi, gamma=cfg.dagrpo.anchor_gamma)
-        per_token = torch.where(anchor, anchor_loss, per_token)
-        clipped = clipped & ~anchor
-    if algo.beta > 0:
-        kl = kl_k3(logprobs, pad_rows([exp.ref_logprobs[i] for i in rows], width), mask)  # [n, T]
-        per_token = per_token + algo.beta * kl
-        stats.kl_sum += float(kl.detach()[mask].sum())
-    loss = aggregate(per_token, mask, algo.aggregation, max_completion_length=cfg.rollout.max_completion_length,
-                     num_tokens=num_tokens, num_sequences=num_sequences)
-    (loss * scale if scale != 1 else loss).backward()  # DDP/FSDP average over ranks: scale to a sum
-    stats.tokens += float(mask.sum())
-    stats.clipped_tokens += float(clipped.sum())
-    stats.entropy_sum += float(entropy[mask].sum())
-    if on_policy:  # sampler vs trainer log-probs; for rephrased responses scored on q_0 that is
-        # TA-GRPO's anchor gap |log π(o|q_j) − log π(o|q_0)| instead of the numerical mismatch
-        sampled = pad_rows([torch.tensor(exp.sampling_logprobs[i]) for i in rows], width)
-        gap = (logprobs.detach() - sampled).abs()  # [n, T]
-        same_prompt = exp.on_own_prompt[rows]  # [n]
-        own = batch.response_mask & ~anchor & same_prompt.unsqueeze(-1)
-        moved = batch.response_mask & ~anchor & ~same_prompt.unsqueeze(-1)
-        stats.mismatch_sum += float(gap[own].sum())
-        stats.mismatch_tokens += float(own.sum())
-        stats.gap_sum += float(gap[moved].sum())
-        stats.gap_tokens += float(moved.sum())
-    return float(loss.detach())
 
 
 def _zero_loss_pass(model, pad_token_id: int) -> None:
@@ -265,8 +245,6 @@ def _zero_loss_pass(model, pad_token_id: int) -> None:
     (logprobs.sum() * 0.0).backward()
 
 
-def _float(value) -> float:
-    """A Python float from a tensor or DTensor (FSDP2's clip_grad_norm_ returns a DTensor)."""
-    if hasattr(value, "full_tensor"):
-        value = value.full_tensor()
-    return float(value)
+def _full(value: torch.Tensor) -> torch.Tensor:
+    """A plain tensor from a tensor or DTensor (FSDP2's clip_grad_norm_ returns a DTensor)."""
+    return value.full_tensor() if hasattr(value, "full_tensor") else value

@@ -1,0 +1,34 @@
+"""The names the core math accepts, without torch: ``rlvr.config`` validates options against them.
+
+``advantages`` and ``losses`` import torch; the config (and so ``rlvr train --help``) must not, so
+the option values they take live here and those modules re-export them.
+"""
+
+from __future__ import annotations
+
+# advantage_estimator values; rlvr.core.advantages.ADVANTAGE_ESTIMATORS maps each to its function.
+ADVANTAGE_ESTIMATOR_NAMES = ("grpo", "rloo")
+SCALE_REWARDS = ("group", "batch", "none")
+
+IMPORTANCE_LEVELS = ("token", "sequence")
+AGGREGATION_MODES = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm")
+
+# TRL's loss_type names and verl's loss_agg_mode names for the same reductions.
+AGGREGATION_ALIASES = {
+    "dapo": "token_mean",
+    "bnpo": "token_mean",
+    "token-mean": "token_mean",
+    "grpo": "seq_mean_token_mean",
+    "seq-mean-token-mean": "seq_mean_token_mean",
+    "dr_grpo": "seq_mean_token_sum_norm",
+    "seq-mean-token-sum-norm": "seq_mean_token_sum_norm",
+}
+
+
+def resolve_aggregation(mode: str) -> str:
+    """Canonical aggregation name for a mode or one of its TRL/verl aliases."""
+    mode = AGGREGATION_ALIASES.get(mode, mode)
+    if mode not in AGGREGATION_MODES:
+        valid = sorted(set(AGGREGATION_MODES) | set(AGGREGATION_ALIASES))
+        raise ValueError(f"unknown loss_type/aggregation {mode!r}; valid: {valid}")
+    return mode

@@ -1,0 +1,25 @@
+"""The contract of a reward function: TRL's, so TRL reward functions run here unchanged.
+
+    fn(prompts, completions, **columns) -> list[float | None]     one value per completion
+
+``prompts``/``completions`` are strings, or chat message lists for conversational data; every
+dataset column comes as a keyword list aligned with them (``answer``, ``solution``, ...), so a
+function takes the ones it needs and ``**kwargs`` for the rest. None means "not applicable"
+(left out of the weighted sum; when every function gives None the completion is unscorable and
+gets advantage 0). A function is logged under its ``__name__``.
+
+Optional members rlvr reads when present:
+
+- ``pop_stats() -> dict[str, float]``: counters since the last call, logged as ``rewards/<key>``;
+- ``is_correctness = True``: this function's 1.0 means "correct" (DaGRPO's anchor trigger and the
+  ``rollout/`` correctness fractions use it; the built-in ``accuracy`` declares it).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+
+@runtime_checkable
+class RewardFunction(Protocol):
+    def __call__(self, prompts: list, completions: list, **columns: list) -> list[float | None]: ...

@@ -1,0 +1,46 @@
+"""The contract every rollout engine keeps: what the trainer calls, and nothing else.
+
+The built-in engines (``ROLLOUT_ENGINES``: rlvr's decode engine, transformers' ``generate``, vLLM)
+satisfy it; a new engine (a vLLM server client, say) is a class with these members, registered
+in ``rlvr.rollout.names``.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from rlvr.rollout.completion import Completion
+
+
+@runtime_checkable
+class RolloutEngine(Protocol):
+    """Generates responses from the policy's current weights.
+
+    Construction: ``Engine(model, *, pad_token_id, eos_token_ids)``.
+    """
+
+    eos_token_ids: list[int]  # a response ends at the first of these (kept in the response)
+    supports_row_seeds: bool  # generate(row_seeds=...) gives each request its own RNG stream
+
+    def generate(
+        self,
+        prompts: list[list[int]],
+        *,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float = 1.0,
+        generator_seed: int | None = None,
+        row_seeds: list[int] | None = None,
+    ) -> list[Completion]:
+        """One completion per prompt, in prompt order (a group repeats its prompt G times).
+
+        ``row_seeds`` (one per prompt, with ``supports_row_seeds``): request r samples with its own
+        seed, so its response does not depend on what else is in the batch; else ``generator_seed``
+        seeds the engine's RNG once. Each completion carries its tokens, the sampler's log-probs
+        and whether it hit ``max_new_tokens``.
+        """
+        ...
+
+    def sync_weights(self) -> None:
+        """Take the policy's weights after an update or a resume (no-op when sampling from them directly)."""
+        ...

@@ -1,0 +1,14 @@
+"""The rollout engines by name, without importing any of them (nor transformers).
+
+``rlvr.config`` validates ``rollout_engine`` against these names; importing an engine's module
+would load transformers (or vLLM) into every ``rlvr train --help``.
+"""
+
+from __future__ import annotations
+
+# rollout_engine name -> "module:Class", imported on first use (vLLM is an optional dependency).
+ROLLOUT_ENGINES = {
+    "rlvr": "rlvr.rollout.decode_engine:DecodeEngine",
+    "hf": "rlvr.rollout.hf_engine:HFEngine",
+    "vllm": "rlvr.rollout.vllm_engine:VLLMEngine",
+}

@@ -1,0 +1,174 @@
+"""What the config means for the training loop, decided once at start-up.
+
+The loop never reads the config: :func:`compile_plan` turns it into the few decisions a step needs,
+so a reader auditing a combination (TA-GRPO × DaGRPO × DAPO, say) reads this module:
+
+- **rollout**: how many prompts and responses a round draws, whether rephrasings are sampled and
+  pooled, and whether rounds repeat until B groups have mixed rewards (DAPO's dynamic sampling);
+- **scoring prompts**: on which prompt each log-prob pass scores a response — the question q_0 or
+  the variant q_j it was sampled from (TA-GRPO's ``ratio_anchor``), and whether old log-probs are
+  computed at all;
+- **advantages**: the estimator, or DaGRPO's masked pairwise form and its settings;
+- **update**: the loss settings handed to ``rlvr.core.objective.policy_loss`` and the batch layout;
+- **mode**: reinforcement learning, or supervised fine-tuning on the anchors (``algo=sft``).
+
+Which reward decides "correct" is the reward functions' business (``Rewarder.correctness``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from rlvr.config import ExperimentConfig
+
+QUESTION = "question"  # score on q_0, the original question
+SAMPLED = "sampled"  # score on the prompt the response was sampled from (q_j)
+
+
+@dataclass(frozen=True)
+class RolloutSettings:
+    prompts_per_step: int  # B
+    responses_per_prompt: int  # G, or (N+1)·G for TA-GRPO's equal_sampling control (q_0 only)
+    rephrased: bool  # TA-GRPO: G responses to each rephrasing q_j as well
+    pooled: bool  # TA-GRPO: q_0 and its rephrasings form one group (else one group per variant, one pool)
+    max_completion_length: int
+    temperature: float
+    top_p: float
+    dynamic_sampling: bool  # DAPO: keep only groups with mixed rewards, draw more prompts until B are kept
+    max_rounds: int  # generation rounds per step at most (1 without dynamic sampling)
+    seed: int
+
+
+@dataclass(frozen=True)
+class ScoringPrompts:
+    """The prompt (``QUESTION`` or ``SAMPLED``) each log-prob pass scores a response on.
+
+    TA-GRPO's ``ratio_anchor``: ``original`` → q_0 for all three; ``unanchored`` → q_j for all three;
+    ``truncated_is`` → q_0 for the policy and the reference, q_j for the behaviour (old) policy.
+    Without rephrasings every response was sampled from q_0 and the choice makes no difference.
+    """
+
+    policy: str = QUESTION
+    old: str = QUESTION
+    reference: str = QUESTION
+
+
+@dataclass(frozen=True)
+class AdvantageSettings:
+    estimator: str  # grpo | rloo (rlvr.core.advantages)
+    scale_rewards: str
+    eps: float
+    pair_masking: bool  # DaGRPO's masked pairwise form on every step (else only on batches holding anchors)
+    tau: float  # 0 without pair masking: the pairwise form then equals GRPO's up to the anchors
+    tau_kappa: float | None
+    contrast: str  # reward | score
+    anchor_in_stats: bool
+    report_pairs: bool  # DaGRPO is on: log the dagrpo/ pair metrics on every step
+
+
+@dataclass(frozen=True)
+class LossSettings:
+    """The keyword settings of ``rlvr.core.objective.policy_loss``."""
+
+    epsilon: float
+    epsilon_high: float | None
+    dual_clip: float | None
+    importance_level: str
+    ratio_cap: float | None  # TA-GRPO's truncated IS cap on π(o|q_0)/π_old(o|q_j)
+    beta: float
+    anchor_psi: str
+    anchor_gamma: float
+
+    def as_kwargs(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class UpdateSettings:
+    loss: LossSettings
+    aggregation: str
+    max_completion_length: int  # L_max of seq_mean_token_sum_norm
+    num_iterations: int  # μ
+    num_minibatches: int  # optimiser steps per pass (steps_per_generation)
+    per_device_train_batch_size: int | None
+    gradient_accumulation_steps: int | None
+    mask_truncated: bool
+    max_grad_norm: float  # 0: no clipping
+    temperature: float
+    needs_old_logprobs: bool  # else old = logp.detach(): the ratio is exactly 1
+
+    @property
+    def beta(self) -> float:
+        return self.loss.beta
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    mode: str  # rl | sft
+    rollout: RolloutSettings
+    prompts: ScoringPrompts
+    advantages: AdvantageSettings
+    update: UpdateSettings
+    tagrpo_metrics: bool  # log the tagrpo/ pool metrics
+    diversity_every: int  # log rollout/diversity every K steps (0: never)
+    diversity_groups: int
+    num_completions_to_log: int
+
+
+def compile_plan(cfg: ExperimentConfig) -> StepPlan:
+    """The decisions of :class:`StepPlan` for a validated config."""
+    a, d, t, r = cfg.algorithm, cfg.dagrpo, cfg.tagrpo, cfg.rollout
+    return StepPlan(
+        mode="sft" if a.algo == "sft" else "rl",
+        rollout=RolloutSettings(
+            prompts_per_step=r.prompts_per_step,
+            responses_per_prompt=r.num_generations * (t.responses_per_prompt_factor if t.equal_sampling else 1),
+            rephrased=t.enabled, pooled=t.pooled, max_completion_length=r.max_completion_length,
+            temperature=r.temperature, top_p=r.top_p, dynamic_sampling=a.dynamic_sampling,
+            max_rounds=a.max_num_gen_batches if a.dynamic_sampling else 1, seed=cfg.run.seed,
+        ),
+        prompts=scoring_prompts(t.ratio_anchor if t.enabled else "original"),
+        advantages=AdvantageSettings(
+            estimator=a.advantage_estimator, scale_rewards=a.scale_rewards, eps=a.advantage_eps,
+            pair_masking=d.pair_masking,
+            tau=d.pair_tau if d.pair_masking else 0.0,
+            tau_kappa=d.pair_tau_kappa if d.pair_masking else None,
+            contrast=d.contrast if d.pair_masking else "reward",
+            anchor_in_stats=d.anchor_in_stats, report_pairs=d.enabled,
+        ),
+        update=update_settings(cfg),
+        tagrpo_metrics=t.enabled,
+        diversity_every=t.diversity_steps, diversity_groups=t.diversity_groups,
+        num_completions_to_log=cfg.run.num_completions_to_log,
+    )
+
+
+def scoring_prompts(ratio_anchor: str) -> ScoringPrompts:
+    """TA-GRPO's ``ratio_anchor`` as the prompt of each log-prob pass (see :class:`ScoringPrompts`)."""
+    return {
+        "original": ScoringPrompts(QUESTION, QUESTION, QUESTION),
+        "unanchored": ScoringPrompts(SAMPLED, SAMPLED, SAMPLED),
+        "truncated_is": ScoringPrompts(QUESTION, SAMPLED, QUESTION),
+    }[ratio_anchor]
+
+
+def update_settings(cfg: ExperimentConfig) -> UpdateSettings:
+    a, t, o = cfg.algorithm, cfg.tagrpo, cfg.optim
+    truncated_is = t.enabled and t.ratio_anchor == "truncated_is"
+    loss = LossSettings(
+        epsilon=a.epsilon, epsilon_high=a.epsilon_high, dual_clip=a.dual_clip,
+        importance_level=a.importance_sampling_level, ratio_cap=t.truncated_is_cap if truncated_is else None,
+        beta=a.beta, anchor_psi=cfg.dagrpo.anchor_psi, anchor_gamma=cfg.dagrpo.anchor_gamma,
+    )
+    return UpdateSettings(
+        loss=loss, aggregation=a.aggregation, max_completion_length=cfg.rollout.max_completion_length,
+        num_iterations=a.num_iterations, num_minibatches=a.steps_per_generation,
+        per_device_train_batch_size=o.per_device_train_batch_size,
+        gradient_accumulation_steps=o.gradient_accumulation_steps,
+        mask_truncated=a.mask_truncated_completions, max_grad_norm=o.max_grad_norm,
+        temperature=cfg.rollout.temperature,
+        # the ratio can differ from 1 only after an update (μ > 1 or several mini-batches), or when the
+        # behaviour policy sees another prompt than the policy (truncated IS: q_j vs q_0)
+        needs_old_logprobs=a.num_iterations > 1 or a.steps_per_generation > 1 or truncated_is,
+    )

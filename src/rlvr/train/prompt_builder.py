@@ -1,0 +1,34 @@
+"""The prompt tokens of a row's question and of its rephrasings, built once per (row, variant)."""
+
+from __future__ import annotations
+
+from rlvr.data import prompt_messages, render_prompt
+from rlvr.train.rephrasings import variant_prompt
+
+
+class PromptBuilder:
+    """Chat-formatted prompt token ids: the training template (system prompt, instruction) applied.
+
+    ``rephrased``: TA-GRPO is on, so a row's variants are the question and its rephrasings.
+    """
+
+    def __init__(self, tokenizer, *, system_prompt: str | None, instruction: str | None, rephrased: bool):
+        self.tokenizer = tokenizer
+        self.system_prompt, self.instruction = system_prompt, instruction
+        self.rephrased = rephrased
+        self._cache: dict[tuple[str, int], list[int]] = {}
+
+    def ids(self, row: dict, variant: int = 0) -> list[int]:
+        """The prompt of the row's question (variant 0) or of its rephrasing ``variant`` (cached)."""
+        key = (row["id"], variant)
+        if key not in self._cache:
+            prompt = row["prompt"] if variant == 0 else variant_prompt(row["prompt"], row["rephrasings"][variant - 1])
+            messages = prompt_messages(prompt, system_prompt=self.system_prompt, instruction=self.instruction)
+            text = render_prompt(self.tokenizer, messages)
+            self._cache[key] = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return self._cache[key]
+
+    def variants(self, row: dict) -> list[list[int]]:
+        """[q_0, q_1, ..., q_N] prompt ids: the question, then its rephrasings when TA-GRPO is on."""
+        count = len(row.get("rephrasings") or []) if self.rephrased else 0
+        return [self.ids(row, j) for j in range(count + 1)]
