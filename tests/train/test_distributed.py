@@ -34,6 +34,8 @@ CONFIGS = {
     "tagrpo": dict(algo="tagrpo", data="rg:chain_sum:size=16", num_rephrasings=2),
     "lora": dict(lora_r=4, beta=0.04),  # the reference is the (sharded) policy with adapters off
     "sft": dict(algo="sft", data="rg:chain_sum:size=32"),
+    # the memory options: checkpointed layers (recomputed inside FSDP2's hooks) and the chunked LM head
+    "memory": dict(beta=0.04, steps_per_generation=2, gradient_checkpointing=True, lm_head_chunk_tokens=5),
 }
 
 GATED_REWARD = '''
@@ -81,7 +83,8 @@ def _launch(options: dict, *extra: str) -> None:
 
 
 @pytest.mark.parametrize(("name", "parallelism"), [("grpo", "ddp"), ("dagrpo", "ddp"), ("tagrpo", "ddp"),
-                                                   ("grpo", "fsdp"), ("lora", "fsdp"), ("sft", "ddp")])
+                                                   ("grpo", "fsdp"), ("lora", "fsdp"), ("sft", "ddp"),
+                                                   ("memory", "fsdp"), ("memory", "ddp")])
 def test_two_processes_equal_one(tmp_path, lowercase_reward, name, parallelism):
     one, two = tmp_path / "one", tmp_path / "two"
     make_trainer(build_config(_options(name, one, lowercase_reward))).train()

@@ -32,6 +32,8 @@ class ModelConfig:
     lora_alpha: int = _f(16, "LoRA alpha")
     lora_dropout: float = _f(0.0, "LoRA dropout")
     lora_target_modules: str = _f("all-linear", "PEFT target_modules (comma list or all-linear)")
+    gradient_checkpointing: bool = _f(False, "activation checkpointing: each decoder layer keeps only its input and is "
+                                             "recomputed in the backward (less memory, ~1 more forward; exact)")
 
     def __post_init__(self) -> None:
         if self.dtype not in ("float32", "bfloat16", "fp32", "bf16"):
@@ -176,6 +178,8 @@ class OptimConfig:
     lr_scheduler_type: str = _f("constant_with_warmup", "transformers scheduler name: constant_with_warmup, linear, cosine, ...")
     warmup_ratio: float = _f(0.0, "fraction of optimiser steps spent warming up")
     per_device_train_batch_size: int | None = _f(None, "responses per forward/backward micro-batch (default: the whole mini-batch)")
+    lm_head_chunk_tokens: int = _f(0, "log-probs from the last hidden states this many tokens at a time, so no "
+                                      "[n, T, V] logits exist (exact; 1024 bounds a Qwen block to 0.6 GB; 0: plain logits)")
     gradient_accumulation_steps: int | None = _f(None, "micro-batches per optimiser step (default: derived)")
 
     def __post_init__(self) -> None:
@@ -185,6 +189,8 @@ class OptimConfig:
             _fail("max_grad_norm", self.max_grad_norm, "use a positive norm such as 1.0, or 0 to disable clipping")
         if not 0 <= self.warmup_ratio < 1:
             _fail("warmup_ratio", self.warmup_ratio, "use a fraction in [0, 1)")
+        if self.lm_head_chunk_tokens < 0:
+            _fail("lm_head_chunk_tokens", self.lm_head_chunk_tokens, "use 0 (plain logits) or a chunk such as 1024")
         for name in ("per_device_train_batch_size", "gradient_accumulation_steps"):
             value = getattr(self, name)
             if value is not None and value < 1:

@@ -97,6 +97,7 @@ class UpdateSettings:
     max_grad_norm: float  # 0: no clipping
     temperature: float
     needs_old_logprobs: bool  # else old = logp.detach(): the ratio is exactly 1
+    head_chunk: int  # > 0: the LM head on this many tokens at a time (rlvr.core.lm_head); 0: plain logits
 
     @property
     def beta(self) -> float:
@@ -171,4 +172,5 @@ def update_settings(cfg: ExperimentConfig) -> UpdateSettings:
         # the ratio can differ from 1 only after an update (μ > 1 or several mini-batches), or when the
         # behaviour policy sees another prompt than the policy (truncated IS: q_j vs q_0)
         needs_old_logprobs=a.num_iterations > 1 or a.steps_per_generation > 1 or truncated_is,
+        head_chunk=o.lm_head_chunk_tokens,
     )

@@ -17,6 +17,9 @@ class AdapterOffReference:
     def training(self) -> bool:
         return self.peft_model.training
 
+    def get_output_embeddings(self):
+        return self.peft_model.get_output_embeddings()
+
     def parameters(self):
         return self.peft_model.parameters()
 

@@ -28,6 +28,7 @@ from rlvr.config import ExperimentConfig
 from rlvr.data import PromptSampler, load_rows
 from rlvr.eval import group_diversity
 from rlvr.models import apply_lora, copy_for_reference, eos_token_ids, load_policy
+from rlvr.models.checkpointing import enable_activation_checkpointing
 from rlvr.models.embedding import require_embedding_packages
 from rlvr.rollout import build_engine
 from rlvr.train import checkpoint as ckpt
@@ -127,7 +128,9 @@ class Trainer:
         self.device = resolve_device(cfg.model.device, local_rank=self.dist.local_rank if self.dist.enabled else None)
         self.policy.to(self.device)
         self.policy.eval()  # no dropout: the on-policy ratio is exactly 1
-        self.ref_model = self._reference_model()
+        self.ref_model = self._reference_model()  # (a copy made before checkpointing wraps the policy's layers)
+        if cfg.model.gradient_checkpointing:
+            enable_activation_checkpointing(self.policy)
         self.train_model = wrap_policy(self.policy, self.dist, cfg.run.parallelism, self.device)  # DDP/FSDP2
         self.engine = build_engine(cfg.rollout.rollout_engine, self.policy, pad_token_id=self.tokenizer.pad_token_id,
                                    eos_token_ids=eos_token_ids(self.policy, self.tokenizer))

@@ -127,7 +127,8 @@ class PolicyUpdate:
     def _logprobs(self, model, prompts, exp: Experience, rows: list[int], micro: int) -> list[torch.Tensor | None]:
         """No-grad log-probs for the responses ``rows`` (this rank's); None for the others."""
         scored = score_no_grad(model, [prompts[i] for i in rows], [exp.response_ids[i] for i in rows],
-                               pad_token_id=self.pad_token_id, temperature=self.s.temperature, micro_batch_size=micro)
+                               pad_token_id=self.pad_token_id, temperature=self.s.temperature, micro_batch_size=micro,
+                               head_chunk=self.s.head_chunk)
         out: list[torch.Tensor | None] = [None] * len(exp)
         for i, logprobs in zip(rows, scored):
             out[i] = logprobs
@@ -178,7 +179,8 @@ class PolicyUpdate:
                            pad_token_id=self.pad_token_id)
         mask = collated.response_mask & keep[rows].unsqueeze(-1)  # [n, T]
         width = collated.response_width
-        logprobs, entropy = score(self.model, collated, temperature=s.temperature, with_entropy=True)
+        logprobs, entropy = score(self.model, collated, temperature=s.temperature, with_entropy=True,
+                                  head_chunk=s.head_chunk)
         device = logprobs.device
         old = pad_rows([batch.old[i] for i in rows], width).to(device) if batch.old is not None else logprobs.detach()
         ref = pad_rows([batch.ref[i] for i in rows], width).to(device) if batch.ref is not None else None

@@ -1,0 +1,104 @@
+"""Token log-probs and entropy straight from the last hidden states, a chunk of tokens at a time.
+
+The plain path computes logits = h·Wᵀ for every response token, an [n, T, V] tensor (Qwen's
+V = 151,936 at 8 × 1024 tokens: 5 GB in fp32), keeps it for the backward and allocates as much
+again there. Here the M = n·T hidden states are cut into chunks of ``chunk_tokens`` rows:
+
+    forward : per chunk, s = h_c·Wᵀ / τ (fp32), log p = s[x] − logsumexp(s), H = lse − Σ p·s
+    backward: per chunk, s again, ds = (1[v = x] − softmax(s))·g / τ, dh_c = ds·W, dW += dsᵀ·h_c
+
+so at most one [chunk_tokens, V] block of logits exists at a time, forward or backward; the
+price is one more h·Wᵀ per chunk in the backward. Exact: the same arithmetic as the plain path
+(fp32 log-softmax), only the order of the dW sum over chunks differs.
+
+Convention: temperature divides the logits before the log-softmax, as in ``core.logprobs``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+DEFAULT_CHUNK_TOKENS = 1024  # [1024, 151936] fp32 = 0.6 GB per block at Qwen's vocabulary
+
+
+def chunked_token_logprobs(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    tokens: torch.Tensor,
+    *,
+    bias: torch.Tensor | None = None,
+    temperature: float = 1.0,
+    chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """log softmax((h·Wᵀ + b) / τ)[token] and the entropy there, never materialising [M, V].
+
+    Args:
+        hidden: [..., H] last hidden states (after the final norm), with grad.
+        weight: [V, H] the LM head's weight (with grad; tied embeddings welcome).
+        tokens: [...] long, the token each position predicts.
+        bias: [V] or None.
+        chunk_tokens: positions per block of logits.
+
+    Returns:
+        (logprobs [...] fp32 with grad, entropy [...] fp32 without grad).
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0 for scoring, got {temperature}")
+    if chunk_tokens < 1:
+        raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
+    shape = tokens.shape
+    flat_hidden = hidden.reshape(-1, hidden.shape[-1])  # [M, H]
+    logprobs, entropy = _ChunkedHead.apply(flat_hidden, weight, bias, tokens.reshape(-1), temperature, chunk_tokens)
+    return logprobs.view(shape), entropy.view(shape)
+
+
+def _scaled_logits(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, temperature: float):
+    logits = torch.nn.functional.linear(h, weight, bias).float()  # [c, V], fp32 for the softmax
+    return logits if temperature == 1.0 else logits / temperature
+
+
+class _ChunkedHead(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, tokens, temperature, chunk):
+        m = hidden.shape[0]
+        logprobs = torch.empty(m, dtype=torch.float32, device=hidden.device)
+        entropy = torch.empty_like(logprobs)
+        lse_all = torch.empty_like(logprobs)
+        for start in range(0, m, chunk):
+            stop = min(m, start + chunk)
+            s = _scaled_logits(hidden[start:stop], weight, bias, temperature)  # [c, V]
+            lse = torch.logsumexp(s, dim=-1)  # [c]
+            logprobs[start:stop] = s.gather(-1, tokens[start:stop, None]).squeeze(-1) - lse
+            entropy[start:stop] = lse - torch.linalg.vecdot(torch.softmax(s, dim=-1), s)
+            lse_all[start:stop] = lse
+        ctx.save_for_backward(hidden, weight, bias, tokens, lse_all)
+        ctx.temperature, ctx.chunk = temperature, chunk
+        ctx.mark_non_differentiable(entropy)
+        return logprobs, entropy
+
+    @staticmethod
+    def backward(ctx, grad, _grad_entropy):
+        hidden, weight, bias, tokens, lse_all = ctx.saved_tensors
+        temperature, chunk = ctx.temperature, ctx.chunk
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]
+        grad_h = torch.empty_like(hidden) if need_h else None
+        grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_w else None
+        grad_b = torch.zeros(bias.shape, dtype=torch.float32, device=bias.device) if need_b else None
+        for start in range(0, hidden.shape[0], chunk):
+            stop = min(hidden.shape[0], start + chunk)
+            g = grad[start:stop].float()  # [c]
+            s = _scaled_logits(hidden[start:stop], weight, bias, temperature)  # [c, V]
+            ds = torch.sub(s, lse_all[start:stop, None]).exp_()  # softmax
+            ds.mul_(-g[:, None])
+            ds.scatter_add_(-1, tokens[start:stop, None], g[:, None])  # (1[v = x] − p)·g
+            if temperature != 1.0:
+                ds.div_(temperature)
+            if need_h:
+                grad_h[start:stop] = (ds.to(weight.dtype) @ weight).to(hidden.dtype)
+            if need_w:
+                grad_w.addmm_(ds.t(), hidden[start:stop].float())
+            if need_b:
+                grad_b.add_(ds.sum(0))
+        grad_w = grad_w.to(weight.dtype) if need_w else None
+        grad_b = grad_b.to(bias.dtype) if need_b else None
+        return grad_h, grad_w, grad_b, None, None, None
