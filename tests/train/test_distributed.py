@@ -34,8 +34,10 @@ CONFIGS = {
     "tagrpo": dict(algo="tagrpo", data="rg:chain_sum:size=16", num_rephrasings=2),
     "lora": dict(lora_r=4, beta=0.04),  # the reference is the (sharded) policy with adapters off
     "sft": dict(algo="sft", data="rg:chain_sum:size=32"),
-    # the memory options: checkpointed layers (recomputed inside FSDP2's hooks) and the chunked LM head
-    "memory": dict(beta=0.04, steps_per_generation=2, gradient_checkpointing=True, lm_head_chunk_tokens=5),
+    # the memory options: checkpointed layers (recomputed inside FSDP2's hooks), the chunked LM head and
+    # micro-batches cut by a token budget (so the ranks run different numbers of them)
+    "memory": dict(beta=0.04, steps_per_generation=2, gradient_checkpointing=True, lm_head_chunk_tokens=5,
+                   max_tokens_per_micro_batch=20),
 }
 
 GATED_REWARD = '''

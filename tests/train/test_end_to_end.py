@@ -64,7 +64,8 @@ def _run(tmp_path, name, lowercase_reward, **extra):
 
 @pytest.mark.parametrize("extra", [{}, {"num_iterations": 2, "steps_per_generation": 2, "beta": 0.04},
                                    {"num_iterations": 2, "beta": 0.04, "gradient_checkpointing": True,
-                                    "lm_head_chunk_tokens": 7}])
+                                    "lm_head_chunk_tokens": 7, "max_tokens_per_micro_batch": 24},
+                                   {"bf16": True, "beta": 0.04, "steps_per_generation": 2}])
 def test_resume_equals_uninterrupted_run(tmp_path, lowercase_reward, extra):
     full = _run(tmp_path, "full", lowercase_reward, max_steps=4, **extra)
     _run(tmp_path, "split", lowercase_reward, max_steps=2, save_steps=1, **extra)

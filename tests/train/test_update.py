@@ -118,7 +118,7 @@ def test_length_bucketed_update_equals_plain_micro_batches(monkeypatch):
     # Same gradient whether micro-batches are length buckets or consecutive rows.
     from rlvr.train import update
 
-    def plain(rows, lengths, max_rows):
+    def plain(rows, lengths, max_rows, max_tokens=None):
         return [rows[i : i + max_rows] for i in range(0, len(rows), max_rows)]
 
     grads = {}
@@ -136,4 +136,35 @@ def test_length_bucketed_update_equals_plain_micro_batches(monkeypatch):
         update_policy(cfg, model, opt, NoScheduler(), exp, pad_token_id=tok.pad_token_id)
         grads[name] = opt.grads[0]
     for a, b in zip(grads["bucketed"], grads["plain"]):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_token_budget_buckets_respect_the_budget():
+    lengths = [256, 20, 130, 128, 64, 250]
+    # 256+250 padded to 2 x 256 = 512 > 400: apart; 130 and 128 pad to 260
+    assert length_buckets([10, 11, 12, 13, 14, 15], lengths, 8, max_tokens=400) == [[10], [15], [12, 13], [14], [11]]
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(50):
+        n = int(torch.randint(1, 40, (1,), generator=gen))
+        lengths = torch.randint(1, 300, (n,), generator=gen).tolist()
+        budget = int(torch.randint(1, 900, (1,), generator=gen))
+        chunks = length_buckets(list(range(n)), lengths, 1000, max_tokens=budget)
+        assert sorted(i for c in chunks for i in c) == list(range(n))
+        for chunk in chunks:
+            assert len(chunk) == 1 or len(chunk) * max(lengths[i] for i in chunk) <= budget
+
+
+@pytest.mark.parametrize("budget", [1, 9, 20])
+def test_token_budget_micro_batches_give_the_gradient_of_one_batch(budget):
+    grads = {}
+    for name, extra in (("one batch", {}), ("budget", {"max_tokens_per_micro_batch": budget})):
+        model, tok = tiny_random_model_and_tokenizer(seed=0)
+        model.eval()
+        cfg = build_config({"model": "tiny-random", "prompts_per_step": 3, "num_generations": 4,
+                            "max_completion_length": 8, "beta": 0.1, **extra})
+        ref, _ = tiny_random_model_and_tokenizer(seed=1)
+        opt = RecordingOptimizer(model.parameters())
+        update_policy(cfg, model, opt, NoScheduler(), _experience(seed=4), pad_token_id=tok.pad_token_id, ref_model=ref)
+        grads[name] = opt.grads[0]
+    for a, b in zip(grads["one batch"], grads["budget"]):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)

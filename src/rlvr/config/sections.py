@@ -32,6 +32,8 @@ class ModelConfig:
     lora_alpha: int = _f(16, "LoRA alpha")
     lora_dropout: float = _f(0.0, "LoRA dropout")
     lora_target_modules: str = _f("all-linear", "PEFT target_modules (comma list or all-linear)")
+    bf16: bool = _f(False, "bf16 mixed precision: bf16 compute (autocast) with fp32 master weights, gradients and "
+                           "AdamW states (dtype=bfloat16 instead stores the weights in bf16)")
     gradient_checkpointing: bool = _f(False, "activation checkpointing: each decoder layer keeps only its input and is "
                                              "recomputed in the backward (less memory, ~1 more forward; exact)")
 
@@ -40,6 +42,9 @@ class ModelConfig:
             _fail("dtype", self.dtype, "use float32 or bfloat16")
         if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device):
             _fail("device", self.device, "use auto, cpu, cuda or cuda:N")
+        if self.bf16 and self.dtype in ("bfloat16", "bf16"):
+            _fail("bf16", self.bf16, "dtype=bfloat16 already stores the weights in bf16; for mixed precision keep "
+                  "dtype=float32 with bf16=true, for the smallest memory use dtype=bfloat16 alone")
         if self.lora_r < 0:
             _fail("lora_r", self.lora_r, "use 0 (full fine-tuning) or a positive rank such as 16")
         if not 0.0 <= self.lora_dropout < 1.0:
@@ -178,6 +183,9 @@ class OptimConfig:
     lr_scheduler_type: str = _f("constant_with_warmup", "transformers scheduler name: constant_with_warmup, linear, cosine, ...")
     warmup_ratio: float = _f(0.0, "fraction of optimiser steps spent warming up")
     per_device_train_batch_size: int | None = _f(None, "responses per forward/backward micro-batch (default: the whole mini-batch)")
+    max_tokens_per_micro_batch: int | None = _f(None, "pack micro-batches up to this many padded response tokens "
+                                                      "instead of a fixed row count (verl: ppo_max_token_len_per_gpu "
+                                                      "with use_dynamic_bsz); with per_device_train_batch_size both apply")
     lm_head_chunk_tokens: int = _f(0, "log-probs from the last hidden states this many tokens at a time, so no "
                                       "[n, T, V] logits exist (exact; 1024 bounds a Qwen block to 0.6 GB; 0: plain logits)")
     gradient_accumulation_steps: int | None = _f(None, "micro-batches per optimiser step (default: derived)")
@@ -191,7 +199,7 @@ class OptimConfig:
             _fail("warmup_ratio", self.warmup_ratio, "use a fraction in [0, 1)")
         if self.lm_head_chunk_tokens < 0:
             _fail("lm_head_chunk_tokens", self.lm_head_chunk_tokens, "use 0 (plain logits) or a chunk such as 1024")
-        for name in ("per_device_train_batch_size", "gradient_accumulation_steps"):
+        for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "max_tokens_per_micro_batch"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 _fail(name, value, "use a positive integer or null")

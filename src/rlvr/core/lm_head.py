@@ -8,7 +8,8 @@ again there. Here the M = n·T hidden states are cut into chunks of ``chunk_toke
     backward: per chunk, s again, ds = (1[v = x] − softmax(s))·g / τ, dh_c = ds·W, dW += dsᵀ·h_c
 
 so at most one [chunk_tokens, V] block of logits exists at a time, forward or backward; the
-price is one more h·Wᵀ per chunk in the backward. Exact: the same arithmetic as the plain path
+price is one more h·Wᵀ per chunk in the backward. Under bf16 autocast the backward recomputes the
+logits under the same autocast, so it differentiates what the forward computed. Exact: the same arithmetic as the plain path
 (fp32 log-softmax), only the order of the dW sum over chunks differs.
 
 Convention: temperature divides the logits before the log-softmax, as in ``core.logprobs``.
@@ -73,11 +74,19 @@ class _ChunkedHead(torch.autograd.Function):
             lse_all[start:stop] = lse
         ctx.save_for_backward(hidden, weight, bias, tokens, lse_all)
         ctx.temperature, ctx.chunk = temperature, chunk
+        device = hidden.device.type  # the backward recomputes the logits as the forward did (bf16 autocast or not)
+        ctx.autocast = (device, torch.is_autocast_enabled(device), torch.get_autocast_dtype(device))
         ctx.mark_non_differentiable(entropy)
         return logprobs, entropy
 
     @staticmethod
     def backward(ctx, grad, _grad_entropy):
+        device, enabled, dtype = ctx.autocast
+        with torch.autocast(device_type=device, dtype=dtype, enabled=enabled):
+            return _ChunkedHead._backward(ctx, grad)
+
+    @staticmethod
+    def _backward(ctx, grad):
         hidden, weight, bias, tokens, lse_all = ctx.saved_tensors
         temperature, chunk = ctx.temperature, ctx.chunk
         need_h, need_w, need_b = ctx.needs_input_grad[:3]

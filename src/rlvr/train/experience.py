@@ -184,7 +184,7 @@ def minibatches(group_ids: torch.Tensor, num_minibatches: int) -> list[list[int]
     ]
 
 
-def length_buckets(rows: list[int], lengths: list[int], max_rows: int) -> list[list[int]]:
+def length_buckets(rows: list[int], lengths: list[int], max_rows: int, *, max_tokens: int | None = None) -> list[list[int]]:
     """Cut ``rows`` into micro-batches of at most ``max_rows`` rows of similar response length.
 
     A micro-batch is padded to its longest response, so mixing 20- and 256-token responses makes
@@ -194,15 +194,22 @@ def length_buckets(rows: list[int], lengths: list[int], max_rows: int) -> list[l
     chunk's response positions are padding. Exact: the loss of a micro-batch is divided by the
     mini-batch's global token/sequence counts, so any grouping gives the same loss and gradient.
 
+    With ``max_tokens`` (verl's ``ppo_max_token_len_per_gpu``, counted in padded response tokens)
+    a chunk is also cut before its rows × longest would exceed the budget; a single response longer
+    than the budget is a micro-batch of its own.
+
     Args:
         rows: response indices (``lengths[i]`` is the length of response ``rows[i]``).
         max_rows: the micro-batch size.
+        max_tokens: padded response tokens per micro-batch at most (None: no budget).
     """
     order = sorted(range(len(rows)), key=lambda i: -lengths[i])  # stable: ties keep their order
     chunks: list[list[int]] = []
     longest = 0
+    budget = max_tokens if max_tokens is not None else float("inf")
     for i in order:
-        if not chunks or len(chunks[-1]) >= max_rows or 2 * lengths[i] < longest:
+        full = chunks and (len(chunks[-1]) >= max_rows or (len(chunks[-1]) + 1) * longest > budget)
+        if not chunks or full or 2 * lengths[i] < longest:
             chunks.append([])
             longest = lengths[i]
         chunks[-1].append(rows[i])

@@ -38,6 +38,7 @@ class RolloutSettings:
     dynamic_sampling: bool  # DAPO: keep only groups with mixed rewards, draw more prompts until B are kept
     max_rounds: int  # generation rounds per step at most (1 without dynamic sampling)
     seed: int
+    autocast: str | None  # "bfloat16": generate under bf16 autocast (bf16=true), as the update computes
 
 
 @dataclass(frozen=True)
@@ -93,11 +94,13 @@ class UpdateSettings:
     num_minibatches: int  # optimiser steps per pass (steps_per_generation)
     per_device_train_batch_size: int | None
     gradient_accumulation_steps: int | None
+    max_tokens_per_micro_batch: int | None  # padded response tokens per micro-batch (None: rows only)
     mask_truncated: bool
     max_grad_norm: float  # 0: no clipping
     temperature: float
     needs_old_logprobs: bool  # else old = logp.detach(): the ratio is exactly 1
     head_chunk: int  # > 0: the LM head on this many tokens at a time (rlvr.core.lm_head); 0: plain logits
+    autocast: str | None  # "bfloat16": forwards under bf16 autocast, fp32 master weights (bf16=true)
 
     @property
     def beta(self) -> float:
@@ -128,6 +131,7 @@ def compile_plan(cfg: ExperimentConfig) -> StepPlan:
             rephrased=t.enabled, pooled=t.pooled, max_completion_length=r.max_completion_length,
             temperature=r.temperature, top_p=r.top_p, dynamic_sampling=a.dynamic_sampling,
             max_rounds=a.max_num_gen_batches if a.dynamic_sampling else 1, seed=cfg.run.seed,
+            autocast="bfloat16" if cfg.model.bf16 else None,
         ),
         prompts=scoring_prompts(t.ratio_anchor if t.enabled else "original"),
         advantages=AdvantageSettings(
@@ -167,10 +171,12 @@ def update_settings(cfg: ExperimentConfig) -> UpdateSettings:
         num_iterations=a.num_iterations, num_minibatches=a.steps_per_generation,
         per_device_train_batch_size=o.per_device_train_batch_size,
         gradient_accumulation_steps=o.gradient_accumulation_steps,
+        max_tokens_per_micro_batch=o.max_tokens_per_micro_batch,
         mask_truncated=a.mask_truncated_completions, max_grad_norm=o.max_grad_norm,
         temperature=cfg.rollout.temperature,
         # the ratio can differ from 1 only after an update (μ > 1 or several mini-batches), or when the
         # behaviour policy sees another prompt than the policy (truncated IS: q_j vs q_0)
         needs_old_logprobs=a.num_iterations > 1 or a.steps_per_generation > 1 or truncated_is,
         head_chunk=o.lm_head_chunk_tokens,
+        autocast="bfloat16" if cfg.model.bf16 else None,
     )

@@ -22,6 +22,7 @@ from rlvr.train.experience import Group
 from rlvr.train.fsdp import full_weights
 from rlvr.train.group_ids import GroupIds
 from rlvr.train.plan import RolloutSettings
+from rlvr.train.precision import autocast
 from rlvr.train.prompt_builder import PromptBuilder
 
 
@@ -131,7 +132,8 @@ class GroupGenerator:
         prompts = [ids for i in mine for ids in variant_prompts[i] for _ in range(G)]
         seeds = [request_seed(seed, k) for i in mine for k in range(first_request[i], first_request[i + 1])]
         sampling = {"row_seeds": seeds} if self.engine.supports_row_seeds else {"generator_seed": seed + self.ctx.rank}
-        with full_weights(self.policy):  # FSDP2: ranks finish at different steps, so no per-forward gathers
+        with full_weights(self.policy), autocast(next(self.policy.parameters()).device, s.autocast):
+            # FSDP2: gathered whole (ranks finish at different steps); bf16=true: computed as the update computes
             completions = self.engine.generate(prompts, max_new_tokens=s.max_completion_length,
                                                temperature=s.temperature, top_p=s.top_p, **sampling)
         texts = [self.tokenizer.decode(c.token_ids, skip_special_tokens=True) for c in completions]

@@ -235,6 +235,7 @@ def score_no_grad(
     temperature: float,
     micro_batch_size: int,
     head_chunk: int = 0,
+    max_tokens: int | None = None,
 ) -> list[torch.Tensor]:
     """Log-probs for many sequences in micro-batches of similar length; one 1-D tensor per response."""
     was_training = model.training
@@ -242,7 +243,7 @@ def score_no_grad(
     try:
         result: list[torch.Tensor | None] = [None] * len(responses)
         everything = list(range(len(responses)))
-        for rows in length_buckets(everything, [len(r) for r in responses], micro_batch_size):
+        for rows in length_buckets(everything, [len(r) for r in responses], micro_batch_size, max_tokens=max_tokens):
             batch = collate([prompts[i] for i in rows], [responses[i] for i in rows], pad_token_id=pad_token_id)
             logprobs, _ = score(model, batch, temperature=temperature, head_chunk=head_chunk)
             for row, i in enumerate(rows):

@@ -38,6 +38,7 @@ from rlvr.train.distributed import ALONE, DistContext, gradient_sync, unwrap
 from rlvr.train.experience import Experience, length_buckets, minibatches, pad_rows
 from rlvr.train.fsdp import full_weights
 from rlvr.train.plan import UpdateSettings
+from rlvr.train.precision import autocast
 from rlvr.train.scoring import collate, score, score_no_grad
 
 # per-token sums of a micro-batch, accumulated on the device; summed over ranks at the end
@@ -126,9 +127,11 @@ class PolicyUpdate:
 
     def _logprobs(self, model, prompts, exp: Experience, rows: list[int], micro: int) -> list[torch.Tensor | None]:
         """No-grad log-probs for the responses ``rows`` (this rank's); None for the others."""
-        scored = score_no_grad(model, [prompts[i] for i in rows], [exp.response_ids[i] for i in rows],
-                               pad_token_id=self.pad_token_id, temperature=self.s.temperature, micro_batch_size=micro,
-                               head_chunk=self.s.head_chunk)
+        with autocast(_device(model), self.s.autocast):
+            scored = score_no_grad(model, [prompts[i] for i in rows], [exp.response_ids[i] for i in rows],
+                                   pad_token_id=self.pad_token_id, temperature=self.s.temperature,
+                                   micro_batch_size=micro, head_chunk=self.s.head_chunk,
+                                   max_tokens=self.s.max_tokens_per_micro_batch)
         out: list[torch.Tensor | None] = [None] * len(exp)
         for i, logprobs in zip(rows, scored):
             out[i] = logprobs
@@ -140,7 +143,8 @@ class PolicyUpdate:
         keep = ~exp.truncated if s.mask_truncated else torch.ones_like(exp.truncated)
         mini = [i for share in batch.shares for i in share]
         num_tokens = float(sum(len(exp.response_ids[i]) for i in mini if keep[i]))  # global denominators
-        plans = [length_buckets(share, [len(exp.response_ids[i]) for i in share], micro) for share in batch.shares]
+        plans = [length_buckets(share, [len(exp.response_ids[i]) for i in share], micro,
+                                max_tokens=s.max_tokens_per_micro_batch) for share in batch.shares]
         buckets = plans[ctx.rank]
         count = max(len(p) for p in plans)  # every rank runs as many micro-batches (collective backward)
         # [this step's loss, *the running TOKEN_SUMS], float64, on the device: added to in micro-batch order
@@ -179,8 +183,9 @@ class PolicyUpdate:
                            pad_token_id=self.pad_token_id)
         mask = collated.response_mask & keep[rows].unsqueeze(-1)  # [n, T]
         width = collated.response_width
-        logprobs, entropy = score(self.model, collated, temperature=s.temperature, with_entropy=True,
-                                  head_chunk=s.head_chunk)
+        with autocast(_device(self.model), s.autocast):  # bf16=true: bf16 compute, fp32 log-probs and loss
+            logprobs, entropy = score(self.model, collated, temperature=s.temperature, with_entropy=True,
+                                      head_chunk=s.head_chunk)
         device = logprobs.device
         old = pad_rows([batch.old[i] for i in rows], width).to(device) if batch.old is not None else logprobs.detach()
         ref = pad_rows([batch.ref[i] for i in rows], width).to(device) if batch.ref is not None else None
@@ -231,7 +236,8 @@ def rank_share(pool_ids: torch.Tensor, mini: list[int], ctx: DistContext, rank: 
 
 
 def micro_batch_size(s: UpdateSettings, num_responses: int, *, world_size: int = 1) -> int:
-    """Responses per forward/backward pass, from per_device_train_batch_size or accumulation steps."""
+    """Responses per forward/backward pass, from per_device_train_batch_size or accumulation steps
+    (with only a token budget: the whole mini-batch, cut by the budget)."""
     mini = math.ceil(num_responses / s.num_minibatches / world_size)  # per rank
     if s.per_device_train_batch_size is not None:
         return s.per_device_train_batch_size
@@ -245,6 +251,10 @@ def _zero_loss_pass(model, pad_token_id: int) -> None:
     batch = collate([[pad_token_id]], [[pad_token_id]], pad_token_id=pad_token_id)
     logprobs, _ = score(model, batch, temperature=1.0)
     (logprobs.sum() * 0.0).backward()
+
+
+def _device(model) -> torch.device:
+    return next(model.parameters()).device
 
 
 def _full(value: torch.Tensor) -> torch.Tensor:
