@@ -137,3 +137,49 @@ def test_training_refuses_max_completion_length_beyond_the_positions(tmp_path, c
     assert _train(tmp_path, max_completion_length=100_000_000) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and "max_completion_length=100000000 does not fit the model's 1024 positions" in err
+
+
+def test_over_budget_rows_are_returned_when_not_refused():
+    rows = _rows("short", "x" * 600, "also short", "y" * 700)
+    check = check_lengths(rows, _tokenize, max_positions=1024, max_completion_length=40, max_prompt_length=256,
+                          refuse=False)
+    assert check.too_long == (1, 3) and check.budget == 256
+    with pytest.raises(ValueError, match="truncation=drop"):  # the refusal names both other choices
+        check_lengths(rows, _tokenize, max_positions=1024, max_completion_length=40, max_prompt_length=256)
+
+
+def _long_prompt_data(tmp_path):
+    data = tmp_path / "mixed.jsonl"
+    rows = [{"id": f"ok{i}", "prompt": f"What is {i} + 1?", "answer": str(i + 1)} for i in range(6)]
+    rows.append({"id": "long", "prompt": "Add these: " + "7 + " * 60 + "7", "answer": "427"})
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return data
+
+
+def test_truncation_drop_leaves_the_long_prompt_out_and_counts_it(tmp_path, lowercase_reward):
+    from rlvr.config import build_config
+    from rlvr.train.trainer import Trainer
+
+    cfg = build_config(tiny_overrides(tmp_path / "d", data=str(_long_prompt_data(tmp_path)), max_prompt_length=120,
+                                      truncation="drop", max_steps=1, reward_funcs=[lowercase_reward]))
+    trainer = Trainer(cfg)
+    assert [row["id"] for row in trainer.rows] == [f"ok{i}" for i in range(6)]
+    (metrics,) = trainer.train()
+    assert metrics["data/prompts_dropped"] == 1
+
+
+def test_truncation_left_keeps_the_last_tokens_and_counts_the_cut_prompts(tmp_path, lowercase_reward):
+    from rlvr.config import build_config
+    from rlvr.train.trainer import Trainer
+
+    cfg = build_config(tiny_overrides(tmp_path / "l", data=str(_long_prompt_data(tmp_path)), max_prompt_length=120,
+                                      truncation="left", max_steps=2, prompts_per_step=7, shuffle=False,
+                                      reward_funcs=[lowercase_reward]))
+    trainer = Trainer(cfg)
+    long_row = next(row for row in trainer.rows if row["id"] == "long")
+    full = _tokenize(long_row)
+    cut = trainer.prompts.ids(long_row)
+    assert len(full) > 120 and cut == full[-120:]  # the question's end and the generation prompt are kept
+    assert trainer.prompts.ids(trainer.rows[0]) == _tokenize(trainer.rows[0])  # short prompts untouched
+    history = trainer.train()
+    assert all(m["rollout/prompt_truncated_frac"] == pytest.approx(1 / 7) for m in history)

@@ -59,15 +59,21 @@ class DataConfig:
     shuffle: bool = _f(True, "shuffle prompts each epoch (seeded)")
 
 
+TRUNCATION_MODES = ("error", "drop", "left")
+
+
 @dataclass(frozen=True)
 class RolloutConfig:
     prompts_per_step: int = _f(4, "B: prompts per training step (TRL: generation_batch_size / num_generations; verl: data.train_batch_size)")
     num_generations: int = _f(8, "G: responses per prompt (verl: rollout.n)")
     max_completion_length: int = _f(40, "max new tokens per response (verl: data.max_response_length)")
-    max_prompt_length: int | None = _f(None, "refuse (at start-up, naming the row) prompts longer than this many tokens, "
-                                             "chat template included; TRL truncates them from the left instead "
-                                             "(verl: data.max_prompt_length); null: only prompt + "
+    max_prompt_length: int | None = _f(None, "most prompt tokens, chat template included (verl: data.max_prompt_length); "
+                                             "longer prompts are handled by `truncation`; null: only prompt + "
                                              "max_completion_length <= the model's positions is checked")
+    truncation: str = _f("error", "prompts over the budget (max_prompt_length, or the model's positions less "
+                                  "max_completion_length): error (refused at start-up, naming the rows) | drop (left "
+                                  "out of the data, counted in data/prompts_dropped) | left (their last tokens kept, "
+                                  "as TRL does; counted in rollout/prompt_truncated_frac) (verl: data.truncation)")
     temperature: float = _f(1.0, "sampling temperature; log-probs are computed at the same temperature")
     top_p: float = _f(1.0, "nucleus sampling p")
     rollout_engine: str = _f("rlvr", "generation engine: rlvr (own loop on the transformers model: shared prefill, "
@@ -81,6 +87,8 @@ class RolloutConfig:
             _fail("num_generations", self.num_generations, "group-relative advantages need G >= 2")
         if self.max_completion_length < 1:
             _fail("max_completion_length", self.max_completion_length, "use a positive token count")
+        if self.truncation not in TRUNCATION_MODES:
+            _fail("truncation", self.truncation, f"choose one of {TRUNCATION_MODES}")
         if self.max_prompt_length is not None and self.max_prompt_length < 1:
             _fail("max_prompt_length", self.max_prompt_length, "use a positive token count, or null for no limit")
         if self.temperature <= 0:

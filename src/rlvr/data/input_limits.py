@@ -40,6 +40,7 @@ class LengthCheck:
     budget: int | None  # most prompt tokens a row may have (None: no limit known)
     tokenized: int  # rows tokenised because their byte bound exceeded the budget
     longest: int  # most prompt tokens among the tokenised rows (0 if none)
+    too_long: tuple[int, ...] = ()  # indices of the rows over the budget (only when not refused)
 
 
 def template_bytes(tokenizer: Any, *, system_prompt: str | None, instruction: str | None) -> int:
@@ -70,6 +71,7 @@ def check_lengths(
     max_prompt_length: int | None = None,
     template_bytes: int | None = None,
     source: str = "the data",
+    refuse: bool = True,
 ) -> LengthCheck:
     """Refuse rows whose prompt + max_completion_length exceeds max_positions, or prompt > max_prompt_length.
 
@@ -83,6 +85,8 @@ def check_lengths(
         template_bytes: from ``template_bytes()``; rows whose byte bound fits are not tokenised
             (None: tokenise every row).
         source: the data's name in the message (e.g. the data spec).
+        refuse: raise for rows over the budget (else return them in ``too_long``, for the caller to
+            drop or truncate; max_completion_length alone too large is refused either way).
 
     Raises:
         ValueError: naming the first rows over the budget (index and id), their count and the fix;
@@ -104,6 +108,9 @@ def check_lengths(
         longest = max(longest, tokens)
         if tokens > budget:
             too_long.append((index, row.get("id"), tokens))
+    if too_long and not refuse:
+        return LengthCheck(budget=budget, tokenized=tokenized, longest=longest,
+                           too_long=tuple(index for index, _, _ in too_long))
     if too_long:
         raise ValueError(_too_long_message(too_long, len(rows), source, budget, max_positions=max_positions,
                                            max_completion_length=max_completion_length,
@@ -135,4 +142,5 @@ def _too_long_message(too_long, num_rows: int, source: str, budget: int, *, max_
         room = max_positions - worst[2]
         fix = f"lower max_completion_length to at most {room}" if room >= 1 else "use a model with more positions"
     return (f"{len(too_long)} of {num_rows} prompts of {source} {limit}: {shown}{more} tokens, chat template "
-            f"included. Shorten or filter those rows out of the data, or {fix}")
+            f"included. Shorten or filter those rows out of the data, {fix}, or set truncation=drop (leave them "
+            "out) or truncation=left (keep their last tokens, as TRL does)")

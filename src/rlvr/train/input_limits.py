@@ -25,10 +25,11 @@ def check_training_lengths(
     tokenizer,
     engine,
     tokenize: Callable[[dict], Sequence[Sequence[int]]],
+    refuse: bool = True,
 ) -> LengthCheck:
     """``check_lengths`` with the run's limits; ``tokenize``: row → the prompt ids of every variant."""
     return check_lengths(
-        rows, tokenize, source=source,
+        rows, tokenize, source=source, refuse=refuse,
         max_positions=position_limit(policy, tokenizer, engine=engine),
         max_completion_length=max_completion_length, max_prompt_length=max_prompt_length,
         template_bytes=template_bytes(tokenizer, system_prompt=system_prompt, instruction=instruction),

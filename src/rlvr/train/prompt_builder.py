@@ -16,6 +16,8 @@ class PromptBuilder:
         self.tokenizer = tokenizer
         self.system_prompt, self.instruction = system_prompt, instruction
         self.rephrased = rephrased
+        self.max_tokens: int | None = None  # truncation=left: keep a prompt's last max_tokens tokens
+        self.truncated: set[tuple[str, int]] = set()  # the (row id, variant) prompts that were cut
         self._cache: dict[tuple[str, int], list[int]] = {}
 
     def ids(self, row: dict, variant: int = 0) -> list[int]:
@@ -25,8 +27,21 @@ class PromptBuilder:
             prompt = row["prompt"] if variant == 0 else variant_prompt(row["prompt"], row["rephrasings"][variant - 1])
             messages = prompt_messages(prompt, system_prompt=self.system_prompt, instruction=self.instruction)
             text = render_prompt(self.tokenizer, messages)
-            self._cache[key] = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            if self.max_tokens is not None and len(ids) > self.max_tokens:
+                ids = ids[-self.max_tokens :]  # from the left: the question's end and the generation prompt stay
+                self.truncated.add(key)
+            self._cache[key] = ids
         return self._cache[key]
+
+    def truncate_to(self, max_tokens: int) -> None:
+        """From now on keep at most a prompt's last ``max_tokens`` tokens (truncation=left)."""
+        self.max_tokens = max_tokens
+        self._cache.clear()
+
+    def is_truncated(self, row: dict) -> bool:
+        """Some prompt of the row (the question or a rephrasing) was cut to ``max_tokens``."""
+        return any(key[0] == row["id"] for key in self.truncated)
 
     def variants(self, row: dict) -> list[list[int]]:
         """[q_0, q_1, ..., q_N] prompt ids: the question, then its rephrasings when TA-GRPO is on."""

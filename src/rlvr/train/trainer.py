@@ -112,7 +112,6 @@ class Trainer:
         torch.manual_seed(cfg.run.seed)
         self.plan = compile_plan(cfg)  # the decisions of a step, made once
         self.rows = self._load_rows()
-        self.sampler = PromptSampler(self.rows, seed=cfg.run.seed, shuffle=cfg.data.shuffle)
         if cfg.eval.eval_steps and self.dist.is_main:
             training_overlap(self.rows, list(cfg.eval.eval_data), limit=cfg.eval.eval_limit)
         self.policy, self.tokenizer = load_policy(
@@ -136,11 +135,8 @@ class Trainer:
                                    eos_token_ids=eos_token_ids(self.policy, self.tokenizer))
         self.prompts = PromptBuilder(self.tokenizer, system_prompt=cfg.data.system_prompt,
                                      instruction=cfg.data.instruction, rephrased=self.plan.rollout.rephrased)
-        check_training_lengths(  # before anything is generated
-            self.rows, source=cfg.data.data, max_completion_length=cfg.rollout.max_completion_length,
-            max_prompt_length=cfg.rollout.max_prompt_length, system_prompt=cfg.data.system_prompt,
-            instruction=cfg.data.instruction, policy=self.policy, tokenizer=self.tokenizer, engine=self.engine,
-            tokenize=self.prompts.variants)
+        self._apply_length_limits()  # before anything is generated
+        self.sampler = PromptSampler(self.rows, seed=cfg.run.seed, shuffle=cfg.data.shuffle)
         self.group_ids = GroupIds()
         self.generate_groups = GroupGenerator(self.plan.rollout, self.engine, self.tokenizer, self.prompts,
                                               self.group_ids, self.dist, policy=self.policy)
@@ -207,6 +203,7 @@ class Trainer:
             **self.grad_spikes.update(train["train/grad_norm"]),
             **timer.metrics(with_score=self.dagrpo is not None),
             **memory_metrics(self.device),
+            **self._truncation_metrics(rollout),
             "perf/tokens_per_s": rollout.generated_tokens / max(timer.seconds["rollout"], 1e-9),
         }
         every, count = self.plan.diversity_every, self.plan.diversity_groups
@@ -214,6 +211,16 @@ class Trainer:
             texts = [[g.policy_samples.texts[i] for i in g.policy_samples.on_policy] for g in rollout.generated[:count]]
             metrics["rollout/diversity"] = group_diversity(texts, device=str(self.device))
         return metrics
+
+    def _truncation_metrics(self, rollout: RolloutResult) -> dict:
+        mode = self.truncation
+        if mode == "drop":
+            return {"data/prompts_dropped": self.prompts_dropped}
+        if mode == "left":
+            groups = rollout.generated
+            return {"rollout/prompt_truncated_frac":
+                    sum(self.prompts.is_truncated(g.row) for g in groups) / max(1, len(groups))}
+        return {}
 
     # ----------------------------------------------------------------- the loop
     def train(self) -> list[dict]:
@@ -298,6 +305,31 @@ class Trainer:
             )
 
     # ----------------------------------------------------------------- set-up helpers
+    def _apply_length_limits(self) -> None:
+        """Prompts over the budget: refused (truncation=error), left out (drop) or cut from the left (left)."""
+        cfg, mode = self.cfg, self.cfg.rollout.truncation
+        check = check_training_lengths(
+            self.rows, source=cfg.data.data, max_completion_length=cfg.rollout.max_completion_length,
+            max_prompt_length=cfg.rollout.max_prompt_length, system_prompt=cfg.data.system_prompt,
+            instruction=cfg.data.instruction, policy=self.policy, tokenizer=self.tokenizer, engine=self.engine,
+            tokenize=self.prompts.variants, refuse=mode == "error")
+        self.truncation = mode
+        self.prompts_dropped = len(check.too_long) if mode == "drop" else 0
+        if mode == "drop" and check.too_long:
+            over = set(check.too_long)
+            self.rows = [row for i, row in enumerate(self.rows) if i not in over]
+            if not self.rows:
+                raise ValueError(f"truncation=drop left no rows of {cfg.data.data}: every prompt is over "
+                                 f"{check.budget} tokens; raise max_prompt_length or use truncation=left")
+            logger.warning("truncation=drop: %d of %d prompts of %s are over %d tokens and are left out "
+                           "(data/prompts_dropped)", len(over), len(over) + len(self.rows), cfg.data.data, check.budget)
+        if mode == "left" and check.budget is not None:
+            self.prompts.truncate_to(check.budget)
+            if check.too_long:
+                logger.warning("truncation=left: %d prompts of %s are over %d tokens and keep their last %d "
+                               "(rollout/prompt_truncated_frac)", len(check.too_long), cfg.data.data,
+                               check.budget, check.budget)
+
     def _training_eval(self) -> TrainingEval | None:
         cfg, e = self.cfg, self.cfg.eval
         if not e.eval_steps:
