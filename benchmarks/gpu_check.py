@@ -14,6 +14,9 @@ responses, the same reasoning-gym chain_sum data for all three:
   dagrpo  algo=dagrpo (pair masking, `steps` scorer, expert anchors for failed groups; chain_sum
           rows get generated worked solutions, so anchors exist)
   tagrpo  algo=tagrpo (N = 4 rule rephrasings, pools of (N + 1) x G = 40 responses per question)
+  *_lean  the same with fp32 master weights and bf16 compute (bf16=true), activation checkpointing
+          and the chunked LM head (lm_head_chunk_tokens=1024): peak memory and time side by side
+          with the bf16-parameter runs above (FSDP2 needs torchrun and is not run here)
 
 Each config is built with `load_config(None, ["key=value", ...])` and trained with
 `make_trainer(cfg).train()`, which returns one metric dict per step. The table gives the median over
@@ -59,7 +62,13 @@ CONFIGS = {
     "grpo": ["algo=grpo"],
     "dagrpo": ["algo=dagrpo"],
     "tagrpo": ["algo=tagrpo"],
+    "grpo_lean": ["algo=grpo"],
+    "dagrpo_lean": ["algo=dagrpo"],
+    "tagrpo_lean": ["algo=tagrpo"],
 }
+# the memory and precision stack of a 7B run (docs/scaling.md): fp32 master weights with bf16 compute,
+# checkpointed layers, the chunked LM head; applied after the shared settings (it needs dtype=float32)
+LEAN = ["dtype=float32", "bf16=true", "gradient_checkpointing=true", "lm_head_chunk_tokens=1024"]
 DEFAULT_OUT = "benchmarks/results/gpu_check.json"
 
 
@@ -80,6 +89,7 @@ def overrides(args, name: str, output_dir: str) -> list[str]:
         f"output_dir={output_dir}",
         "progress_bar=false",
         "log_completions=false",
+        *(LEAN if name.endswith("_lean") else []),
     ]
 
 
