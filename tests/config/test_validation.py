@@ -119,3 +119,14 @@ def test_vllm_with_fsdp_is_refused_at_any_process_count(nproc):
         build_config({"parallelism": "fsdp", "rollout_engine": "vllm", "nproc": nproc})
     assert build_config({"parallelism": "fsdp", "nproc": nproc}).rollout.rollout_engine == "rlvr"
     assert build_config({"rollout_engine": "vllm", "nproc": nproc}).run.parallelism == "ddp"
+
+
+@pytest.mark.parametrize(("option", "bad", "fix"), [
+    ("lm_head_chunk_tokens", "-1", "chunk such as 1024"),
+    ("max_tokens_per_micro_batch", "0", "positive integer"),
+    ("truncation", "right", "choose one of"),
+])
+def test_the_memory_and_prompt_options_refuse_bad_values_with_the_fix(option, bad, fix):
+    with pytest.raises(ValueError, match=f"{option}.*{fix}"):
+        load_config(None, [f"{option}={bad}"])
+    load_config(None, ["lm_head_chunk_tokens=1024", "max_tokens_per_micro_batch=4096", "truncation=left"])

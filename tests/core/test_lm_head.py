@@ -54,3 +54,12 @@ def test_bad_arguments_are_refused():
         chunked_token_logprobs(hidden, weight, tokens, temperature=0.0)
     with pytest.raises(ValueError, match="chunk_tokens"):
         chunked_token_logprobs(hidden, weight, tokens, chunk_tokens=0)
+
+
+def test_without_entropy_the_log_probs_are_the_same_and_the_entropy_is_not_computed():
+    gen = torch.Generator().manual_seed(2)
+    hidden, weight = torch.randn(6, 4, generator=gen), 0.3 * torch.randn(9, 4, generator=gen)
+    tokens = torch.randint(0, 9, (6,), generator=gen)
+    lp_a, ent_a = chunked_token_logprobs(hidden, weight, tokens, chunk_tokens=4)
+    lp_b, ent_b = chunked_token_logprobs(hidden, weight, tokens, chunk_tokens=4, with_entropy=False)
+    assert torch.equal(lp_a, lp_b) and (ent_a > 0).all() and not ent_b.any()

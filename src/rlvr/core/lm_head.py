@@ -30,6 +30,7 @@ def chunked_token_logprobs(
     bias: torch.Tensor | None = None,
     temperature: float = 1.0,
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+    with_entropy: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """log softmax((h·Wᵀ + b) / τ)[token] and the entropy there, never materialising [M, V].
 
@@ -39,6 +40,7 @@ def chunked_token_logprobs(
         tokens: [...] long, the token each position predicts.
         bias: [V] or None.
         chunk_tokens: positions per block of logits.
+        with_entropy: compute the entropy (a softmax more per block); False: it is returned as zeros.
 
     Returns:
         (logprobs [...] fp32 with grad, entropy [...] fp32 without grad).
@@ -49,7 +51,8 @@ def chunked_token_logprobs(
         raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
     shape = tokens.shape
     flat_hidden = hidden.reshape(-1, hidden.shape[-1])  # [M, H]
-    logprobs, entropy = _ChunkedHead.apply(flat_hidden, weight, bias, tokens.reshape(-1), temperature, chunk_tokens)
+    logprobs, entropy = _ChunkedHead.apply(flat_hidden, weight, bias, tokens.reshape(-1), temperature, chunk_tokens,
+                                           with_entropy)
     return logprobs.view(shape), entropy.view(shape)
 
 
@@ -60,17 +63,18 @@ def _scaled_logits(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
 
 class _ChunkedHead(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, hidden, weight, bias, tokens, temperature, chunk):
+    def forward(ctx, hidden, weight, bias, tokens, temperature, chunk, with_entropy):
         m = hidden.shape[0]
         logprobs = torch.empty(m, dtype=torch.float32, device=hidden.device)
-        entropy = torch.empty_like(logprobs)
+        entropy = torch.zeros_like(logprobs)
         lse_all = torch.empty_like(logprobs)
         for start in range(0, m, chunk):
             stop = min(m, start + chunk)
             s = _scaled_logits(hidden[start:stop], weight, bias, temperature)  # [c, V]
             lse = torch.logsumexp(s, dim=-1)  # [c]
             logprobs[start:stop] = s.gather(-1, tokens[start:stop, None]).squeeze(-1) - lse
-            entropy[start:stop] = lse - torch.linalg.vecdot(torch.softmax(s, dim=-1), s)
+            if with_entropy:
+                entropy[start:stop] = lse - torch.linalg.vecdot(torch.softmax(s, dim=-1), s)
             lse_all[start:stop] = lse
         ctx.save_for_backward(hidden, weight, bias, tokens, lse_all)
         ctx.temperature, ctx.chunk = temperature, chunk
@@ -110,4 +114,4 @@ class _ChunkedHead(torch.autograd.Function):
                 grad_b.add_(ds.sum(0))
         grad_w = grad_w.to(weight.dtype) if need_w else None
         grad_b = grad_b.to(bias.dtype) if need_b else None
-        return grad_h, grad_w, grad_b, None, None, None
+        return grad_h, grad_w, grad_b, None, None, None, None

@@ -17,7 +17,7 @@ class PromptBuilder:
         self.system_prompt, self.instruction = system_prompt, instruction
         self.rephrased = rephrased
         self.max_tokens: int | None = None  # truncation=left: keep a prompt's last max_tokens tokens
-        self.truncated: set[tuple[str, int]] = set()  # the (row id, variant) prompts that were cut
+        self.truncated: set[str] = set()  # ids of the rows one of whose prompts was cut
         self._cache: dict[tuple[str, int], list[int]] = {}
 
     def ids(self, row: dict, variant: int = 0) -> list[int]:
@@ -30,7 +30,7 @@ class PromptBuilder:
             ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
             if self.max_tokens is not None and len(ids) > self.max_tokens:
                 ids = ids[-self.max_tokens :]  # from the left: the question's end and the generation prompt stay
-                self.truncated.add(key)
+                self.truncated.add(row["id"])
             self._cache[key] = ids
         return self._cache[key]
 
@@ -41,7 +41,7 @@ class PromptBuilder:
 
     def is_truncated(self, row: dict) -> bool:
         """Some prompt of the row (the question or a rephrasing) was cut to ``max_tokens``."""
-        return any(key[0] == row["id"] for key in self.truncated)
+        return row["id"] in self.truncated
 
     def variants(self, row: dict) -> list[list[int]]:
         """[q_0, q_1, ..., q_N] prompt ids: the question, then its rephrasings when TA-GRPO is on."""

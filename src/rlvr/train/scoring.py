@@ -177,7 +177,8 @@ def score(
     in_head = None
     if head_chunk > 0:
         head = lm_head(model)
-        in_head = lambda span: _chunked_head(head, span, temperature=temperature, chunk=head_chunk)
+        in_head = lambda span: _chunked_head(head, span, temperature=temperature, chunk=head_chunk,
+                                             with_entropy=with_entropy)
     for piece in response_logits(model, batch, share_prefix=share_prefix, in_head=in_head):
         span = tokens[:, offset : offset + piece.shape[1]]
         offset += piece.shape[1]
@@ -187,7 +188,7 @@ def score(
             continue
         lp, lse = token_logprobs(piece, span, temperature=temperature, return_logsumexp=True)
         logprobs.append(lp)
-        if with_entropy or in_head is not None:
+        if with_entropy:
             with torch.no_grad():
                 entropy.append(entropy_from_logits(piece.detach(), temperature=temperature, logsumexp=lse.detach()))
     return torch.cat(logprobs, dim=1), (torch.cat(entropy, dim=1) if with_entropy else None)
@@ -211,11 +212,13 @@ def lm_head(model) -> torch.nn.Linear:
 
 
 @contextlib.contextmanager
-def _chunked_head(head: torch.nn.Linear, tokens: torch.Tensor, *, temperature: float, chunk: int):
-    """Inside, ``head(h)`` returns [n, T', 2]: the log-prob of ``tokens`` (with grad) and the entropy."""
+def _chunked_head(head: torch.nn.Linear, tokens: torch.Tensor, *, temperature: float, chunk: int,
+                  with_entropy: bool):
+    """Inside, ``head(h)`` returns [n, T', 2]: the log-prob of ``tokens`` (with grad) and the entropy
+    (zeros unless ``with_entropy``)."""
     def forward(hidden):
         lp, ent = chunked_token_logprobs(hidden, head.weight, tokens, bias=head.bias, temperature=temperature,
-                                         chunk_tokens=chunk)
+                                         chunk_tokens=chunk, with_entropy=with_entropy)
         return torch.stack([lp, ent], dim=-1)
 
     head.forward = forward
