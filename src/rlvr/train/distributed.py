@@ -125,12 +125,13 @@ def shutdown_distributed(ctx: DistContext) -> None:
         dist.destroy_process_group()
 
 
-def wrap_policy(policy, ctx: DistContext, parallelism: str, device: torch.device):
+def wrap_policy(policy, ctx: DistContext, parallelism: str, device: torch.device, *, compute_dtype: str | None = None):
     """The module the update runs forward/backward through: the policy itself, or DDP/FSDP2 of it.
 
     DDP keeps a full copy per rank and all-reduces gradients (averaged; the update scales its
     loss by W so the result is the sum). FSDP2 (``fully_shard`` per decoder layer, then the root)
-    shards parameters, gradients and optimiser state; it changes the policy in place.
+    shards parameters, gradients and optimiser state; it changes the policy in place, and with
+    ``compute_dtype`` (bf16=true) gathers bf16 weights and reduces fp32 gradients.
     """
     if not ctx.enabled:
         return policy
@@ -143,7 +144,7 @@ def wrap_policy(policy, ctx: DistContext, parallelism: str, device: torch.device
     if parallelism == "fsdp":
         from rlvr.train.fsdp import shard_policy
 
-        return shard_policy(policy, ctx, device)
+        return shard_policy(policy, ctx, device, compute_dtype=compute_dtype)
     raise ValueError(f"parallelism={parallelism!r}: choose one of {PARALLELISMS}")
 
 

@@ -10,6 +10,12 @@ rows finish at different steps on different ranks. They run inside :func:`full_w
 all-gathers every layer once and keeps it gathered (no communication per forward) until the phase
 ends — the memory of one full copy of the weights during rollout, as verl's HF rollout does.
 
+With ``bf16=true`` every unit gets FSDP2's ``MixedPrecisionPolicy(param_dtype=bfloat16,
+reduce_dtype=float32)``: the shards (the master weights), their gradients and AdamW's states stay
+fp32, the all-gathered weights a forward computes with are bf16 (half the gather, and half the full
+copy a rollout holds), and gradients are reduced in fp32. Autocast stays on over it, so the ops
+autocast runs in fp32 (log-softmax, the loss) still do.
+
 Checkpoints hold full (unsharded) weights and optimiser states, gathered to rank 0, so a run
 saved with FSDP resumes with DDP, another world size, or one process.
 """
@@ -21,10 +27,12 @@ from contextlib import contextmanager
 import torch
 
 
-def shard_policy(policy, ctx, device: torch.device):
-    """``fully_shard`` each decoder layer, then the root (in place); returns the policy."""
+def shard_policy(policy, ctx, device: torch.device, *, compute_dtype: str | None = None):
+    """``fully_shard`` each decoder layer, then the root (in place); returns the policy.
+
+    ``compute_dtype="bfloat16"`` (``bf16=true``): gather bf16 weights, reduce fp32 gradients."""
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     mesh = init_device_mesh(device.type, (ctx.world_size,))
     layer_names = set(getattr(policy, "_no_split_modules", None) or [])
@@ -32,9 +40,12 @@ def shard_policy(policy, ctx, device: torch.device):
     if not layers:
         raise ValueError(f"parallelism=fsdp: cannot find the decoder layers of {type(policy).__name__} "
                          "(no _no_split_modules); use parallelism=ddp")
+    options = {}
+    if compute_dtype is not None:
+        options["mp_policy"] = MixedPrecisionPolicy(param_dtype=getattr(torch, compute_dtype), reduce_dtype=torch.float32)
     for layer in layers:
-        fully_shard(layer, mesh=mesh)
-    fully_shard(policy, mesh=mesh)
+        fully_shard(layer, mesh=mesh, **options)
+    fully_shard(policy, mesh=mesh, **options)
     return policy
 
 
