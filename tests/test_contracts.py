@@ -6,7 +6,7 @@ from rlvr.models import tiny_random_model_and_tokenizer
 from rlvr.rewards import BUILTIN_REWARDS, RewardFunction, VerifierPool
 from rlvr.rewards.scorers import build_scorer
 from rlvr.rewards.scorers.base import Scorer
-from rlvr.rollout import ROLLOUT_ENGINES, RolloutEngine, build_engine
+from rlvr.rollout import ROLLOUT_ENGINES, RolloutEngine, Sampling, build_engine
 
 
 @pytest.mark.parametrize("name", sorted(set(ROLLOUT_ENGINES) - {"vllm"}))  # vllm: tests/rollout/test_vllm_engine.py
@@ -15,7 +15,7 @@ def test_local_engines_keep_the_engine_contract(name):
     engine = build_engine(name, model, pad_token_id=tok.pad_token_id, eos_token_ids=[tok.eos_token_id])
     assert isinstance(engine, RolloutEngine)
     seeds = {"row_seeds": [0]} if engine.supports_row_seeds else {"generator_seed": 0}
-    (completion,) = engine.generate([[1, 2, 3]], max_new_tokens=3, temperature=1.0, **seeds)
+    (completion,) = engine.generate([[1, 2, 3]], max_new_tokens=3, sampling=Sampling(1.0), **seeds)
     assert 1 <= len(completion.token_ids) <= 3 and len(completion.logprobs) == len(completion.token_ids)
 
 

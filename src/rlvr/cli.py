@@ -1,4 +1,8 @@
-"""Command line: ``rlvr train [--config FILE.yaml] [key=value ...]``. Thin: parsing and printing only."""
+"""Command line: ``rlvr train [--config FILE.yaml] [key=value | --key value ...]``. Thin: parsing and printing only.
+
+Every subcommand takes its options both ways: ``key=value`` and ``--key value`` / ``--key=value``
+(TRL's and transformers' form); ``rlvr train`` also takes a bare ``--flag`` for a boolean option.
+"""
 
 from __future__ import annotations
 
@@ -13,13 +17,17 @@ import yaml
 
 from rlvr import __version__
 from rlvr.config import SECTIONS, field_help, load_config
+from rlvr.config.parsing import pairs_from_cli
+from rlvr.config.presets import PRESET_HELP
 from rlvr.eval_cli import add_eval_parser, run_eval
 from rlvr.rephrase_cli import add_rephrase_parser, run_rephrase
 from rlvr.report_cli import add_report_parser, run_report
 
 
 def _train_help() -> str:
-    lines = ["options (key=value; defaults shown; `algo` presets change some of them):"]
+    lines = ["options (key=value, --key value or --key=value; a bare --flag sets a boolean; defaults shown;",
+             "`preset` and `algo` change some of them; TRL's names are taken too, see docs/training.md 'From TRL'):",
+             f"\n    preset = 'rlvr'\n        {PRESET_HELP}"]
     current = None
     for section, name, default, text in field_help():
         if section != current:
@@ -38,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="train a policy",
         description="Train a policy. Examples:\n  rlvr train\n"
         "  rlvr train model=tiny-random data=rg:basic_arithmetic max_steps=3 output_dir=runs/smoke\n"
-        "  rlvr train --config my.yaml beta=0.04",
+        "  rlvr train --model tiny-random --max_steps 3 --bf16\n"
+        "  rlvr train --config my.yaml beta=0.04          # rlvr's or TRL's GRPOConfig YAML",
         epilog=_train_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -58,8 +67,49 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--config", help="YAML file of options (flat, or nested by section: "
                              + ", ".join(SECTIONS) + ")")
         command.add_argument("--dry-run", action="store_true", help="print the resolved config as YAML and exit")
-        command.add_argument("overrides", nargs="*", metavar="key=value", help="options; see below")
+        command.add_argument("overrides", nargs="*", metavar="key=value", help="options (or --key value); see below")
     return parser
+
+
+def split_train_args(tokens: list[str]) -> argparse.Namespace:
+    """``rlvr train|sft`` arguments: ``--config``, ``--dry-run`` and the options (``key=value`` pairs).
+
+    Not argparse: options come as ``--key value`` too, for any of the config's keys.
+    """
+    config, dry_run, rest, i = None, False, [], 0
+    while i < len(tokens):
+        token = tokens[i]
+        i += 1
+        if token in ("--dry-run", "--dry_run"):
+            dry_run = True
+        elif token == "--config":
+            if i >= len(tokens):
+                raise ValueError("--config needs a YAML file (e.g. --config my.yaml)")
+            config, i = tokens[i], i + 1
+        elif token.startswith("--config="):
+            config = token.split("=", 1)[1]
+        else:
+            rest.append(token)
+    return argparse.Namespace(config=config, dry_run=dry_run, overrides=pairs_from_cli(rest))
+
+
+def flags_from_pairs(parser: argparse.ArgumentParser, tokens: list[str]) -> list[str]:
+    """``key=value`` as ``--key value`` for the options ``parser`` has (``rlvr eval model=M n=8``)."""
+    options = {s: a for a in parser._actions for s in a.option_strings}
+    out = []
+    for token in tokens:
+        key, sep, value = token.partition("=")
+        flag = next((f for f in (f"--{key}", f"--{key.replace('_', '-')}", f"--{key.replace('-', '_')}")
+                     if f in options), None)
+        if token.startswith("-") or not sep or flag is None:
+            out.append(token)
+        elif options[flag].nargs == 0:  # a store_true flag: greedy=true
+            if value.lower() not in ("true", "false", "yes", "no", "1", "0"):
+                raise ValueError(f"{key}={value!r}: {flag} is a switch; use {key}=true or {key}=false")
+            out.extend([flag] if value.lower() in ("true", "yes", "1") else [])
+        else:
+            out.extend([flag, value])
+    return out
 
 
 _OS_ERROR_FIXES = {
@@ -91,7 +141,24 @@ def launch_torchrun(nproc: int, argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    command = argv[0] if argv else None
+    if command in ("train", "sft") and not {"-h", "--help"} & set(argv[1:]):
+        try:
+            args = split_train_args(argv[1:])
+        except ValueError as error:
+            print(f"rlvr {command}: {error}", file=sys.stderr)
+            return 2
+        args.command = command
+    else:
+        subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        if command in subparsers.choices:
+            try:
+                argv = [command, *flags_from_pairs(subparsers.choices[command], argv[1:])]
+            except ValueError as error:
+                print(f"rlvr {command}: {error}", file=sys.stderr)
+                return 2
+        args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     for noisy in ("httpx", "urllib3", "filelock"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

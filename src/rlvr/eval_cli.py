@@ -36,14 +36,15 @@ DEFAULT_N = 16
 DEFAULT_MAX_COMPLETION_LENGTH = 1024
 _EXAMPLES = """examples:
   rlvr eval --model smollm2-135m --data gsm8k-100 --n 4 --k 1,2,4 --out eval/base.json
-  rlvr eval --model runs/grpo/checkpoints/step-000200/model --data gsm8k-100,rg:chain_sum:size=200 \\
+  rlvr eval --model runs/grpo/checkpoint-200 --data gsm8k-100,rg:chain_sum:size=200 \\
       --n 16 --greedy --out eval/step200.json
   rlvr eval --model Qwen/Qwen2.5-Math-1.5B --data math-500,aime24,amc --n 32 --max_completion_length 3072 \\
       --out eval/qwen.json
   rlvr eval --model runs/grpo --data math-500:path=/data/math500.parquet --out eval/latest.json
 
 --model: an alias (smollm2-135m, tiny-random), a model folder, a run's checkpoint folder
-(RUN/checkpoints/step-N or its model/ subfolder), a run folder (its latest checkpoint) or a Hub id.
+(RUN/checkpoint-N; RUN/checkpoints/step-N of older runs), a run folder (its final model, else its
+latest checkpoint) or a Hub id.
 --data: comma-separated specs: gsm8k-100, rg:NAME[:key=value...], a .jsonl/.json/.parquet file, a
 Hub id owner/name[:split=...][:config=...], or a benchmark name (math-500, aime24, aime25, amc,
 minerva, olympiadbench, gsm8k, gpqa-diamond; BENCHMARK:path=FILE for a local copy).
@@ -86,9 +87,25 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         DataConfig, "instruction", help="text appended to each question, as in training"))
     parser.add_argument("--no-instruction", action="store_true", help="append no instruction")
     parser.add_argument("--system-prompt", "--system_prompt", **_from_config(DataConfig, "system_prompt"))
+    parser.add_argument("--chat-template-kwargs", "--chat_template_kwargs", type=_mapping,
+                        **_from_config(DataConfig, "chat_template_kwargs", help="extra chat-template variables "
+                                       "as in training, YAML or JSON, e.g. '{enable_thinking: false}'"))
     parser.add_argument("--answer-extraction", "--answer_extraction", choices=EXTRACTION_MODES,
                         **_from_config(RewardConfig, "answer_extraction", default=DEFAULT_EXTRACTION))
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _mapping(text: str) -> dict:
+    """``--chat-template-kwargs`` text (YAML or JSON) as a dict."""
+    import yaml
+
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        value = None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a mapping; write e.g. '{{enable_thinking: false}}'")
+    return value
 
 
 def add_eval_parser(subparsers) -> argparse.ArgumentParser:
@@ -121,17 +138,25 @@ def _ks(text: str | None, n: int) -> list[int]:
 
 
 def resolve_model_path(name: str) -> str:
-    """A run folder → its latest checkpoint's model/; a checkpoint folder → its model/; else `name`."""
+    """A model folder (checkpoint-N, a finished run's output_dir) → itself; an old-layout checkpoint
+    (checkpoints/step-N) → its model/; a run folder without a final model → its latest checkpoint; else `name`."""
     path = Path(name).expanduser()
-    if not path.is_dir() or (path / "config.json").exists():
+    if not path.is_dir() or _is_model(path):
         return name
-    if (path / "model" / "config.json").exists():
+    if _is_model(path / "model"):
         return str(path / "model")
-    steps = sorted(p for p in (path / "checkpoints").glob("step-*") if (p / "model" / "config.json").exists())
-    if steps:
-        print(f"rlvr eval: using the latest checkpoint {steps[-1]}", file=sys.stderr)
-        return str(steps[-1] / "model")
+    # the layout of rlvr.train.checkpoint_files (eval_cli may not import train): checkpoint-N, checkpoints/step-N/model
+    steps = [(int(n), p) for p in path.glob("checkpoint-*") if (n := p.name.removeprefix("checkpoint-")).isdigit()]
+    steps += [(int(n), p / "model") for p in path.glob("checkpoints/step-*") if (n := p.name[5:]).isdigit()]
+    models = [folder for _, folder in sorted(steps, key=lambda s: (s[0], s[1].name != "model")) if _is_model(folder)]
+    if models:
+        print(f"rlvr eval: using the latest checkpoint {models[-1]}", file=sys.stderr)
+        return str(models[-1])
     return name  # load_policy explains what the folder lacks
+
+
+def _is_model(folder: Path) -> bool:
+    return (folder / "config.json").exists() or (folder / "adapter_config.json").exists()  # a LoRA adapter loads too
 
 
 def _device(name: str):
@@ -234,7 +259,8 @@ def _run(args: argparse.Namespace) -> None:
     options = dict(n=args.n, temperature=args.temperature, top_p=args.top_p,
                    max_completion_length=args.max_completion_length, seed=args.seed,
                    instruction=None if args.no_instruction else args.instruction, system_prompt=args.system_prompt,
-                   greedy=args.greedy, answer_extraction=args.answer_extraction, diversity=args.diversity)
+                   greedy=args.greedy, answer_extraction=args.answer_extraction, diversity=args.diversity,
+                   chat_template_kwargs=args.chat_template_kwargs)
     # The resume check again before the model loads (evaluate repeats it with the loaded model's dtype).
     mismatch = settings_mismatch(problems_path(args.out), result_settings(
         model_name=model_path, dtype=dtype_name(parse_dtype(args.dtype)), **options))

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 
-@pytest.mark.parametrize("heavy", ["transformers", "torch"])
+@pytest.mark.parametrize("heavy", ["transformers", "torch", "tensorboard", "wandb", "trackio", "mlflow"])
 def test_importing_the_config_loads_neither_torch_nor_transformers(heavy):
     code = f"import rlvr.config, sys; print({heavy!r} in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)

@@ -40,12 +40,39 @@ def test_chunked_equals_plain_values_and_gradients(chunk, temperature, with_bias
                                             for k, x in leaves.items()})
     (lp_a, ent_a, g_a), (lp_b, ent_b, g_b) = results["plain"], results["chunked"]
     torch.testing.assert_close(lp_b, lp_a, rtol=1e-6, atol=1e-6)
-    # the entropy is a metric (no gradient): lse − Σ p·s (rlvr's form) vs −Σ p·log p here, 1e-5 apart at worst
-    torch.testing.assert_close(ent_b, ent_a, rtol=1e-5, atol=1e-5)
-    assert not ent_b.requires_grad and lp_b.dtype == torch.float32
+    # the entropy: lse − Σ p·s (rlvr's form) vs −Σ p·log p here, 1e-5 apart at worst
+    torch.testing.assert_close(ent_b.detach(), ent_a, rtol=1e-5, atol=1e-5)
+    assert lp_b.dtype == torch.float32
     for name in ("hidden", "weight") + (("bias",) if with_bias else ()):
         torch.testing.assert_close(g_b[name], g_a[name], rtol=1e-6, atol=1e-6, msg=name)
     assert with_bias or g_b["bias"] is None
+
+
+@pytest.mark.parametrize("chunk", [2, 1000])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_entropy_gradient_equals_the_plain_paths(chunk, temperature):
+    # A loss using both outputs (an entropy bonus): L = Σ g·log p + Σ g_H·H. The chunked backward's
+    # −p·(s − E_p[s])·g_H term must give autograd's gradient of −Σ p·log p on the plain logits.
+    gen = torch.Generator().manual_seed(1)
+    n, h, v = 7, 8, 50
+    hidden = torch.randn(n, h, generator=gen).requires_grad_()
+    weight = (0.3 * torch.randn(v, h, generator=gen)).requires_grad_()
+    tokens = torch.randint(0, v, (n,), generator=gen)
+    g, g_entropy = torch.randn(n, generator=gen), torch.randn(n, generator=gen)
+    grads = {}
+    for name in ("plain", "chunked"):
+        if name == "plain":
+            logp = torch.log_softmax(torch.nn.functional.linear(hidden, weight) / temperature, -1)  # [n, V]
+            lp, ent = logp.gather(-1, tokens[:, None]).squeeze(-1), -(logp.exp() * logp).sum(-1)
+        else:
+            lp, ent = chunked_token_logprobs(hidden, weight, tokens, temperature=temperature, chunk_tokens=chunk)
+        grads[name] = torch.autograd.grad((lp * g + ent * g_entropy).sum(), (hidden, weight))
+    for a, b in zip(grads["plain"], grads["chunked"]):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+    # the entropy term is in it: the log-prob term alone gives another gradient
+    lp, _ = chunked_token_logprobs(hidden, weight, tokens, temperature=temperature, chunk_tokens=chunk)
+    (alone,) = torch.autograd.grad((lp * g).sum(), hidden)
+    assert (alone - grads["chunked"][0]).abs().max() > 1e-3
 
 
 def test_bad_arguments_are_refused():

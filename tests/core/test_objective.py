@@ -7,6 +7,8 @@ import math
 import pytest
 import torch
 
+from rlvr.core.logprobs import entropy_from_logits, token_logprobs
+from rlvr.core.losses import aggregate
 from rlvr.core.objective import policy_loss
 
 F64 = torch.float64
@@ -288,6 +290,61 @@ def test_beta_needs_ref_logprobs():
     lp = _t([[-1.0, -0.5]])
     with pytest.raises(ValueError, match="ref_logprobs"):
         policy_loss(lp, lp, _t([1.0]), _mask([2], 2), beta=0.04)
+
+
+# ---------------------------------------------------------------------------------------------
+# Entropy bonus
+# ---------------------------------------------------------------------------------------------
+
+
+def test_entropy_bonus_is_subtracted_on_sampled_tokens_only():
+    # On-policy (ρ = 1): ℓ_t = −A − c·H_t on sampled tokens; row 1 is an anchor (ψ = log: −A·logp, no
+    # bonus); padding (row 0, t = 2) holds junk entropy (inf) that must not reach the loss.
+    c = 0.5
+    logp = [[-1.0, -0.5, -0.2], [-2.0, -0.3, -0.4]]
+    entropy = [[1.2, 0.4, INF], [2.0, 3.0, 1.0]]
+    out = policy_loss(_t(logp), _t(logp), _t([1.0, 2.0]), _mask([2, 3], 3), is_anchor=torch.tensor([False, True]),
+                      entropy=_t(entropy), entropy_coef=c)
+    expected = [[-1.0 - 0.5 * 1.2, -1.0 - 0.5 * 0.4, 0.0],  # −1.6, −1.2
+                [-2.0 * -2.0, -2.0 * -0.3, -2.0 * -0.4]]  # anchor: 4.0, 0.6, 0.8 (no bonus)
+    torch.testing.assert_close(out.per_token, _t(expected))
+
+
+def test_zero_entropy_coef_reads_no_entropy_and_changes_nothing():
+    logp = _t([[-1.0, -0.5]])
+    plain = policy_loss(logp, logp, _t([1.0]), _mask([2], 2))
+    off = policy_loss(logp, logp, _t([1.0]), _mask([2], 2), entropy=_t([[NAN, NAN]]), entropy_coef=0.0)
+    torch.testing.assert_close(off.per_token, plain.per_token, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="entropy"):
+        policy_loss(logp, logp, _t([1.0]), _mask([2], 2), entropy_coef=0.01)
+
+
+def test_entropy_bonus_gradient_equals_the_formula_by_autograd():
+    # Two positions of a 3-token vocabulary, logits z with grad. The loss under token_mean, by hand:
+    #   L = (1/2) Σ_t [−A·ρ_t − c·H(softmax(z_t))],  H(p) = −Σ_v p_v log p_v
+    # policy_loss + aggregate must give the same value and the same dL/dz as this formula.
+    f32 = torch.float32  # the trainer's log-prob dtype
+    z = _t([[[1.0, 0.2, -0.5], [0.3, 0.3, 2.0]]], f32).requires_grad_()  # [1, 2, 3]
+    tokens = torch.tensor([[0, 2]])
+    c, a = 0.3, 1.5
+    logp = token_logprobs(z, tokens)  # [1, 2]
+    entropy = entropy_from_logits(z)  # [1, 2], with grad
+    mask = _mask([2], 2)
+    out = policy_loss(logp, logp.detach(), _t([a], f32), mask, entropy=entropy, entropy_coef=c)
+    loss = aggregate(out.per_token, mask, "token_mean")
+    (grad,) = torch.autograd.grad(loss, z, retain_graph=True)
+
+    z_ref = z.detach().clone().requires_grad_()
+    p = torch.softmax(z_ref, dim=-1)  # [1, 2, 3]
+    ratio = torch.exp(torch.log(p.gather(-1, tokens[..., None]).squeeze(-1)) - logp.detach())  # = 1, grad of log p
+    by_hand = (-a * ratio - c * -(p * p.log()).sum(-1)).sum() / 2
+    (grad_ref,) = torch.autograd.grad(by_hand, z_ref)
+    torch.testing.assert_close(loss.detach(), by_hand.detach())
+    torch.testing.assert_close(grad, grad_ref)
+    # and the bonus is in it: without it the gradient differs
+    (grad_off,) = torch.autograd.grad(aggregate(policy_loss(logp, logp.detach(), _t([a], f32), mask).per_token,
+                                                mask, "token_mean"), z)
+    assert (grad - grad_off).abs().max() > 1e-3
 
 
 # ---------------------------------------------------------------------------------------------

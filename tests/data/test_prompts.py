@@ -86,3 +86,34 @@ def test_render_prompt_without_chat_template():
     message = "has no chat template; use a chat/instruct model, or set tokenizer.chat_template"
     with pytest.raises(ValueError, match=message):
         render_prompt(_tokenizer(None), [{"role": "user", "content": "hi"}])
+
+
+# Qwen3's switch, reduced: enable_thinking=false pre-fills an empty think block after the generation prompt
+THINKING_TEMPLATE = TEMPLATE + "{% if enable_thinking is defined and not enable_thinking %}<think></think>{% endif %}"
+
+
+def test_chat_template_kwargs_reach_the_template():
+    messages = prompt_messages("What is 2+3?", system_prompt=None, instruction=None)
+    tokenizer = _tokenizer(THINKING_TEMPLATE)
+    plain = render_prompt(tokenizer, messages)
+    assert plain == "<|user|>What is 2+3?\n<|assistant|>"
+    off = render_prompt(tokenizer, messages, chat_template_kwargs={"enable_thinking": False})
+    assert off == plain + "<think></think>"
+    assert render_prompt(tokenizer, messages, chat_template_kwargs={"enable_thinking": True}) == plain
+
+
+def test_chat_template_kwargs_count_in_the_template_bytes():
+    from rlvr.data.input_limits import template_bytes
+
+    tokenizer = _tokenizer(THINKING_TEMPLATE)
+    plain = template_bytes(tokenizer, system_prompt=None, instruction=None)
+    off = template_bytes(tokenizer, system_prompt=None, instruction=None,
+                         chat_template_kwargs={"enable_thinking": False})
+    assert off == plain + len("<think></think>")
+
+
+def test_chat_template_kwargs_may_not_set_the_rendering_arguments():
+    with pytest.raises(ValueError, match="add_generation_prompt.*rlvr sets itself"):
+        render_prompt(_tokenizer(TEMPLATE), [{"role": "user", "content": "hi"}],
+                      chat_template_kwargs={"add_generation_prompt": False})
+

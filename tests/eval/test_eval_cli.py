@@ -36,6 +36,18 @@ def test_defaults_are_the_config_fields_they_stand_for():
     assert (args.seed, args.dtype, args.device) == (cfg.run.seed, cfg.model.dtype, cfg.model.device)
     assert (args.instruction, args.system_prompt) == (cfg.data.instruction, cfg.data.system_prompt)
     assert args.answer_extraction == DEFAULT_EXTRACTION  # benchmarks score the written answer, not the last number
+    assert args.chat_template_kwargs == cfg.data.chat_template_kwargs is None
+
+
+def test_chat_template_kwargs_is_a_mapping(capsys):
+    parser = argparse.ArgumentParser()
+    eval_cli._add_arguments(parser)
+    args = parser.parse_args(["--model", "m", "--data", "d", "--out", "o", "--chat-template-kwargs",
+                              "{enable_thinking: false}"])
+    assert args.chat_template_kwargs == {"enable_thinking": False}
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--model", "m", "--data", "d", "--out", "o", "--chat_template_kwargs", "thinking"])
+    assert "is not a mapping" in capsys.readouterr().err
 
 
 def test_end_to_end_on_a_local_file_and_gsm8k_100(tmp_path, capsys):
@@ -86,6 +98,18 @@ def test_default_ks_are_powers_of_two_up_to_n(tmp_path):
 
 
 def test_checkpoint_and_run_folders_resolve_to_the_model_folder(tmp_path):
+    run = tmp_path / "new"
+    for step in (9, 10):  # checkpoint-10 is newer than checkpoint-9 (by number, not by name)
+        (run / f"checkpoint-{step}").mkdir(parents=True)
+        (run / f"checkpoint-{step}" / "config.json").write_text("{}")
+    (run / "checkpoint-11").mkdir()  # no model in it (not a checkpoint rlvr wrote)
+    assert resolve_model_path(str(run)) == str(run / "checkpoint-10")
+    assert resolve_model_path(str(run / "checkpoint-9")) == str(run / "checkpoint-9")
+    (run / "adapter_config.json").write_text("{}")  # a finished LoRA run: its final adapter at the top
+    assert resolve_model_path(str(run)) == str(run)
+
+
+def test_old_layout_checkpoint_and_run_folders_resolve_to_the_model_folder(tmp_path):
     for step in ("step-000010", "step-000020"):
         (tmp_path / "run" / "checkpoints" / step / "model").mkdir(parents=True)
         (tmp_path / "run" / "checkpoints" / step / "model" / "config.json").write_text("{}")

@@ -164,7 +164,9 @@ def test_rerun_skips_finished_problems(tiny, tmp_path, monkeypatch):
 @pytest.mark.parametrize(("change", "named"), [({"n": 2, "ks": [1, 2]}, "n: 4 → 2"),
                                                ({"temperature": 0.5}, "temperature: 1.0 → 0.5"),
                                                ({"seed": 1}, "seed: 0 → 1"),
-                                               ({"model_name": "other"}, "model: 'tiny-random' → 'other'")])
+                                               ({"model_name": "other"}, "model: 'tiny-random' → 'other'"),
+                                               ({"chat_template_kwargs": {"enable_thinking": False}},
+                                                "chat_template_kwargs: None → {'enable_thinking': False}")])
 def test_changed_settings_are_refused(tiny, tmp_path, change, named):
     data = _four_problems(tmp_path)
     out = tmp_path / "s.json"

@@ -84,9 +84,12 @@ def test_every_run_was_made_by_the_committed_command(name):
         for key, value in {**study["common"], **(study["arms"][arm] or {}), "seed": seed}.items():
             assert str(flat[key]) == str(value), f"{run_dir}/config.yaml: {key}={flat[key]!r}, the study says {value!r}"
         if (metrics.parent / "eval.json").exists():
-            model = study_module.final_checkpoint(run_dir, int(study["common"]["max_steps"])) / "model"
-            evaluation = " ".join(["python", *study_module.eval_command(study, model, run_dir / "eval.json")[1:]])
-            assert evaluation in done, f"{run_dir}/eval.json: its command is not in commands.log"
+            steps = int(study["common"]["max_steps"])
+            # studies run before the checkpoint-N layout evaluated checkpoints/step-NNNNNN/model
+            models = (study_module.final_checkpoint(run_dir, steps), run_dir / "checkpoints" / f"step-{steps:06d}" / "model")
+            evaluations = [" ".join(["python", *study_module.eval_command(study, m, run_dir / "eval.json")[1:]])
+                           for m in models]
+            assert any(e in done for e in evaluations), f"{run_dir}/eval.json: its command is not in commands.log"
 
 
 def test_every_number_in_the_results_page_is_in_a_summary():

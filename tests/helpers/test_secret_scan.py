@@ -11,9 +11,9 @@ SECRET = "sk-test-secret-1618"
 
 @pytest.fixture
 def run_dir(tmp_path):
-    (tmp_path / "checkpoints" / "step-000001").mkdir(parents=True)
+    (tmp_path / "checkpoint-1").mkdir(parents=True)
     (tmp_path / "config.yaml").write_text("judge_api_key_env: RLVR_KEY\n")
-    (tmp_path / "checkpoints" / "step-000001" / "rng.pt").write_bytes(bytes(range(256)) * 4)
+    (tmp_path / "checkpoint-1" / "rng.pt").write_bytes(bytes(range(256)) * 4)
     return tmp_path
 
 
@@ -23,11 +23,11 @@ def test_a_clean_directory_passes(run_dir):
 
 @pytest.mark.parametrize("write", [
     lambda d: (d / "metrics.jsonl").write_text(f'{{"note": "key {SECRET}"}}\n'),
-    lambda d: (d / "checkpoints" / "step-000001" / "state.pkl").write_bytes(
+    lambda d: (d / "checkpoint-1" / "state.pkl").write_bytes(
         b"\x00\xff" + pickle.dumps({"headers": {"Authorization": f"Bearer {SECRET}"}}) + b"\x00"),
     lambda d: (d / "log.txt").write_bytes(f"key={SECRET}".encode("utf-16")),
     lambda d: (d / "log-be.txt").write_bytes(SECRET.encode("utf-16-be")),
-    lambda d: (d / "checkpoints" / f"{SECRET}.json").write_text("{}"),
+    lambda d: (d / "checkpoint-1" / f"{SECRET}.json").write_text("{}"),
 ])
 def test_a_secret_anywhere_fails_naming_the_file(run_dir, write):
     write(run_dir)

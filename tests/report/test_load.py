@@ -66,7 +66,7 @@ def test_eval_files_of_a_run_and_extra_files(runs, base_eval, tmp_path):
 
 
 def test_extra_eval_of_a_checkpoint_inside_a_run_belongs_to_that_run(runs, tmp_path):
-    result = dict(BASE_EVAL, model=str(runs["dagrpo"] / "checkpoints" / "step-3"))
+    result = dict(BASE_EVAL, model=str(runs["dagrpo"] / "checkpoint-3"))
     path = tmp_path / "ckpt3.json"
     path.write_text(json.dumps(result))
     (evaluation,) = load_evals(load_runs([runs["dagrpo"]]), [path])

@@ -24,7 +24,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from rlvr.models import apply_lora, tiny_random_model_and_tokenizer
 from rlvr.models.tiny import IM_END, PAD, tiny_byte_tokenizer
-from rlvr.rollout import HFEngine, build_engine
+from rlvr.rollout import GREEDY, HFEngine, Sampling, build_engine
 from rlvr.train.scoring import score_no_grad
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -72,8 +72,8 @@ def trainer_logprobs(model, prompts, completions, temperature):
 
 
 def assert_same_as_hf_greedy(engine, model, prompts, max_new_tokens=24):
-    ours = engine.generate(prompts, max_new_tokens=max_new_tokens, temperature=0.0)
-    ref = hf_engine(model).generate(prompts, max_new_tokens=max_new_tokens, temperature=0.0)
+    ours = engine.generate(prompts, max_new_tokens=max_new_tokens, sampling=GREEDY)
+    ref = hf_engine(model).generate(prompts, max_new_tokens=max_new_tokens, sampling=GREEDY)
     assert [c.token_ids for c in ours] == [c.token_ids for c in ref]
     for a, b in zip(ours, ref):
         torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), **TOL)
@@ -102,7 +102,7 @@ def test_completion_semantics(engine):
 
     assert isinstance(engine, RolloutEngine)  # the contract every engine keeps (rlvr.rollout.engine)
     prompts = [p for p in SHORT_PROMPTS for _ in range(16)]
-    out = engine.generate(prompts, max_new_tokens=40, temperature=1.0, generator_seed=3)
+    out = engine.generate(prompts, max_new_tokens=40, sampling=Sampling(1.0), generator_seed=3)
     assert len(out) == len(prompts)
     for c in out:
         assert 1 <= len(c.token_ids) <= 40 and len(c.logprobs) == len(c.token_ids)
@@ -116,9 +116,9 @@ def test_completion_semantics(engine):
 
 @needs_vllm
 def test_seeded_generation_is_reproducible(engine):
-    a = engine.generate(SHORT_PROMPTS * 2, max_new_tokens=12, temperature=1.0, generator_seed=7)
-    b = engine.generate(SHORT_PROMPTS * 2, max_new_tokens=12, temperature=1.0, generator_seed=7)
-    c = engine.generate(SHORT_PROMPTS * 2, max_new_tokens=12, temperature=1.0, generator_seed=8)
+    a = engine.generate(SHORT_PROMPTS * 2, max_new_tokens=12, sampling=Sampling(1.0), generator_seed=7)
+    b = engine.generate(SHORT_PROMPTS * 2, max_new_tokens=12, sampling=Sampling(1.0), generator_seed=7)
+    c = engine.generate(SHORT_PROMPTS * 2, max_new_tokens=12, sampling=Sampling(1.0), generator_seed=8)
     assert [x.token_ids for x in a] == [x.token_ids for x in b] != [x.token_ids for x in c]
 
 
@@ -127,7 +127,7 @@ def test_seeded_batch_larger_than_the_default_prefill_budget(engine):
     # 40 x 300 prompt tokens > vLLM's default per-step token budget: a split prefill with seeded
     # requests crashed vLLM 0.32 on CPU ("CPU Generator does not use offset").
     prompts = [[(i + j) % 250 for j in range(300)] for i in range(40)]
-    out = engine.generate(prompts, max_new_tokens=4, temperature=1.0, generator_seed=3)
+    out = engine.generate(prompts, max_new_tokens=4, sampling=Sampling(1.0), generator_seed=3)
     assert len(out) == 40 and all(1 <= len(c.token_ids) <= 4 for c in out)
 
 
@@ -135,7 +135,7 @@ def test_seeded_batch_larger_than_the_default_prefill_budget(engine):
 @pytest.mark.parametrize("temperature", [1.0, 0.6])
 def test_sampling_logprobs_match_trainer_scoring(engine, policy, temperature):
     prompts = [p for p in SHORT_PROMPTS + LONG_PROMPTS[:1] for _ in range(4)]
-    out = engine.generate(prompts, max_new_tokens=20, temperature=temperature, generator_seed=1)
+    out = engine.generate(prompts, max_new_tokens=20, sampling=Sampling(temperature), generator_seed=1)
     scored = trainer_logprobs(policy, prompts, out, temperature)
     for c, lp in zip(out, scored):
         torch.testing.assert_close(torch.tensor(c.logprobs), lp, **TOL)
@@ -143,6 +143,24 @@ def test_sampling_logprobs_match_trainer_scoring(engine, policy, temperature):
         untempered = trainer_logprobs(policy, prompts, out, 1.0)
         gap = max((torch.tensor(c.logprobs) - lp).abs().max().item() for c, lp in zip(out, untempered))
         assert gap > 1e-2
+
+
+@needs_vllm
+def test_top_k_min_p_and_repetition_penalty_reach_vllm(engine, policy, caplog):
+    """top_k=1 samples the argmax (HF greedy's tokens), with vLLM's renormalised log-prob 0 (the
+    documented departure, and the warning says so); min_p=1 likewise; a repetition penalty changes
+    the draws."""
+    ref = hf_engine(policy).generate(SHORT_PROMPTS, max_new_tokens=12, sampling=GREEDY)
+    with caplog.at_level("WARNING", logger="rlvr.rollout.vllm_engine"):
+        for sampling in (Sampling(1.0, top_k=1), Sampling(1.0, min_p=1.0)):
+            out = engine.generate(SHORT_PROMPTS, max_new_tokens=12, sampling=sampling, generator_seed=4)
+            assert [c.token_ids for c in out] == [c.token_ids for c in ref]
+            assert max(abs(x) for c in out for x in c.logprobs) < 1e-5
+    assert "warped distribution" in caplog.text
+    plain = engine.generate(SHORT_PROMPTS * 4, max_new_tokens=16, sampling=Sampling(1.0), generator_seed=2)
+    penalised = engine.generate(SHORT_PROMPTS * 4, max_new_tokens=16, sampling=Sampling(1.0, repetition_penalty=5.0),
+                                generator_seed=2)
+    assert [c.token_ids for c in penalised] != [c.token_ids for c in plain]
 
 
 @needs_vllm
@@ -159,7 +177,7 @@ def test_sync_weights_moves_generation_to_the_new_weights():
     with torch.no_grad():  # an "update": every parameter moves
         for p in model.parameters():
             p.add_(0.05 * torch.randn_like(p))
-    stale = engine.generate(LONG_PROMPTS + SHORT_PROMPTS, max_new_tokens=24, temperature=0.0)
+    stale = engine.generate(LONG_PROMPTS + SHORT_PROMPTS, max_new_tokens=24, sampling=GREEDY)
     assert [c.token_ids for c in stale] == before  # vLLM holds its own copy until synced
     engine.sync_weights()
     after = assert_same_as_hf_greedy(engine, model, LONG_PROMPTS + SHORT_PROMPTS)
@@ -205,22 +223,28 @@ def lowercase_frac(prompts, completions, **kw):
 '''
 
 
+def tiny_llama_folder(tmp_path, seed: int):
+    """A saved tiny_llama (model + tokenizer) and the lowercase reward file: (model folder, reward spec)."""
+    model_dir = tmp_path / "tiny-llama"
+    tiny_llama(seed=seed).save_pretrained(model_dir)
+    tiny_byte_tokenizer().save_pretrained(model_dir)
+    reward = tmp_path / "reward.py"
+    reward.write_text(LOWERCASE_REWARD)
+    return model_dir, f"{reward}:lowercase_frac"
+
+
 @needs_vllm
 def test_training_syncs_after_updates_and_resume(tmp_path):
     from rlvr.config import build_config
     from rlvr.train.trainer import Trainer
 
-    model_dir = tmp_path / "tiny-llama"
-    tiny_llama(seed=3).save_pretrained(model_dir)
-    tiny_byte_tokenizer().save_pretrained(model_dir)
-    reward = tmp_path / "reward.py"
-    reward.write_text(LOWERCASE_REWARD)
+    model_dir, reward = tiny_llama_folder(tmp_path, seed=3)
 
     def run(max_steps, **extra):
         cfg = build_config({
             "model": str(model_dir), "data": "rg:basic_arithmetic:size=64", "rollout_engine": "vllm",
             "max_steps": max_steps, "prompts_per_step": 2, "num_generations": 4, "max_completion_length": 12,
-            "reward_funcs": [f"{reward}:lowercase_frac"], "learning_rate": 1e-2, "output_dir": str(tmp_path / "run"),
+            "reward_funcs": [reward], "learning_rate": 1e-2, "output_dir": str(tmp_path / "run"),
             "progress_bar": False, "verifier_workers": 1, **extra,
         })
         trainer = Trainer(cfg)
@@ -262,13 +286,42 @@ def test_trains_smollm2_with_weights_synced(tmp_path):
     prompts = [tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True,
                                        tokenize=True, return_dict=True)["input_ids"]
                for q in ("What is 7 + 5?", "Name a colour.")]
-    before = [c.token_ids for c in trainer.engine.generate(prompts, max_new_tokens=16, temperature=0.0)]
+    before = [c.token_ids for c in trainer.engine.generate(prompts, max_new_tokens=16, sampling=GREEDY)]
     metrics = trainer.train()
     assert [m["train/loss"] is not None for m in metrics] == [True, True]
     for m in metrics:  # unsynced, step 2 would sample from the step-0 weights: mismatch far above this
         assert m["rollout/logprob_mismatch"] < 1e-3, m
-    after = trainer.engine.generate(prompts, max_new_tokens=16, temperature=0.0)
+    after = trainer.engine.generate(prompts, max_new_tokens=16, sampling=GREEDY)
     plain = HFEngine(trainer.policy, pad_token_id=tok.pad_token_id, eos_token_ids=trainer.engine.eos_token_ids)
-    reference = plain.generate(prompts, max_new_tokens=16, temperature=0.0)
+    reference = plain.generate(prompts, max_new_tokens=16, sampling=GREEDY)
     assert [c.token_ids for c in after] == [c.token_ids for c in reference]
     assert [c.token_ids for c in after] != before
+
+
+@needs_vllm
+def test_a_training_checkpoint_loads_in_vllm_as_a_hugging_face_folder(tmp_path):
+    """output_dir/checkpoint-N/ is what vLLM (and transformers) load directly: weights, config, tokenizer."""
+    import vllm
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rlvr.config import build_config
+    from rlvr.train.trainer import Trainer
+
+    model_dir, reward = tiny_llama_folder(tmp_path, seed=5)
+    Trainer(build_config({
+        "model": str(model_dir), "data": "rg:basic_arithmetic:size=16", "max_steps": 1, "prompts_per_step": 2,
+        "num_generations": 4, "max_completion_length": 8, "reward_funcs": [reward],
+        "learning_rate": 1e-2, "output_dir": str(tmp_path / "run"), "progress_bar": False, "verifier_workers": 1,
+    })).train()
+    checkpoint = tmp_path / "run" / "checkpoint-1"
+    hf = AutoModelForCausalLM.from_pretrained(checkpoint).eval()
+    assert AutoTokenizer.from_pretrained(checkpoint).convert_tokens_to_ids(IM_END) == EOS
+    llm = vllm.LLM(model=str(checkpoint), dtype="float32", enforce_eager=True, max_model_len=256, seed=0,
+                   kv_cache_memory_bytes=64 * 2**20)  # on CPU: a small cache, not a share of all RAM
+    params = vllm.SamplingParams(temperature=0.0, max_tokens=12, stop_token_ids=[EOS])
+    outputs = llm.generate([{"prompt_token_ids": p} for p in SHORT_PROMPTS], params)
+    ref = hf_engine(hf).generate(SHORT_PROMPTS, max_new_tokens=12, sampling=GREEDY)
+    assert [list(o.outputs[0].token_ids) for o in outputs] == [c.token_ids for c in ref]
+    # the trained weights, not the base's: one step at lr 1e-2 moved them
+    base = AutoModelForCausalLM.from_pretrained(model_dir)
+    assert any(not torch.equal(a, b) for a, b in zip(hf.state_dict().values(), base.state_dict().values()))

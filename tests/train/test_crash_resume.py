@@ -2,7 +2,7 @@
 
 The kills hit the whole process group (verifier workers too), as a machine crash or an OOM kill
 would, at random moments after a random number of steps: during generation, the update, metric
-writes or a checkpoint save. After every kill each ``step-*`` checkpoint must be complete and
+writes or a checkpoint save. After every kill each ``checkpoint-*`` checkpoint must be complete and
 loadable (the atomic rename), and the final weights and metrics must equal the uninterrupted run's.
 """
 
@@ -39,15 +39,15 @@ def _assert_checkpoints_complete(run) -> None:
         for name in CHECKPOINT_FILES:
             assert (folder / name).is_file(), f"{folder} lacks {name}"
         state = load_trainer_state(folder)
-        assert folder.name == f"step-{state['step']:06d}"
-        weights = load_file(next((folder / "model").glob("*.safetensors")))  # a torn file fails here
+        assert folder.name == f"checkpoint-{state['step']}"
+        weights = load_file(next(folder.glob("*.safetensors")))  # a torn file fails here
         assert weights and all(torch.isfinite(w).all() for w in weights.values())
         torch.load(folder / "optimizer.pt", weights_only=True)
         torch.load(folder / "rng.pt", weights_only=True)
 
 
 def _final_weights(run) -> dict[str, torch.Tensor]:
-    return load_file(next((latest_checkpoint(run) / "model").glob("*.safetensors")))
+    return load_file(next(latest_checkpoint(run).glob("*.safetensors")))
 
 
 def _metrics(run) -> list[dict]:
@@ -92,4 +92,4 @@ def test_sigkill_at_random_points_then_resume_equals_uninterrupted(tmp_path, low
     for key in full:
         torch.testing.assert_close(killed[key], full[key], rtol=0, atol=0)
     assert _metrics(run) == _metrics(tmp_path / "full")
-    assert not list((run / "checkpoints").glob(".tmp-*"))  # the last save cleaned any torn temp folder
+    assert not list(run.glob(".tmp-*"))  # the last save cleaned any torn temp folder

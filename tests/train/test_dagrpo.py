@@ -151,7 +151,8 @@ def test_sft_lowers_the_nll_and_writes_the_run_directory(tmp_path):
     losses = [m["train/loss"] for m in history]
     assert losses[-1] < losses[0] - 0.5, losses
     assert all(m["sft/anchor_rate"] == 1.0 for m in history)
-    assert (tmp_path / "s" / "config.yaml").exists() and (tmp_path / "s" / "checkpoints").is_dir()
+    assert (tmp_path / "s" / "config.yaml").exists() and (tmp_path / "s" / "checkpoint-8").is_dir()
+    assert (tmp_path / "s" / "model.safetensors").is_file()  # the final model, as for RL
 
 
 class _ModelLoaded(Exception):

@@ -78,7 +78,7 @@ def test_resume_equals_uninterrupted_run(tmp_path, lowercase_reward, extra):
     assert len(lines_resumed) == 4
     strip = lambda line: {k: v for k, v in json.loads(line).items() if not k.startswith(("time/", "perf/"))}
     assert [strip(x) for x in lines_full] == [strip(x) for x in lines_resumed]
-    assert [p.name for p in list_checkpoints(tmp_path / "split")] == ["step-000003", "step-000004"]
+    assert [p.name for p in list_checkpoints(tmp_path / "split")] == ["checkpoint-3", "checkpoint-4"]
 
 
 def test_resume_refuses_changed_config(tmp_path, lowercase_reward):

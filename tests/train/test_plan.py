@@ -9,6 +9,7 @@ import torch
 
 from rlvr.config import build_config
 from rlvr.core.objective import policy_loss
+from rlvr.rollout.sampling import Sampling
 from rlvr.train.plan import QUESTION, SAMPLED, LossSettings, ScoringPrompts, compile_plan
 
 ALL_QUESTION = ScoringPrompts(QUESTION, QUESTION, QUESTION)
@@ -150,16 +151,23 @@ def test_dagrpo_anchors_without_pair_masking():
     assert plan.advantages.report_pairs is True
 
 
+def test_sampling_settings_are_one_value():
+    assert _plan().rollout.sampling == Sampling(temperature=1.0, top_p=1.0, top_k=0, min_p=None, repetition_penalty=1.0)
+    plan = _plan(temperature=0.7, top_p=0.9, top_k=20, min_p=0.05, repetition_penalty=1.1)
+    assert plan.rollout.sampling == Sampling(temperature=0.7, top_p=0.9, top_k=20, min_p=0.05, repetition_penalty=1.1)
+
+
 def test_sft_mode():
     assert _plan(algo="sft").mode == "sft"
     assert _plan(algo="grpo").mode == "rl"
 
 
 def test_loss_settings_pass_through():
-    plan = _plan(epsilon=0.1, epsilon_high=0.3, dual_clip=3.0, beta=0.04, anchor_psi="luffy", anchor_gamma=0.2)
+    plan = _plan(epsilon=0.1, epsilon_high=0.3, dual_clip=3.0, beta=0.04, anchor_psi="luffy", anchor_gamma=0.2,
+                 entropy_coef=0.01)
     assert plan.update.loss == LossSettings(
         epsilon=0.1, epsilon_high=0.3, dual_clip=3.0, importance_level="token", ratio_cap=None, beta=0.04,
-        anchor_psi="luffy", anchor_gamma=0.2,
+        anchor_psi="luffy", anchor_gamma=0.2, entropy_coef=0.01,
     )
     assert plan.update.beta == 0.04
 
@@ -174,7 +182,7 @@ def test_loss_settings_match_policy_loss_signature():
     params = inspect.signature(policy_loss).parameters
     keyword_only = {name for name, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
     kwargs = _plan().update.loss.as_kwargs()
-    assert set(kwargs) == keyword_only - {"is_anchor", "ref_logprobs"}
+    assert set(kwargs) == keyword_only - {"is_anchor", "ref_logprobs", "entropy"}
     # And the objective accepts them as they are (beta = 0: no reference needed).
     lp = torch.zeros(1, 2)
     out = policy_loss(lp, lp, torch.ones(1), torch.ones(1, 2, dtype=torch.bool), **kwargs)

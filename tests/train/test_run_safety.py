@@ -27,7 +27,7 @@ def _cfg(out, reward, **extra):
 
 
 def _weights(folder):
-    return load_file(next((folder / "model").glob("*.safetensors")))
+    return load_file(next(folder.glob("*.safetensors")))
 
 
 def _metrics(run):
@@ -124,7 +124,7 @@ def _damage_and_resume(tmp_path, lowercase_reward, damage, caplog):
     assert checkpoint_problem(checkpoint_dir(run, 3)) is not None
     with caplog.at_level("WARNING", logger="rlvr.train.resume"):
         Trainer(_cfg(run, lowercase_reward, max_steps=3, save_steps=1, save_total_limit=None, resume=True)).train()
-    assert any("step-000003 is damaged" in r.getMessage() and "resuming from step-000002" in r.getMessage()
+    assert any("checkpoint-3 is damaged" in r.getMessage() and "resuming from checkpoint-2" in r.getMessage()
                for r in caplog.records)
     # step 3 was run again from step 2's checkpoint: the same weights and metrics as an uninterrupted run
     for key, value in _weights(latest_checkpoint(full)).items():
@@ -138,7 +138,7 @@ def test_resume_passes_over_a_checkpoint_missing_its_optimizer(tmp_path, lowerca
 
 def test_resume_passes_over_a_truncated_weights_file(tmp_path, lowercase_reward, caplog):
     def truncate(folder):
-        path = next((folder / "model").glob("*.safetensors"))
+        path = next(folder.glob("*.safetensors"))
         path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
     _damage_and_resume(tmp_path, lowercase_reward, truncate, caplog)
 
@@ -146,7 +146,7 @@ def test_resume_passes_over_a_truncated_weights_file(tmp_path, lowercase_reward,
 def test_resume_passes_over_nan_weights_in_a_checkpoint_without_manifest(tmp_path, lowercase_reward, caplog):
     def poison(folder):  # a checkpoint written before manifests existed, holding NaN weights
         (folder / MANIFEST).unlink()
-        path = next((folder / "model").glob("*.safetensors"))
+        path = next(folder.glob("*.safetensors"))
         weights = load_file(path)
         name = next(iter(weights))
         weights[name] = torch.full_like(weights[name], float("nan"))

@@ -11,6 +11,7 @@ from rlvr.config.dagrpo import DaGRPOConfig
 from rlvr.config.evaluation import EvalConfig
 from rlvr.config.fields import _check_finite, _fail
 from rlvr.config.presets import PRESETS
+from rlvr.config.python_objects import PythonObjects
 from rlvr.config.sections import (
     AlgorithmConfig,
     DataConfig,
@@ -51,6 +52,9 @@ class ExperimentConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     run: RunConfig = field(default_factory=RunConfig)
+    # reward callables and in-memory data from the Python API (the sections hold their labels); not
+    # an option: not in config.yaml, --help or comparisons (rlvr.config.python_objects)
+    python: PythonObjects = field(default_factory=PythonObjects, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         """Checks that read options of two sections (one section's own checks live in the section)."""

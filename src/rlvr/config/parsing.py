@@ -10,8 +10,13 @@ import yaml
 
 from rlvr.config.experiment import FIELD_SECTION, SECTIONS, ExperimentConfig, unknown_key_error
 from rlvr.config.fields import _fail
-from rlvr.config.presets import PRESETS
+from rlvr.config.presets import DEFAULTS, PRESETS
+from rlvr.config.python_objects import split_python_objects
 from rlvr.config.sections import AlgorithmConfig
+from rlvr.config.trl_names import translate_trl_keys
+
+# the words a boolean option takes after ``--flag`` (HfArgumentParser's); a bare ``--flag`` is true
+BOOL_WORDS = {"true": "true", "false": "false", "yes": "true", "no": "false", "1": "true", "0": "false"}
 
 
 def flatten_yaml(doc: Any, source: str) -> dict[str, Any]:
@@ -60,19 +65,68 @@ def parse_cli_value(key: str, raw: str) -> Any:
     return value
 
 
+def pairs_from_cli(tokens: list[str]) -> list[str]:
+    """Command-line options as ``key=value`` pairs: ``key=value``, ``--key value``, ``--key=value`` and,
+    for a boolean option, a bare ``--key`` (true) or ``--key false`` (TRL's HfArgumentParser forms).
+
+    Dashes in names are underscores (``--max-steps`` is ``max_steps``).
+    """
+    pairs, i = [], 0
+    while i < len(tokens):
+        token = tokens[i]
+        i += 1
+        if not token.startswith("--"):
+            if "=" not in token:
+                raise ValueError(f"expected key=value or --key value, got {token!r} (e.g. max_steps=10)")
+            key, raw = token.split("=", 1)
+            pairs.append(f"{key.strip().replace('-', '_')}={raw}")
+            continue
+        name = token[2:]
+        if "=" in name:
+            key, raw = name.split("=", 1)
+            pairs.append(f"{key.replace('-', '_')}={raw}")
+            continue
+        key = name.replace("-", "_")
+        if key in FIELD_SECTION and _base_type(_field_type(key)) is bool:  # --bf16, --bf16 false
+            if i < len(tokens) and tokens[i].lower() in BOOL_WORDS:
+                pairs.append(f"{key}={BOOL_WORDS[tokens[i].lower()]}")
+                i += 1
+            else:
+                pairs.append(f"{key}=true")
+            continue
+        if i >= len(tokens) or tokens[i].startswith("--"):
+            raise ValueError(f"--{name} needs a value (e.g. --{name} VALUE or --{name}=VALUE)")
+        pairs.append(f"{key}={tokens[i]}")
+        i += 1
+    return pairs
+
+
 def build_config(overrides: dict[str, Any], *, apply_preset: bool = True) -> ExperimentConfig:
-    """Build a validated config from flat overrides (preset applied under the overrides)."""
+    """Build a validated config from flat overrides (presets applied under the overrides).
+
+    TRL's names are taken (``model_name_or_path``, ``dataset_name``, ``use_peft``, ...) and TRL
+    options rlvr does not implement refused, all at once (``rlvr.config.trl_names``).
+    From Python, ``reward_funcs`` may hold callables and ``data`` a list of row dicts or a
+    ``datasets.Dataset``: the config records their labels, ``cfg.python`` the objects
+    (``rlvr.config.python_objects``).
+    """
+    overrides = dict(overrides)
+    preset = overrides.pop("preset", "rlvr")
+    if preset not in DEFAULTS:
+        _fail("preset", preset, f"choose one of {sorted(DEFAULTS)}")
+    overrides = translate_trl_keys(overrides, set(FIELD_SECTION))
+    overrides, python = split_python_objects(overrides)
     for key in overrides:
         if key not in FIELD_SECTION:
             raise unknown_key_error(key)
     algo = overrides.get("algo", AlgorithmConfig.algo)
     if algo not in PRESETS:
         _fail("algo", algo, f"choose one of {sorted(PRESETS)}")
-    merged = {**(PRESETS[algo] if apply_preset else {}), **overrides}
+    merged = {**(DEFAULTS[preset] if apply_preset else {}), **(PRESETS[algo] if apply_preset else {}), **overrides}
     per_section: dict[str, dict[str, Any]] = {name: {} for name in SECTIONS}
     for key, value in merged.items():
         per_section[FIELD_SECTION[key]][key] = _coerce(key, value)
-    return ExperimentConfig(**{name: SECTIONS[name](**kw) for name, kw in per_section.items()})
+    return ExperimentConfig(**{name: SECTIONS[name](**kw) for name, kw in per_section.items()}, python=python)
 
 
 def _field_type(key: str) -> Any:
@@ -87,6 +141,8 @@ def _base_type(hint: Any) -> Any:
 
 def _type_name(kind: Any) -> str:
     names = {int: "integer", float: "number", bool: "boolean (true or false)"}
+    if dict in (kind, typing.get_origin(kind)):
+        return "mapping (YAML or JSON, e.g. {enable_thinking: false})"
     if typing.get_origin(kind) is list:
         return f"list of {names.get(typing.get_args(kind)[0], 'values')}s (comma-separated or [a, b])"
     return names.get(kind, "value")
@@ -110,6 +166,11 @@ def _coerce(key: str, value: Any) -> Any:
         raise ValueError(f"{key} cannot be null; give a value (see `rlvr train --help`)")
     base = _base_type(hint)
     origin = typing.get_origin(base)
+    if dict in (base, origin):  # chat_template_kwargs: keys are template variable names
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise TypeError(f"{key} must be a mapping of names to values, e.g. {{enable_thinking: false}}, "
+                            f"got {value!r}")
+        return dict(value)
     if origin is list:
         (item,) = typing.get_args(base)
         if isinstance(value, str):
@@ -159,8 +220,17 @@ def load_config(config_file: str | None, cli_pairs: list[str]) -> ExperimentConf
             raise ValueError(f"expected key=value, got {pair!r} (e.g. max_steps=10)")
         key, raw = pair.split("=", 1)
         key = key.strip().lstrip("-").replace("-", "_")
-        overrides[key] = parse_cli_value(key, raw)
+        known = key in FIELD_SECTION or key == "preset"
+        overrides[key] = parse_cli_value(key, raw) if key in FIELD_SECTION else (raw if known else _yaml_or_text(raw))
     return build_config(overrides)
+
+
+def _yaml_or_text(raw: str) -> Any:
+    """A value for a key that is not rlvr's (a TRL name): YAML's reading (true, 16, 1e-6), else the text."""
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return raw
 
 
 def _read_yaml_file(path: str) -> Any:

@@ -32,6 +32,8 @@ class ModelConfig:
     lora_alpha: int = _f(16, "LoRA alpha")
     lora_dropout: float = _f(0.0, "LoRA dropout")
     lora_target_modules: str = _f("all-linear", "PEFT target_modules (comma list or all-linear)")
+    save_merged_model: bool = _f(False, "LoRA: also save the merged full model (W + s*B*A, loadable without peft) in "
+                                        "each checkpoint's and output_dir's merged/ (off: the adapter only)")
     bf16: bool = _f(False, "bf16 mixed precision: bf16 compute (autocast) with fp32 master weights, gradients and "
                            "AdamW states (dtype=bfloat16 instead stores the weights in bf16)")
     gradient_checkpointing: bool = _f(False, "activation checkpointing: each decoder layer keeps only its input and is "
@@ -45,6 +47,9 @@ class ModelConfig:
         if self.bf16 and self.dtype in ("bfloat16", "bf16"):
             _fail("bf16", self.bf16, "dtype=bfloat16 already stores the weights in bf16; for mixed precision keep "
                   "dtype=float32 with bf16=true, for the smallest memory use dtype=bfloat16 alone")
+        if self.save_merged_model and self.lora_r == 0:
+            _fail("save_merged_model", True, "only a LoRA run (lora_r > 0) has an adapter to merge; full fine-tuning "
+                  "already saves the full model")
         if self.lora_r < 0:
             _fail("lora_r", self.lora_r, "use 0 (full fine-tuning) or a positive rank such as 16")
         if not 0.0 <= self.lora_dropout < 1.0:
@@ -53,9 +58,14 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class DataConfig:
-    data: str = _f(DEFAULT_DATA, "training data: rg:NAME[:k=v...], gsm8k-100, FILE.jsonl|.json|.parquet, or a Hub dataset id")
+    data: str = _f(DEFAULT_DATA, "training data: rg:NAME[:k=v...], gsm8k-100, FILE.jsonl|.json|.parquet (verl's parquet "
+                                 "rows as they are), or a Hub dataset id (from Python also a list of row dicts or a "
+                                 "datasets.Dataset)")
     system_prompt: str | None = _f(None, "system message prepended to every prompt (none by default)")
     instruction: str | None = _f(DEFAULT_INSTRUCTION, "text appended to each question (null: none)")
+    chat_template_kwargs: dict | None = _f(None, "extra variables for the chat template, passed to "
+                                                 "apply_chat_template wherever a prompt is rendered (training, "
+                                                 "evaluation), e.g. {enable_thinking: false} for Qwen3; null: none")
     shuffle: bool = _f(True, "shuffle prompts each epoch (seeded)")
 
 
@@ -76,6 +86,11 @@ class RolloutConfig:
                                   "as TRL does; counted in rollout/prompt_truncated_frac) (verl: data.truncation)")
     temperature: float = _f(1.0, "sampling temperature; log-probs are computed at the same temperature")
     top_p: float = _f(1.0, "nucleus sampling p")
+    top_k: int = _f(0, "sample among the k most likely tokens only; 0: off (verl: rollout.top_k, -1 = off)")
+    min_p: float | None = _f(None, "drop tokens less likely than min_p x the most likely one; null: off")
+    repetition_penalty: float = _f(1.0, "divide a positive logit of a token already in the prompt or response by it "
+                                        "(multiply a negative one); 1: off. The sampling log-probs stay the "
+                                        "policy's log softmax(logits / T) whatever top_p/top_k/min_p/this warp")
     rollout_engine: str = _f("rlvr", "generation engine: rlvr (own loop on the transformers model: shared prefill, "
                                      "preallocated KV cache, finished rows dropped), hf (transformers generate), "
                                      "vllm (optional, own environment)")
@@ -95,13 +110,21 @@ class RolloutConfig:
             _fail("temperature", self.temperature, "training samples need temperature > 0")
         if not 0 < self.top_p <= 1:
             _fail("top_p", self.top_p, "use a value in (0, 1]")
+        if isinstance(self.top_k, bool) or self.top_k < 0:
+            _fail("top_k", self.top_k, "use 0 (off) or a positive number of tokens such as 50")
+        if self.min_p is not None and not 0 <= self.min_p <= 1:
+            _fail("min_p", self.min_p, "use a value in [0, 1] such as 0.05, or null (off)")
+        if not self.repetition_penalty > 0:
+            _fail("repetition_penalty", self.repetition_penalty, "use a value > 0: 1 is off, above 1 penalises repeats")
         if self.rollout_engine not in ROLLOUT_ENGINES:
             _fail("rollout_engine", self.rollout_engine, f"choose one of {sorted(ROLLOUT_ENGINES)}")
 
 
 @dataclass(frozen=True)
 class RewardConfig:
-    reward_funcs: list[str] = _f(["accuracy"], "reward functions: accuracy, format, module:function or file.py:function")
+    reward_funcs: list[str] = _f(["accuracy"], "reward functions: accuracy, format, module:function, package.module.function, "
+                                               "file.py:function, or verl:<one of those> for a verl compute_score "
+                                               "(from Python also callables)")
     reward_weights: list[float] | None = _f(None, "one weight per reward function (default all 1)")
     verifier_workers: int = _f(2, "math-verify worker processes")
     verifier_timeout: float = _f(5.0, "seconds per verification; a timeout scores 0 and is counted")
@@ -145,6 +168,9 @@ class AlgorithmConfig:
     dual_clip: float | None = _f(None, "dual-clip constant c for A<0 (verl: clip_ratio_c = 3.0); null disables")
     importance_sampling_level: str = _f("token", "token | sequence (GSPO)")
     beta: float = _f(0.0, "KL coefficient (k3 estimator); 0 loads no reference model (verl: kl_loss_coef)")
+    entropy_coef: float = _f(0.0, "entropy bonus: the loss gets - entropy_coef x the policy's mean entropy on its "
+                                  "own response tokens (aggregated as the loss; anchors excluded); 0: off "
+                                  "(verl: actor.entropy_coeff)")
     num_iterations: int = _f(1, "mu: passes over each rollout batch (verl: ppo_epochs)")
     steps_per_generation: int = _f(1, "optimiser steps per rollout batch per pass (mini-batches; groups never split)")
     mask_truncated_completions: bool = _f(False, "exclude responses that hit max_completion_length from the loss")
@@ -169,6 +195,8 @@ class AlgorithmConfig:
             _fail("dual_clip", self.dual_clip, "use a constant > 1 (verl default 3.0) or null")
         if self.beta < 0:
             _fail("beta", self.beta, "use beta >= 0")
+        if self.entropy_coef < 0:
+            _fail("entropy_coef", self.entropy_coef, "use entropy_coef >= 0 (0: off; a bonus such as 0.001)")
         if self.advantage_eps < 0:
             _fail("advantage_eps", self.advantage_eps,
                   "use eps >= 0 (e.g. 1e-6): a negative eps can flip the sign of advantages of groups with std < |eps|")
@@ -181,8 +209,14 @@ class AlgorithmConfig:
         return resolve_aggregation(self.loss_type)
 
 
+OPTIMIZERS = ("adamw_torch_fused", "adamw_torch")
+
+
 @dataclass(frozen=True)
 class OptimConfig:
+    optim: str = _f("adamw_torch_fused", "AdamW's implementation (TRL/transformers names): adamw_torch_fused (TRL's "
+                                         "default: one kernel per tensor, no parameter-sized temporaries) | "
+                                         "adamw_torch (torch's multi-tensor foreach)")
     learning_rate: float = _f(3e-5, "AdamW learning rate, > 0 (verl: actor.optim.lr)")
     weight_decay: float = _f(0.0, "AdamW weight decay")
     adam_beta1: float = _f(0.9, "AdamW beta1")
@@ -199,6 +233,8 @@ class OptimConfig:
     gradient_accumulation_steps: int | None = _f(None, "micro-batches per optimiser step (default: derived)")
 
     def __post_init__(self) -> None:
+        if self.optim not in OPTIMIZERS:
+            _fail("optim", self.optim, f"use one of {', '.join(OPTIMIZERS)}")
         if self.learning_rate <= 0:
             _fail("learning_rate", self.learning_rate, "use a positive learning rate such as 1e-6")
         if self.max_grad_norm < 0:
@@ -213,6 +249,10 @@ class OptimConfig:
                 _fail(name, value, "use a positive integer or null")
 
 
+# experiment trackers (TRL's report_to names); src/rlvr/train/trackers.py has a class for each but none
+TRACKER_NAMES = ("none", "tensorboard", "wandb", "trackio", "mlflow")
+
+
 @dataclass(frozen=True)
 class RunConfig:
     output_dir: str | None = _f(None, "run directory (default runs/<algo>-<time>)")
@@ -222,6 +262,8 @@ class RunConfig:
                              "loses to K steps (Ctrl-C and SIGTERM save at once)")
     save_total_limit: int | None = _f(2, "keep the newest K checkpoints (null: all)")
     resume: bool = _f(False, "continue from the newest checkpoint in output_dir")
+    resume_from_checkpoint: str | None = _f(None, "continue from this checkpoint folder, OUTPUT_DIR/checkpoint-N "
+                                                  "(TRL/transformers name); output_dir defaults to its run folder")
     force_resume: bool = _f(False, "resume even if options that change the trajectory differ, or metrics.jsonl "
                                    "lacks steps (logged)")
     overwrite_output_dir: bool = _f(False, "start over in an output_dir that holds a run: its checkpoints and "
@@ -234,6 +276,11 @@ class RunConfig:
     nproc: int = _f(1, "processes on this machine (rlvr train nproc=N launches torchrun); under torchrun leave 1")
     parallelism: str = _f("ddp", "how ranks share the policy: ddp (a full copy each) | fsdp (FSDP2 fully_shard)")
     ddp_timeout: int = _f(1800, "seconds a collective may wait (rank 0 alone evaluates and saves meanwhile) (TRL name)")
+    report_to: list[str] = _f(["none"], "experiment trackers that also get the metrics, config and samples "
+                                        "(rank 0): none | tensorboard | wandb | trackio | mlflow, several as a "
+                                        "comma list; each needs its package (pip install 'rlvr[wandb]') (TRL name)")
+    run_name: str | None = _f(None, "the run's name in the trackers (default: the output_dir folder's name) (TRL name)")
+    logging_dir: str | None = _f(None, "TensorBoard event folder (default output_dir/runs) (TRL name)")
 
     def __post_init__(self) -> None:
         if self.max_steps < 1:
@@ -247,6 +294,9 @@ class RunConfig:
             _fail("grad_spike_factor", self.grad_spike_factor, "use a factor > 1 (e.g. 5)")
         if self.max_skipped_steps < 1:
             _fail("max_skipped_steps", self.max_skipped_steps, "use a positive count, e.g. 3")
+        if self.resume_from_checkpoint is not None and (self.overwrite_output_dir or not self.resume_from_checkpoint):
+            _fail("resume_from_checkpoint", self.resume_from_checkpoint, "pass a checkpoint folder to continue from, "
+                  "without overwrite_output_dir=true (which starts the run over)")
         if self.resume and self.overwrite_output_dir:
             _fail("overwrite_output_dir", True, "resume=true continues the run and overwrite_output_dir=true starts it "
                   "over: pass one of them")
@@ -254,6 +304,12 @@ class RunConfig:
             _fail("nproc", self.nproc, "use 1 (or launch with torchrun) or the number of processes, e.g. 2")
         if self.ddp_timeout < 1:
             _fail("ddp_timeout", self.ddp_timeout, "use a positive number of seconds, e.g. 1800")
+        unknown = [name for name in self.report_to if name not in TRACKER_NAMES]
+        if unknown or not self.report_to:
+            _fail("report_to", self.report_to, f"name trackers among {', '.join(TRACKER_NAMES)} (a comma list, "
+                  "e.g. report_to=tensorboard,wandb), or none")
+        if "none" in self.report_to and len(set(self.report_to)) > 1:
+            _fail("report_to", self.report_to, "none means no tracker: drop none, or give report_to=none alone")
         if self.parallelism not in ("ddp", "fsdp"):
             _fail("parallelism", self.parallelism, "choose ddp or fsdp")
         if self.save_total_limit is not None and self.save_total_limit < 1:

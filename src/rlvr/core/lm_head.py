@@ -5,7 +5,8 @@ V = 151,936 at 8 × 1024 tokens: 5 GB in fp32), keeps it for the backward and al
 again there. Here the M = n·T hidden states are cut into chunks of ``chunk_tokens`` rows:
 
     forward : per chunk, s = h_c·Wᵀ / τ (fp32), log p = s[x] − logsumexp(s), H = lse − Σ p·s
-    backward: per chunk, s again, ds = (1[v = x] − softmax(s))·g / τ, dh_c = ds·W, dW += dsᵀ·h_c
+    backward: per chunk, s again, ds = ((1[v = x] − p_v)·g − p_v·(s_v − E_p[s])·g_H) / τ,
+              dh_c = ds·W, dW += dsᵀ·h_c   (g_H: the entropy's gradient, when a loss uses it)
 
 so at most one [chunk_tokens, V] block of logits exists at a time, forward or backward; the
 price is one more h·Wᵀ per chunk in the backward. Under bf16 autocast the backward recomputes the
@@ -43,7 +44,7 @@ def chunked_token_logprobs(
         with_entropy: compute the entropy (a softmax more per block); False: it is returned as zeros.
 
     Returns:
-        (logprobs [...] fp32 with grad, entropy [...] fp32 without grad).
+        (logprobs [...] fp32 with grad, entropy [...] fp32, differentiable when ``with_entropy``).
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0 for scoring, got {temperature}")
@@ -76,22 +77,24 @@ class _ChunkedHead(torch.autograd.Function):
             if with_entropy:
                 entropy[start:stop] = lse - torch.linalg.vecdot(torch.softmax(s, dim=-1), s)
             lse_all[start:stop] = lse
-        ctx.save_for_backward(hidden, weight, bias, tokens, lse_all)
+        ctx.save_for_backward(hidden, weight, bias, tokens, lse_all, entropy)
         ctx.temperature, ctx.chunk = temperature, chunk
         device = hidden.device.type  # the backward recomputes the logits as the forward did (bf16 autocast or not)
         ctx.autocast = (device, torch.is_autocast_enabled(device), torch.get_autocast_dtype(device))
-        ctx.mark_non_differentiable(entropy)
+        if not with_entropy:
+            ctx.mark_non_differentiable(entropy)
+        ctx.set_materialize_grads(False)  # an output no loss uses gets None: no entropy term in the backward
         return logprobs, entropy
 
     @staticmethod
-    def backward(ctx, grad, _grad_entropy):
+    def backward(ctx, grad, grad_entropy):
         device, enabled, dtype = ctx.autocast
         with torch.autocast(device_type=device, dtype=dtype, enabled=enabled):
-            return _ChunkedHead._backward(ctx, grad)
+            return _ChunkedHead._backward(ctx, grad, grad_entropy)
 
     @staticmethod
-    def _backward(ctx, grad):
-        hidden, weight, bias, tokens, lse_all = ctx.saved_tensors
+    def _backward(ctx, grad, grad_entropy):
+        hidden, weight, bias, tokens, lse_all, entropy = ctx.saved_tensors
         temperature, chunk = ctx.temperature, ctx.chunk
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
         grad_h = torch.empty_like(hidden) if need_h else None
@@ -99,11 +102,16 @@ class _ChunkedHead(torch.autograd.Function):
         grad_b = torch.zeros(bias.shape, dtype=torch.float32, device=bias.device) if need_b else None
         for start in range(0, hidden.shape[0], chunk):
             stop = min(hidden.shape[0], start + chunk)
-            g = grad[start:stop].float()  # [c]
+            g = grad[start:stop].float() if grad is not None else lse_all.new_zeros(stop - start)  # [c]
             s = _scaled_logits(hidden[start:stop], weight, bias, temperature)  # [c, V]
             ds = torch.sub(s, lse_all[start:stop, None]).exp_()  # softmax
+            if grad_entropy is not None:  # dH/ds_v = −p_v·(s_v − E_p[s]), E_p[s] = lse − H
+                mean_s = lse_all[start:stop] - entropy[start:stop]  # [c]
+                from_entropy = ds * (s - mean_s[:, None]) * -grad_entropy[start:stop, None].float()  # [c, V]
             ds.mul_(-g[:, None])
             ds.scatter_add_(-1, tokens[start:stop, None], g[:, None])  # (1[v = x] − p)·g
+            if grad_entropy is not None:
+                ds.add_(from_entropy)
             if temperature != 1.0:
                 ds.div_(temperature)
             if need_h:

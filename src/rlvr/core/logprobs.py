@@ -80,7 +80,8 @@ def entropy_from_logits(
         logsumexp: logsumexp(logits / T) [N, T] if already known.
 
     Returns:
-        [N, T] fp32 (no gradient is tracked through the chunked sum; call under no_grad).
+        [N, T] fp32; under no_grad for a statistic, or differentiable (an entropy bonus): each chunk's
+        softmax is then kept for the backward, and ``logsumexp`` must not be detached.
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0 for scoring, got {temperature}")

@@ -3,10 +3,13 @@
     ℓ_t = clipped_surrogate(log π_θ, log π_old, A)        sampled responses (PPO clip, GSPO, truncated IS)
         = −A · ψ(π_θ(a_t))                                 anchors (expert responses): no ratio, never clipped
         + β · KL_k3(log π_θ, log π_ref)                    when β > 0
+        − c · H_t                                           sampled responses, when entropy_coef c > 0
 
 GRPO, Dr. GRPO, DAPO, GSPO, RLOO differ only in the advantages and the keyword settings; DaGRPO's
 anchors are the ``is_anchor`` rows; TA-GRPO's choice of prompts is made before (which log-probs are
-passed). The caller reduces ℓ with :func:`rlvr.core.losses.aggregate`.
+passed). The caller reduces ℓ with :func:`rlvr.core.losses.aggregate`, so the entropy bonus
+(TRL's ``entropy_coef``, DaGRPO's optional entropy bonus) is −c × the aggregated entropy, with the
+loss's own denominators.
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ def policy_loss(
     beta: float = 0.0,
     anchor_psi: str = "log",
     anchor_gamma: float = 0.1,
+    entropy: torch.Tensor | None = None,
+    entropy_coef: float = 0.0,
 ) -> PolicyLoss:
     """Per-token policy loss with clipping, anchor rows and the KL penalty.
 
@@ -54,9 +59,13 @@ def policy_loss(
         mask: [N, T] bool, True on the response tokens that are trained on.
         is_anchor: [N] bool, rows that are expert responses (None: none are).
         ref_logprobs: [N, T] log π_ref, required when ``beta > 0``.
+        entropy: [N, T] H(π_θ(·|prefix)) at each position (with grad), required when ``entropy_coef > 0``.
+        entropy_coef: c of the entropy bonus −c·H_t (0: off, and ``entropy`` is not read).
 
     Convention: anchors keep their tokens out of ``clipped_tokens``; the KL is added to anchor rows
-    too (it is a penalty on the policy, whatever the response).
+    too (it is a penalty on the policy, whatever the response); the entropy bonus is not (it keeps
+    the policy's own sampling broad; an anchor is not sampled from it), but anchor tokens still count
+    in the aggregation's denominators, as for the rest of the loss.
     """
     per_token, clipped = clipped_surrogate(
         logprobs, old_logprobs, advantages, mask,
@@ -75,4 +84,9 @@ def policy_loss(
         kl = kl_k3(logprobs, ref_logprobs, mask)  # [N, T]
         per_token = per_token + beta * kl
         kl_sum = kl.detach()[mask].sum()
+    if entropy_coef > 0:
+        if entropy is None:
+            raise ValueError("entropy_coef > 0 needs entropy (the policy's per-token entropy, with grad)")
+        sampled = mask.bool() if is_anchor is None else mask.bool() & ~is_anchor.unsqueeze(-1)  # [N, T]
+        per_token = per_token - entropy_coef * torch.where(sampled, entropy, torch.zeros_like(entropy))
     return PolicyLoss(per_token, clipped.sum(), kl_sum)

@@ -6,7 +6,7 @@ from rlvr.data.prompts import DEFAULT_INSTRUCTION, prompt_messages, render_promp
 from rlvr.data.reasoning_gym_source import load_reasoning_gym
 from rlvr.data.rows import normalize_row, normalize_rows, reward_columns
 from rlvr.data.sampler import PromptSampler
-from rlvr.data.sources import load_hub_dataset, load_local_file, load_rows
+from rlvr.data.sources import load_hub_dataset, load_local_file, load_python_rows, load_rows
 
 __all__ = [
     "ARITHMETIC_TASKS",
@@ -17,6 +17,7 @@ __all__ = [
     "load_gsm8k100",
     "load_hub_dataset",
     "load_local_file",
+    "load_python_rows",
     "load_reasoning_gym",
     "load_rows",
     "normalize_row",

@@ -43,10 +43,11 @@ class LengthCheck:
     too_long: tuple[int, ...] = ()  # indices of the rows over the budget (only when not refused)
 
 
-def template_bytes(tokenizer: Any, *, system_prompt: str | None, instruction: str | None) -> int:
+def template_bytes(tokenizer: Any, *, system_prompt: str | None, instruction: str | None,
+                   chat_template_kwargs: dict | None = None) -> int:
     """UTF-8 bytes of the rendered prompt for an empty question: what the template adds to each row."""
     messages = prompt_messages("", system_prompt=system_prompt, instruction=instruction)
-    return len(render_prompt(tokenizer, messages).encode("utf-8"))
+    return len(render_prompt(tokenizer, messages, chat_template_kwargs=chat_template_kwargs).encode("utf-8"))
 
 
 def prompt_budget(*, max_positions: int | None, max_completion_length: int, max_prompt_length: int | None) -> int | None:

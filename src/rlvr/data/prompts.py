@@ -53,14 +53,28 @@ def prompt_messages(
     return messages
 
 
-def render_prompt(tokenizer: Any, messages: list[dict]) -> str:
-    """The prompt text the model sees: the tokenizer's chat template with a generation prompt."""
+# apply_chat_template's own arguments, which render_prompt sets: not template variables
+_RENDER_ARGUMENTS = ("conversation", "tokenize", "add_generation_prompt", "return_dict", "return_tensors",
+                     "continue_final_message")
+
+
+def render_prompt(tokenizer: Any, messages: list[dict], *, chat_template_kwargs: dict | None = None) -> str:
+    """The prompt text the model sees: the tokenizer's chat template with a generation prompt.
+
+    ``chat_template_kwargs`` (TRL's name): extra variables the template reads, e.g.
+    ``{"enable_thinking": False}`` for Qwen3's; None: none.
+    """
+    extra = dict(chat_template_kwargs or {})
+    clash = sorted(set(extra) & set(_RENDER_ARGUMENTS))
+    if clash:
+        raise ValueError(f"chat_template_kwargs sets {clash}, which rlvr sets itself when rendering a prompt; "
+                         "remove them (give only the template's own variables, e.g. enable_thinking)")
     if getattr(tokenizer, "chat_template", None) is None:
         name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
         raise ValueError(
             f"tokenizer {name!r} has no chat template; use a chat/instruct model, or set "
             "tokenizer.chat_template to a Jinja template before training"
         )
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **extra)
     assert isinstance(text, str), f"apply_chat_template(tokenize=False) returned {type(text).__name__}"
     return text

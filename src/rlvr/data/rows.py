@@ -12,7 +12,8 @@ plus every other column unchanged, because reward functions receive dataset colu
 (`reward_columns`: every column but the prompt, under the dataset's own names).
 
 Aliases: prompt ← prompt | question | problem (first present wins);
-gold ← answer | ground_truth (first present wins), else derived from `solution`:
+gold ← answer | ground_truth | reward_model.ground_truth (verl's rows: `reward_model` is
+{"style": "rule", "ground_truth": ...}; first present wins), else derived from `solution`:
     - a gold with a GSM8K `#### N` tail gives N (thousands commas removed) and, when the row has
       no `solution` column, the full text becomes `solution`;
     - a `solution` alone gives its last `\\boxed{}` or `#### N`; failing both, a short single-line
@@ -42,6 +43,7 @@ GOLD_ONLY_SOLUTION = "solution_as_gold"
 # rlvr's own row fields that are not dataset columns: reward functions do not receive them.
 INTERNAL_FIELDS = ("prompt", "rephrasings", GOLD_ONLY_SOLUTION)
 
+VERL_GOLD = "reward_model.ground_truth"  # verl's parquet rows: reward_model = {"style": "rule", "ground_truth": ...}
 _GOLD_FIX = "every row needs a gold answer in 'answer' (or 'ground_truth')"
 
 
@@ -170,6 +172,9 @@ def _answer_and_solution(row: dict, where: str) -> tuple[str, str | None, str]:
     """(gold, expert solution text or None, the column the gold was read from)."""
     solution = _optional_solution(row, where)
     field = next((name for name in GOLD_ALIASES if name in row), None)
+    if field is None and isinstance(row.get("reward_model"), dict) and "ground_truth" in row["reward_model"]:
+        text = _gold_text(row["reward_model"]["ground_truth"], where, VERL_GOLD)
+        return (_gold_from_tail(text, where, VERL_GOLD) if has_gsm8k_mark(text) else text), solution, VERL_GOLD
     if field is None:
         if solution is None:
             raise ValueError(f"{where}: field 'answer' is missing; {_GOLD_FIX}, or a 'solution' ending in \\boxed{{}}")

@@ -3,11 +3,14 @@
 Spec forms, tried in this order:
     gsm8k-100                               100 GSM8K test problems shipped in a package (offline)
     rg:NAME[:key=value...]                  a seeded reasoning-gym generator (offline)
-    path/to/file.jsonl | .json | .parquet   a local file (.json: one list of objects)
+    path/to/file.jsonl | .json | .parquet   a local file (.json: one list of objects; verl's
+                                            parquet rows as they are: gold from reward_model.ground_truth)
     owner/name[:split=train][:config=main]  a Hugging Face Hub dataset (needs the network or the
                                             local datasets cache)
 Local files name their rows by file name (ids "<file name>#<index>" when there is no `id` column),
-so a run resumed from another directory sees the same ids.
+so a run resumed from another directory sees the same ids. Rows given from Python (a list of
+dicts or a ``datasets.Dataset``, ``rlvr.config.python_objects``) go through
+:func:`load_python_rows` (ids "python#<index>").
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from rlvr.data.rows import normalize_rows
 from rlvr.data.spec_options import split_options
 
 LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet")
+PYTHON_SOURCE = "python"  # the source name (and id prefix) of rows given from Python
 HUB_DEFAULT_SPLIT = "train"
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 _SPEC_FORMS = (
@@ -134,11 +138,19 @@ def load_hub_dataset(spec: str) -> list[dict]:
     return normalize_rows(dataset, source)
 
 
+def load_python_rows(data) -> list[dict]:
+    """Normalized rows of data given from Python: a list of row dicts or a ``datasets.Dataset``."""
+    return normalize_rows(data, PYTHON_SOURCE)
+
+
 def load_rows(spec: str) -> list[dict]:
     """Normalized rows for a dataset spec (see the module docstring for the forms)."""
     if not isinstance(spec, str) or not spec.strip():
         raise ValueError(f"dataset spec is {spec!r}; give {_SPEC_FORMS}")
     spec = spec.strip()
+    if spec.startswith(f"{PYTHON_SOURCE}:"):
+        raise ValueError(f"data={spec} names rows that were given from Python (build_config({{'data': rows}})); "
+                         "they are not in any file: pass the same rows again from Python, or give a file or Hub id")
     if spec == GSM8K100_NAME:
         return load_gsm8k100()
     if spec.startswith(RG_PREFIX):

@@ -15,7 +15,7 @@ A verifier timeout scores the sample wrong and is counted (``timeouts``).
 Output (the report tool reads exactly these keys):
     {"model": str,
      "settings": {"n", "k": [...], "temperature", "top_p", "max_completion_length", "seed",
-                  "instruction", "system_prompt", "greedy", "answer_extraction"},
+                  "instruction", "system_prompt", "greedy", "answer_extraction"[, "chat_template_kwargs"]},
      "datasets": {SPEC: {"num_problems", "pass@k": {"1": float, ...}, "greedy_accuracy": float|null,
                          "frac_uniform", "frac_all_wrong", "diversity": float|null, "timeouts": int}}}
 ``frac_uniform``: problems whose n samples are all right or all wrong (no GRPO signal);
@@ -44,6 +44,7 @@ from rlvr.models.embedding import require_embedding_packages
 from rlvr.models.loading import position_limit
 from rlvr.rewards import DEFAULT_EXTRACTION, EXTRACTION_MODES, VerifierPool, extract_answer
 from rlvr.rollout.decode_engine import DecodeEngine
+from rlvr.rollout.sampling import GREEDY, Sampling
 
 VERIFIER_WORKERS = 2
 VERIFIER_TIMEOUT_S = 5.0
@@ -117,17 +118,20 @@ def dtype_name(dtype) -> str:
 
 def result_settings(*, model_name: str, dtype: str, n: int, temperature: float, top_p: float,
                     max_completion_length: int, seed: int, instruction: str | None, system_prompt: str | None,
-                    greedy: bool, answer_extraction: str, diversity: bool) -> dict:
+                    greedy: bool, answer_extraction: str, diversity: bool,
+                    chat_template_kwargs: dict | None = None) -> dict:
     """Everything that changes a problem's result: the problems file's header, compared on resume.
 
     Not in it: k (pass@k is recomputed from the counts), batch_size (row seeds make samples independent
     of it), limit (it selects problems, it does not change one), the device (last-bit float
     differences only, as batch size), and the data (each record carries its row's fingerprint).
+    ``chat_template_kwargs`` is in it only when given, so files written before it existed resume.
     """
-    return {"model": model_name, "dtype": dtype, "n": n, "temperature": temperature, "top_p": top_p,
-            "max_completion_length": max_completion_length, "seed": seed, "instruction": instruction,
-            "system_prompt": system_prompt, "greedy": greedy, "answer_extraction": answer_extraction,
-            "diversity": diversity}
+    settings = {"model": model_name, "dtype": dtype, "n": n, "temperature": temperature, "top_p": top_p,
+                "max_completion_length": max_completion_length, "seed": seed, "instruction": instruction,
+                "system_prompt": system_prompt, "greedy": greedy, "answer_extraction": answer_extraction,
+                "diversity": diversity}
+    return settings | ({"chat_template_kwargs": dict(chat_template_kwargs)} if chat_template_kwargs else {})
 
 
 def problem_fingerprint(row: dict) -> str:
@@ -174,11 +178,12 @@ class _ChunkEvaluator:
         self.device = str(next(model.parameters()).device)
 
     def prompt_ids(self, row: dict) -> list[int]:
-        return prompt_ids(self.tokenizer, row, system_prompt=self.s["system_prompt"], instruction=self.s["instruction"])
+        return prompt_ids(self.tokenizer, row, system_prompt=self.s["system_prompt"], instruction=self.s["instruction"],
+                          chat_template_kwargs=self.s.get("chat_template_kwargs"))
 
-    def _texts(self, prompts: list[list[int]], seeds: list[int] | None, temperature: float) -> list[str]:
-        completions = self.engine.generate(prompts, temperature=temperature, row_seeds=seeds,
-                                           max_new_tokens=self.s["max_completion_length"], top_p=self.s["top_p"])
+    def _texts(self, prompts: list[list[int]], seeds: list[int] | None, sampling: Sampling) -> list[str]:
+        completions = self.engine.generate(prompts, sampling=sampling, row_seeds=seeds,
+                                           max_new_tokens=self.s["max_completion_length"])
         return [self.tokenizer.decode(c.token_ids, skip_special_tokens=True) for c in completions]
 
     def run(self, dataset: str, rows: list[dict], keep_samples: bool = False) -> list[dict]:
@@ -186,8 +191,9 @@ class _ChunkEvaluator:
         n = self.s["n"]
         prompts = [self.prompt_ids(row) for row in rows]
         seeds = [row_seed(self.s["seed"], dataset, row["id"], j) for row in rows for j in range(n)]
-        samples = self._texts([p for p in prompts for _ in range(n)], seeds, self.s["temperature"])  # [P·n]
-        greedy = self._texts(prompts, None, 0.0) if self.s["greedy"] else []  # [P]
+        sampling = Sampling(temperature=self.s["temperature"], top_p=self.s["top_p"])
+        samples = self._texts([p for p in prompts for _ in range(n)], seeds, sampling)  # [P·n]
+        greedy = self._texts(prompts, None, GREEDY) if self.s["greedy"] else []  # [P]
         golds = [row["answer"] for row in rows for _ in range(n)] + ([row["answer"] for row in rows] if greedy else [])
         preds = [extract_answer(text, self.s["answer_extraction"]) for text in samples + greedy]
         results = self.pool.verify_batch(golds, preds)
@@ -297,6 +303,7 @@ def evaluate(
     progress: bool = True,
     model_name: str | None = None,
     log_samples: bool = False,
+    chat_template_kwargs: dict | None = None,
 ) -> dict:
     """Evaluate ``model`` on each dataset; write ``out_path`` (JSON) and return the same dict.
 
@@ -319,6 +326,8 @@ def evaluate(
         log_samples: also append every sampled response (completion, extracted answer, correct,
             verifier error) to ``<out_path>.samples.jsonl``, as lm-eval's ``--log_samples``: to
             read what a score is made of. A resumed evaluation logs the problems it runs.
+        chat_template_kwargs: extra chat-template variables (e.g. {"enable_thinking": False}), as in
+            training (``chat_template_kwargs``).
 
     Raises:
         ValueError: a bad setting, an output that cannot be written, an unknown or unloadable dataset,
@@ -334,15 +343,19 @@ def evaluate(
     else:
         datasets = load_eval_datasets(specs, limit=limit)
     _check_input_lengths(model, tokenizer, datasets, max_completion_length=max_completion_length,
-                         instruction=instruction, system_prompt=system_prompt)
+                         instruction=instruction, system_prompt=system_prompt,
+                         chat_template_kwargs=chat_template_kwargs)
     model_name = model_name or _model_name(model)
     settings = {"n": n, "k": ks, "temperature": temperature, "top_p": top_p,
                 "max_completion_length": max_completion_length, "seed": seed, "instruction": instruction,
                 "system_prompt": system_prompt, "greedy": greedy, "answer_extraction": answer_extraction}
+    if chat_template_kwargs:
+        settings["chat_template_kwargs"] = dict(chat_template_kwargs)
     fingerprint = result_settings(
         model_name=model_name, dtype=dtype_name(next(model.parameters()).dtype), n=n, temperature=temperature,
         top_p=top_p, max_completion_length=max_completion_length, seed=seed, instruction=instruction,
-        system_prompt=system_prompt, greedy=greedy, answer_extraction=answer_extraction, diversity=diversity)
+        system_prompt=system_prompt, greedy=greedy, answer_extraction=answer_extraction, diversity=diversity,
+        chat_template_kwargs=chat_template_kwargs)
     per_call = max(1, batch_size // n)
     with VerifierPool(num_workers=VERIFIER_WORKERS, timeout_s=VERIFIER_TIMEOUT_S) as pool, \
             ProblemsFile(problems_path(out_path), fingerprint) as record:
@@ -367,21 +380,26 @@ def evaluate(
 
 
 def _check_input_lengths(model, tokenizer, datasets: dict[str, list[dict]], *, max_completion_length: int,
-                         instruction: str | None, system_prompt: str | None) -> None:
+                         instruction: str | None, system_prompt: str | None,
+                         chat_template_kwargs: dict | None = None) -> None:
     """Refuse, before any generation, rows whose prompt plus ``max_completion_length`` exceed the
     model's positions (rlvr.data.input_limits: the row's index, id and the fix)."""
     max_positions = position_limit(model, tokenizer)
-    per_row = template_bytes(tokenizer, system_prompt=system_prompt, instruction=instruction)
+    per_row = template_bytes(tokenizer, system_prompt=system_prompt, instruction=instruction,
+                             chat_template_kwargs=chat_template_kwargs)
 
     def tokenize(row: dict) -> list[int]:
-        return prompt_ids(tokenizer, row, system_prompt=system_prompt, instruction=instruction)
+        return prompt_ids(tokenizer, row, system_prompt=system_prompt, instruction=instruction,
+                          chat_template_kwargs=chat_template_kwargs)
 
     for spec, rows in datasets.items():
         check_lengths(rows, tokenize, max_positions=max_positions, max_completion_length=max_completion_length,
                       template_bytes=per_row, source=spec)
 
 
-def prompt_ids(tokenizer, row: dict, *, system_prompt: str | None, instruction: str | None) -> list[int]:
+def prompt_ids(tokenizer, row: dict, *, system_prompt: str | None, instruction: str | None,
+               chat_template_kwargs: dict | None = None) -> list[int]:
     """The chat-formatted prompt tokens of ``row``, exactly as the evaluation generates from them."""
     messages = prompt_messages(row["prompt"], system_prompt=system_prompt, instruction=instruction)
-    return tokenizer(render_prompt(tokenizer, messages), add_special_tokens=False)["input_ids"]
+    text = render_prompt(tokenizer, messages, chat_template_kwargs=chat_template_kwargs)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]

@@ -92,7 +92,7 @@ def _require_model_files(path: Path) -> None:
     found = sorted(p.name for p in path.iterdir())
     what = "is empty" if not found else f"has no config.json (it holds {', '.join(found[:5])}{', ...' * (len(found) > 5)})"
     raise ValueError(f"model folder {path} {what}; pass a folder written by save_pretrained (config.json, tokenizer "
-                     "files, *.safetensors), a run's checkpoints/step-N/model folder, or an alias "
+                     "files, *.safetensors), a run's checkpoint-N folder, or an alias "
                      f"{sorted(ALIASES)}")
 
 

@@ -1,8 +1,13 @@
 """Reward functions by name, and their weighted combination per completion.
 
 ``resolve_reward`` turns a config string into a callable: a built-in name (``BUILTIN_REWARDS``),
-``package.module:function``, or ``path/to/file.py:function``. ``combine_rewards`` calls each
-function once per batch and sums the weighted values, TRL-style:
+``package.module:function``, ``package.module.function`` (``trl.rewards.accuracy_reward``),
+``path/to/file.py:function``, or any of these after ``verl:`` for a verl ``compute_score``
+(wrapped by ``VerlScore``, called once per response; a function whose signature takes
+``solution_str`` and ``ground_truth`` and no ``completions`` is wrapped without the prefix).
+A callable (the Python API) is taken as it is, with the same verl detection.
+``combine_rewards`` calls each function once per batch (``async def`` ones concurrently on one
+event loop, ``rlvr.rewards.async_calls``) and sums the weighted values, TRL-style:
 
     total_i = Σ_f w_f · r_f,i   over the f with r_f,i not None   (TRL: nansum)
 
@@ -30,15 +35,20 @@ import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from rlvr.rewards import async_calls
 from rlvr.rewards.extract import DEFAULT_EXTRACTION
 from rlvr.rewards.math_rewards import MathAccuracy, format_reward
 from rlvr.rewards.reward_function import RewardFunction
+from rlvr.rewards.verl_score import VerlScore, is_verl_compute_score
 
 logger = logging.getLogger(__name__)
 
 RewardFn = RewardFunction  # the contract (rlvr.rewards.reward_function)
 MAX_ABS_REWARD = 1e12  # larger values are treated like inf: counted in <name>/nonfinite, dropped
 MAX_ABS_WEIGHT = 1e6  # so that a weighted sum of rewards can never overflow
+VERL_PREFIX = "verl:"  # verl:path/to/file.py:compute_score, verl:package.module.compute_score
+_SPEC_FORMS = ("a custom 'package.module:function', 'package.module.function' or 'path/to/file.py:function' "
+               "(a verl compute_score: the same after 'verl:')")
 
 # name -> factory(pool, answer_extraction)
 BUILTIN_REWARDS: dict[str, Callable[[object, str], RewardFn]] = {
@@ -54,32 +64,49 @@ def _require_pool(pool):
     return pool
 
 
-def resolve_reward(spec: str, pool=None, *, answer_extraction: str = DEFAULT_EXTRACTION) -> RewardFn:
+def resolve_reward(spec, pool=None, *, answer_extraction: str = DEFAULT_EXTRACTION) -> RewardFn:
     """The reward callable named by ``spec``.
 
     Args:
-        spec: ``accuracy`` | ``format`` | ``package.module:function`` | ``path/to/file.py:function``.
+        spec: ``accuracy`` | ``format`` | ``package.module:function`` | ``package.module.function`` |
+            ``path/to/file.py:function`` | ``verl:`` + one of the custom forms | a callable.
         pool: the ``VerifierPool`` handed to built-ins that verify (``accuracy``).
         answer_extraction: ``boxed`` | ``flexible``, for built-ins that extract answers; custom
-            functions are returned as they are.
+            functions are returned as they are (a verl ``compute_score`` wrapped in ``VerlScore``).
 
     Raises:
         ValueError: unknown name, missing module/file/attribute (message lists the valid forms).
         TypeError: the named object is not callable.
     """
+    if callable(spec) and not isinstance(spec, str):
+        return VerlScore(spec) if is_verl_compute_score(spec) else spec
     if not isinstance(spec, str) or not spec.strip():
-        raise TypeError(f"a reward spec must be a non-empty string, got {spec!r}")
+        raise TypeError(f"a reward spec must be a non-empty string or a callable, got {spec!r}")
     spec = spec.strip()
     if spec in BUILTIN_REWARDS:
         return BUILTIN_REWARDS[spec](pool, answer_extraction)
-    if ":" not in spec:
-        raise ValueError(f"unknown reward {spec!r}; valid: {', '.join(sorted(BUILTIN_REWARDS))}, "
-                         "or a custom 'package.module:function' or 'path/to/file.py:function'")
-    target, name = spec.rsplit(":", 1)
+    if spec.startswith("python:"):  # rlvr.config.python_objects' label of a callable given from Python
+        raise ValueError(f"reward {spec!r} was a Python callable given to build_config; it cannot be imported by "
+                         "that name: pass the callable again from Python, or give a module or file spec")
+    if spec.startswith(VERL_PREFIX):
+        fn = _custom(spec[len(VERL_PREFIX):].strip())
+        return fn if isinstance(fn, VerlScore) else VerlScore(fn)
+    fn = _custom(spec)
+    return VerlScore(fn) if is_verl_compute_score(fn) else fn
+
+
+def _custom(spec: str):
+    """The callable a custom spec names: ``module:attr``, ``file.py:attr`` or ``package.module.attr``."""
+    if ":" in spec:
+        target, name = spec.rsplit(":", 1)
+    elif "." in spec.strip(".") and not spec.endswith(".py"):
+        target, name = spec.rsplit(".", 1)
+    else:
+        raise ValueError(f"unknown reward {spec!r}; valid: {', '.join(sorted(BUILTIN_REWARDS))}, or {_SPEC_FORMS}")
     module = _load_file(target) if target.endswith(".py") else _load_module(target)
     fn = getattr(module, name, None)
     if fn is None:
-        raise ValueError(f"{target!r} has no attribute {name!r}; check the name after ':' in "
+        raise ValueError(f"{target!r} has no attribute {name!r}; check the function name in "
                          f"the reward spec {spec!r}")
     if not callable(fn):
         raise TypeError(f"{spec!r} is a {type(fn).__name__}, not a callable reward function")
@@ -156,6 +183,7 @@ def combine_rewards(
     *,
     failures: dict[str, str] | None = None,
     timeout_s: float | None = None,
+    extra_kwargs: dict | None = None,
 ) -> tuple[list[float], dict[str, list[float | None]], dict[str, int]]:
     """Weighted sum of several reward functions per completion (TRL's nansum semantics).
 
@@ -166,13 +194,16 @@ def combine_rewards(
         weights: one float per function; None means all 1.0.
         prompts, completions: the batch, N entries each.
         columns: extra dataset columns (e.g. ``answer``), each a list of N entries.
+        extra_kwargs: the other keyword arguments every function gets, TRL's (``completion_ids``,
+            ``trainer_state``, ``log_extra``, ``log_metric``; ``rlvr.train.rewarding`` fills them).
         failures: when given, filled with ``{name: "ExceptionType: message"}`` for every function
             whose call failed (raised, or returned the wrong length or non-numbers), so a caller
             can stop a run with the cause (``rlvr.train.rewarding``).
         timeout_s: seconds one function's call may take (None: no limit). The call runs in a
             daemon thread; past the limit it counts as failed (``TimeoutError``) and the thread is
             left behind (Python cannot stop a thread: a function that never returns keeps its
-            thread; the run goes on, and the failure policy stops it if every call hangs).
+            thread; the run goes on, and the failure policy stops it if every call hangs). An
+            ``async def`` function past the limit is cancelled.
 
     Returns:
         totals [N]; per-function values {name: [N] float|None} (duplicate names get ``_2``, …);
@@ -185,17 +216,27 @@ def combine_rewards(
     if not all(math.isfinite(w) and abs(w) <= MAX_ABS_WEIGHT for w in weights):
         raise ValueError(f"reward weights must be finite and at most {MAX_ABS_WEIGHT:g} in size, got {weights}")
     n = len(completions)
+    extra_kwargs = extra_kwargs or {}
     for key, column in columns.items():
-        if key in ("prompts", "completions"):
+        if key in ("prompts", "completions", *extra_kwargs):
             raise ValueError(f"columns has a {key!r} key, which would clash with the argument of "
                              "the same name; rename that dataset column")
         if len(column) != n:
             raise ValueError(f"column {key!r} has {len(column)} entries for {n} completions; "
                              "repeat each row's value once per generated completion")
+    kwargs = {"prompts": prompts, "completions": completions, **columns, **extra_kwargs}
+    names = logged_names(funcs)
+    # async functions start first, on the shared loop, so they run while the sync ones do
+    started = {name: async_calls.submit(fn, kwargs, timeout_s)
+               for fn, name in zip(funcs, names) if async_calls.is_async_callable(fn)}
     per_func: dict[str, list[float | None]] = {}
     counts: dict[str, int] = {}
-    for fn, name in zip(funcs, logged_names(funcs)):
-        values, errors, nonfinite, failure = _call_reward(fn, name, n, prompts, completions, columns, timeout_s)
+    for fn, name in zip(funcs, names):
+        if name in started:
+            call = started[name].result
+        else:
+            call = lambda fn=fn: _call_bounded(lambda: fn(**kwargs), timeout_s)
+        values, errors, nonfinite, failure = _call_reward(call, name, n)
         if failure is not None and failures is not None:
             failures[name] = failure
         per_func[name] = values
@@ -218,10 +259,11 @@ def _unique(name: str, taken: dict) -> str:
     return candidate
 
 
-def _call_reward(fn, name: str, n: int, prompts, completions, columns, timeout_s: float | None = None):
-    """One reward function's values for the batch, as (values, errors, nonfinite, failure text)."""
+def _call_reward(call, name: str, n: int):
+    """One reward function's values for the batch (``call()`` returns them), as (values, errors,
+    nonfinite, failure text)."""
     try:
-        raw = _call_bounded(lambda: fn(prompts=prompts, completions=completions, **columns), timeout_s)
+        raw = call()
         if hasattr(raw, "tolist"):  # numpy array or torch tensor
             raw = raw.tolist()
         raw = list(raw)

@@ -1,10 +1,17 @@
 """The contract of a reward function: TRL's, so TRL reward functions run here unchanged.
 
-    fn(prompts, completions, **columns) -> list[float | None]     one value per completion
+    fn(prompts, completions, completion_ids, **columns, trainer_state, log_extra, log_metric)
+        -> list[float | None]                                     one value per completion
 
-``prompts``/``completions`` are strings, or chat message lists for conversational data; every
-dataset column comes as a keyword list aligned with them (``answer``, ``solution``, ...), so a
-function takes the ones it needs and ``**kwargs`` for the rest. None means "not applicable"
+``prompts``/``completions`` are strings, or chat message lists for conversational data (a
+completion is then ``[{"role": "assistant", "content": text}]``); ``completion_ids`` are the
+completions' token ids; every dataset column comes as a keyword list aligned with them (``answer``,
+``solution``, ...); ``trainer_state`` is a ``transformers.TrainerState`` (``global_step``,
+``max_steps``, ``epoch``); ``log_extra(column, values)`` adds a column to the completions in
+samples.jsonl, ``log_metric(name, value)`` a metric (``reward_fn/<name>`` in metrics.jsonl, the
+mean over the step's calls). These are TRL GRPOTrainer's keyword arguments, so a function takes
+the ones it needs and ``**kwargs`` for the rest; ``async def`` functions are awaited (concurrently,
+``rlvr.rewards.async_calls``). None means "not applicable"
 (left out of the weighted sum; when every function gives None the completion is unscorable and
 gets advantage 0). A function is logged under its ``__name__``.
 

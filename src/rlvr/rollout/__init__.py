@@ -2,7 +2,8 @@
 
 Every engine keeps the :class:`~rlvr.rollout.engine.RolloutEngine` contract: it takes
 ``(model, *, pad_token_id, eos_token_ids)`` and offers ``generate(prompts, *, max_new_tokens,
-temperature, top_p, generator_seed, row_seeds) -> list[Completion]`` and ``sync_weights()``
+sampling, generator_seed, row_seeds) -> list[Completion]`` (``sampling``: a :class:`Sampling`) and
+``sync_weights()``
 (called by the trainer after every update and after a resume; a no-op for engines that sample
 from the training model itself).
 """
@@ -14,6 +15,7 @@ import importlib
 from rlvr.rollout.completion import Completion
 from rlvr.rollout.engine import RolloutEngine
 from rlvr.rollout.names import ROLLOUT_ENGINES
+from rlvr.rollout.sampling import GREEDY, Sampling
 
 
 def __getattr__(name: str):
@@ -36,4 +38,5 @@ def build_engine(name: str, model, *, pad_token_id: int, eos_token_ids: list[int
     return engine_class(name)(model, pad_token_id=pad_token_id, eos_token_ids=eos_token_ids)
 
 
-__all__ = ["ROLLOUT_ENGINES", "Completion", "HFEngine", "RolloutEngine", "build_engine", "engine_class"]
+__all__ = ["GREEDY", "ROLLOUT_ENGINES", "Completion", "HFEngine", "RolloutEngine", "Sampling", "build_engine",
+           "engine_class"]

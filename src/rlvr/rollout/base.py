@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from rlvr.rollout.completion import Completion
+from rlvr.rollout.sampling import Sampling
 
 
 def left_pad(prompts: list[list[int]], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -45,8 +46,7 @@ class LocalEngine:
         prompts: list[list[int]],
         *,
         max_new_tokens: int,
-        temperature: float,
-        top_p: float = 1.0,
+        sampling: Sampling,
         generator_seed: int | None = None,
         row_seeds: list[int] | None = None,
     ) -> list[Completion]:
@@ -55,8 +55,9 @@ class LocalEngine:
         Args:
             prompts: N token-id lists.
             max_new_tokens: the response budget.
-            temperature: > 0 samples; 0 decodes greedily.
-            top_p: nucleus p.
+            sampling: temperature (0: greedy), top_p, top_k, min_p, repetition_penalty; the
+                log-probs returned are log softmax(logits / T) of the drawn tokens whatever the warps
+                (rlvr.rollout.sampling).
             generator_seed: if given, torch's global RNG is seeded with it first.
             row_seeds: N seeds; row r then samples with its own ``torch.Generator`` (engines that
                 support it).
@@ -75,10 +76,10 @@ class LocalEngine:
             for start in range(0, len(prompts), self.max_batch_size):
                 stop = start + self.max_batch_size
                 seeds = row_seeds[start:stop] if row_seeds is not None else None
-                out.extend(self._generate_chunk(prompts[start:stop], max_new_tokens, temperature, top_p, seeds))
+                out.extend(self._generate_chunk(prompts[start:stop], max_new_tokens, sampling, seeds))
             return out
         finally:
             self.model.train(was_training)
 
-    def _generate_chunk(self, prompts, max_new_tokens, temperature, top_p, row_seeds) -> list[Completion]:
+    def _generate_chunk(self, prompts, max_new_tokens, sampling: Sampling, row_seeds) -> list[Completion]:
         raise NotImplementedError

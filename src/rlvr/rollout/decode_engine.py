@@ -12,21 +12,32 @@ Same contract and same sampler as :class:`~rlvr.rollout.hf_engine.HFEngine` (tra
 - **sampling log-probs computed in the loop** from one [n, V] row of logits per step; the
   [n, T, V] logits ``generate(output_logits=True)`` keeps are never stored.
 
-Sampling: x ~ softmax(top_p(logits / T)) with transformers' own ``TemperatureLogitsWarper`` and
-``TopPLogitsWarper``, drawn by inverse-CDF sampling (one uniform number per row); the reported log-prob is
-log softmax(logits / T)[x] (top_p not renormalised: the trainer's convention). ``row_seeds`` gives
-each row its own generator, so a row's sample does not depend on the rest of the batch (used by
-``rlvr eval``).
+Sampling: x ~ softmax(warp(logits)) with transformers' own processors in ``generate``'s order
+(``RepetitionPenaltyLogitsProcessor``, ``TemperatureLogitsWarper``, ``TopKLogitsWarper``,
+``TopPLogitsWarper``, ``MinPLogitsWarper``: :mod:`rlvr.rollout.sampling`), drawn by inverse-CDF
+sampling (one uniform number per row); the reported log-prob is log softmax(logits / T)[x] (the
+warps not renormalised into it: the trainer's convention). The repetition penalty sees each row's
+prompt without its left padding and the response so far, as ``generate`` does. ``row_seeds``
+gives each row its own generator, so a row's sample does not depend on the rest of the batch (used
+by ``rlvr eval``).
 """
 
 from __future__ import annotations
 
 import torch
-from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
+from transformers import (
+    LogitsProcessorList,
+    MinPLogitsWarper,
+    RepetitionPenaltyLogitsProcessor,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
 
 from rlvr.rollout.base import LocalEngine, left_pad
 from rlvr.rollout.completion import Completion
 from rlvr.rollout.kv_cache import CACHE_KWARG, make_cache
+from rlvr.rollout.sampling import Sampling
 
 
 class DecodeEngine(LocalEngine):
@@ -49,7 +60,7 @@ class DecodeEngine(LocalEngine):
         self.compact_below = compact_below
 
     # ------------------------------------------------------------------ one batch
-    def _generate_chunk(self, prompts, max_new_tokens, temperature, top_p, row_seeds) -> list[Completion]:
+    def _generate_chunk(self, prompts, max_new_tokens, sampling: Sampling, row_seeds) -> list[Completion]:
         device = next(self.model.parameters()).device
         n = len(prompts)
         unique: dict[tuple[int, ...], int] = {}
@@ -67,7 +78,9 @@ class DecodeEngine(LocalEngine):
         attention_mask = prompt_mask[row_prompt]  # [n, P + t]
         next_position = prompt_mask.sum(-1)[row_prompt]  # [n]
 
-        sampler = _Sampler(temperature, top_p, row_seeds, device, rows=n)
+        sampler = _Sampler(sampling, row_seeds, device, rows=n)
+        if sampling.repetition_penalty != 1:
+            sampler.start_history(prompt_ids[row_prompt], prompt_mask[row_prompt], max_new_tokens)
         tokens = torch.full((n, max_new_tokens), self.pad_token_id, dtype=torch.long)  # [n, T]
         logprobs = torch.zeros((n, max_new_tokens))  # [n, T]
         lengths = torch.zeros(n, dtype=torch.long)  # tokens produced per row
@@ -76,6 +89,7 @@ class DecodeEngine(LocalEngine):
         eos = torch.tensor(self.eos_token_ids, device=device)
         for t in range(max_new_tokens):
             chosen, chosen_logp = sampler.draw(logits, live)  # [b], [b]
+            sampler.record(chosen, live, t)
             fresh = ~done[live]  # rows of the batch still producing tokens
             rows = live[fresh]
             tokens[rows, t] = chosen[fresh].cpu()
@@ -104,28 +118,56 @@ class DecodeEngine(LocalEngine):
 
 
 class _Sampler:
-    """x ~ softmax(top_p(logits / T)) (greedy when T = 0), with its log softmax(logits / T)."""
+    """x ~ softmax(warp(logits)) (greedy when T = 0: argmax of the penalised logits), with its
+    log softmax(logits / T)."""
 
-    def __init__(self, temperature: float, top_p: float, row_seeds: list[int] | None, device, rows: int):
-        self.temperature = temperature
+    def __init__(self, sampling: Sampling, row_seeds: list[int] | None, device, rows: int):
+        self.temperature = sampling.temperature
+        self.penalty = (RepetitionPenaltyLogitsProcessor(float(sampling.repetition_penalty))
+                        if sampling.repetition_penalty != 1 else None)
         warpers = []
-        if temperature > 0:
-            warpers.append(TemperatureLogitsWarper(temperature))
-            if top_p < 1.0:
-                warpers.append(TopPLogitsWarper(top_p))
+        if not sampling.greedy:  # generate's order: temperature, top_k, top_p, min_p
+            warpers.append(TemperatureLogitsWarper(sampling.temperature))
+            if sampling.top_k > 0:
+                warpers.append(TopKLogitsWarper(sampling.top_k))
+            if sampling.top_p < 1.0:
+                warpers.append(TopPLogitsWarper(sampling.top_p))
+            if sampling.min_p is not None:
+                warpers.append(MinPLogitsWarper(sampling.min_p))
         self.warpers = LogitsProcessorList(warpers)
         self.generators = (None if row_seeds is None else
                            [torch.Generator(device=device).manual_seed(int(s)) for s in row_seeds])
         self.rows = rows
+        self.history: torch.Tensor | None = None  # [n, P + T] every row's tokens (repetition penalty only)
+        self.width = 0
+
+    def start_history(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, max_new_tokens: int) -> None:
+        """The rows' prompts [n, P] (left-padded) as the tokens the repetition penalty sees.
+
+        Padding and the positions not generated yet hold the row's first prompt token, a token the
+        row already has: the penalty, applied once per distinct token, sees exactly the row's tokens.
+        """
+        pads = (prompt_mask == 0).sum(-1, keepdim=True).clamp(max=prompt_ids.shape[1] - 1)  # [n, 1]
+        first = prompt_ids.gather(1, pads)  # [n, 1]
+        self.width = prompt_ids.shape[1]
+        self.history = torch.cat([torch.where(prompt_mask.bool(), prompt_ids, first),
+                                  first.expand(-1, max_new_tokens)], dim=1)  # [n, P + T]
+
+    def record(self, chosen: torch.Tensor, live: torch.Tensor, t: int) -> None:
+        if self.history is not None:
+            self.history[live.to(self.history.device), self.width + t] = chosen
 
     def draw(self, logits: torch.Tensor, live: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         logits = logits.float()  # [b, V]
         scaled = logits / self.temperature if self.temperature not in (0, 1) else logits
-        logp = torch.log_softmax(scaled, dim=-1)  # [b, V]
+        logp = torch.log_softmax(scaled, dim=-1)  # [b, V] the policy's: the log-prob reported
+        warped = logits
+        if self.penalty is not None:
+            warped = self.penalty(self.history[live.to(self.history.device)], logits)  # [b, V]
         if self.temperature == 0:
-            chosen = logits.argmax(dim=-1)
+            chosen = warped.argmax(dim=-1)
         else:
-            probs = torch.softmax(self.warpers(None, logits), dim=-1) if self.warpers else logp.exp()
+            probs = torch.softmax(self.warpers(None, warped), dim=-1)  # [b, V]
             chosen = self._inverse_cdf(probs, live)
         return chosen, logp.gather(-1, chosen[:, None]).squeeze(-1)
 

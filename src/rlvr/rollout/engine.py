@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 
 from rlvr.rollout.completion import Completion
+from rlvr.rollout.sampling import Sampling
 
 
 @runtime_checkable
@@ -27,17 +28,21 @@ class RolloutEngine(Protocol):
         prompts: list[list[int]],
         *,
         max_new_tokens: int,
-        temperature: float,
-        top_p: float = 1.0,
+        sampling: Sampling,
         generator_seed: int | None = None,
         row_seeds: list[int] | None = None,
     ) -> list[Completion]:
         """One completion per prompt, in prompt order (a group repeats its prompt G times).
 
+        ``sampling``: temperature (0: greedy), top_p, top_k, min_p, repetition_penalty
+        (:class:`~rlvr.rollout.sampling.Sampling`, whose docstring gives the order they apply in).
         ``row_seeds`` (one per prompt, with ``supports_row_seeds``): request r samples with its own
         seed, so its response does not depend on what else is in the batch; else ``generator_seed``
         seeds the engine's RNG once. Each completion carries its tokens, the sampler's log-probs
         and whether it hit ``max_new_tokens``.
+
+        Convention: a token's sampling log-prob is log softmax(logits / T)[x], the policy's own, not
+        the warped distribution's (an engine that cannot, as vLLM, says so in its docstring).
         """
         ...
 

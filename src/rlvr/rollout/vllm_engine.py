@@ -9,8 +9,10 @@ KV entries were computed with the old weights.
 Departures from :class:`~rlvr.rollout.hf_engine.HFEngine`, the reference engine:
 
 - Sampling log-probs are vLLM's ``processed_logprobs``: log softmax(logits / T) of the chosen token,
-  the trainer's convention, when top_p = 1. With top_p < 1 vLLM renormalises over the nucleus, so
-  each value is larger by −log(nucleus mass) and ``rollout/logprob_mismatch`` includes that.
+  the trainer's convention (rlvr.rollout.sampling), when no warp is on. vLLM computes them after its
+  warps: with top_p < 1, top_k > 0 or min_p it renormalises over the tokens kept, so each value is
+  larger by −log(mass kept); with repetition_penalty ≠ 1 they are the penalised logits' log-probs.
+  ``rollout/logprob_mismatch`` then includes that difference (a warning says so once).
 - Seeds: with ``generator_seed`` the i-th prompt gets its own vLLM seed, the i-th draw of
   ``random.Random(generator_seed)``, so the draws are reproducible (and independent across calls
   whose seeds differ by less than the batch size) but not the same as HFEngine's, which seeds
@@ -34,6 +36,7 @@ from pathlib import Path
 import torch
 
 from rlvr.rollout.completion import Completion
+from rlvr.rollout.sampling import Sampling
 
 logger = logging.getLogger(__name__)
 
@@ -176,7 +179,7 @@ class VLLMEngine:
         self.model = model
         self.pad_token_id = pad_token_id
         self.eos_token_ids = list(eos_token_ids)
-        self._warned_top_p = False
+        self._warned_warps = False
         config = model.config
         self.max_model_len = max_model_len or min(getattr(config, "max_position_embeddings", 8192), 8192)
         dtype = next(model.parameters()).dtype
@@ -246,8 +249,7 @@ class VLLMEngine:
         prompts: list[list[int]],
         *,
         max_new_tokens: int,
-        temperature: float,
-        top_p: float = 1.0,
+        sampling: Sampling,
         generator_seed: int | None = None,
         row_seeds: list[int] | None = None,
     ) -> list[Completion]:
@@ -256,8 +258,8 @@ class VLLMEngine:
         Args:
             prompts: N token-id lists.
             max_new_tokens: the response budget.
-            temperature: > 0 samples; 0 decodes greedily (log-probs then at T = 1).
-            top_p: nucleus p (see the module docstring for its effect on log-probs).
+            sampling: temperature (> 0 samples; 0 decodes greedily, log-probs then at T = 1), top_p,
+                top_k, min_p, repetition_penalty (see the module docstring for their effect on log-probs).
             generator_seed: if given, prompt i gets the i-th seed drawn from it.
             row_seeds: N seeds, prompt i sampled with vLLM seed ``row_seeds[i]`` (takes precedence).
 
@@ -273,10 +275,13 @@ class VLLMEngine:
                 f"prompt ({max(too_long)} tokens) + max_new_tokens ({max_new_tokens}) exceeds the vLLM "
                 f"engine's max_model_len {self.max_model_len}; shorten prompts or max_completion_length"
             )
-        if temperature > 0 and top_p < 1.0 and not self._warned_top_p:
-            self._warned_top_p = True
-            logger.warning("vLLM's sampling log-probs with top_p=%s are renormalised over the nucleus "
-                           "(the trainer's are not): rollout/logprob_mismatch includes -log(nucleus mass)", top_p)
+        warps = sampling.warps_logprobs
+        if warps and not self._warned_warps:
+            self._warned_warps = True
+            logger.warning("vLLM's sampling log-probs with %s are those of the warped distribution (renormalised "
+                           "over the tokens kept, penalised logits), the trainer's are the policy's: "
+                           "rollout/logprob_mismatch includes the difference",
+                           ", ".join(f"{name}={getattr(sampling, name)}" for name in warps))
         if row_seeds is not None and len(row_seeds) != len(prompts):
             raise ValueError(f"row_seeds has {len(row_seeds)} seeds for {len(prompts)} prompts")
         rng = random.Random(generator_seed)
@@ -286,8 +291,11 @@ class VLLMEngine:
         params = [
             SamplingParams(
                 n=1,
-                temperature=temperature,
-                top_p=top_p if temperature > 0 else 1.0,
+                temperature=sampling.temperature,
+                top_p=sampling.top_p if not sampling.greedy else 1.0,
+                top_k=sampling.top_k if not sampling.greedy else 0,  # vLLM: 0 (or -1) = off
+                min_p=(sampling.min_p or 0.0) if not sampling.greedy else 0.0,  # vLLM: 0 = off
+                repetition_penalty=sampling.repetition_penalty,  # prompt and response tokens, as generate's
                 max_tokens=max_new_tokens,
                 stop_token_ids=self.eos_token_ids,
                 logprobs=0,  # the chosen token's log-prob only

@@ -1,21 +1,25 @@
 """Checkpoints: written atomically, found again on resume.
 
-Layout: ``<output_dir>/checkpoints/step-000010/`` holding the model in Hugging Face format
-(safetensors), the tokenizer, ``optimizer.pt``, ``scheduler.pt`` and ``trainer_state.json``
-(step, data position, RNG states, counters).
+Layout (``checkpoint_files.py``), as transformers'/TRL's: ``<output_dir>/checkpoint-10/`` holds the
+model in Hugging Face format at its top (safetensors, config.json, generation_config.json, the
+tokenizer; a LoRA run: the adapter), loadable as it is by ``AutoModelForCausalLM.from_pretrained``,
+and beside it ``optimizer.pt``, ``scheduler.pt``, ``rng.pt`` and ``trainer_state.json`` (step,
+data position, counters, and ``log_history``: the metrics.jsonl lines up to the step, as in
+transformers' TrainerState). At the end of training the final model is put at ``output_dir``
+itself (``model_export.py``). Old run folders (``checkpoints/step-000010/model/``) still resume.
 
-Atomicity: everything is written into ``.tmp-step-000010``, each file fsynced, then the folder is
-renamed (atomic on POSIX) and the parent fsynced. A folder named ``step-*`` is therefore always
-complete; a crash leaves at most a ``.tmp-*`` folder, which is deleted on the next save.
+Atomicity: everything is written into ``.tmp-checkpoint-10``, each file fsynced, then the folder is
+renamed (atomic on POSIX) and the parent fsynced. A folder named ``checkpoint-*`` is therefore
+always complete; a crash leaves at most a ``.tmp-*`` folder, which is deleted on the next save.
 """
 
 from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
 import random
-import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -23,12 +27,19 @@ from typing import Any
 import torch
 
 from rlvr.train.checkpoint_check import write_manifest
+from rlvr.train.checkpoint_files import (
+    BASE_MODEL,
+    OLD_ROOT,
+    checkpoint_dir,
+    checkpoint_step,
+    fsync_dir,
+    fsync_tree,
+    list_checkpoints,
+    model_folder,
+)
+from rlvr.train.model_export import remove_final_model, write_model
 
-STEP_DIR = re.compile(r"^step-(\d+)$")
-
-
-def checkpoint_dir(output_dir: Path, step: int) -> Path:
-    return output_dir / "checkpoints" / f"step-{step:06d}"
+logger = logging.getLogger(__name__)
 
 
 def rng_state() -> dict[str, Any]:
@@ -52,22 +63,24 @@ def save_checkpoint(
     keep_last: int | None,
     model_state: dict[str, torch.Tensor] | None = None,
     optimizer_state: dict[str, Any] | None = None,
+    merged_model: bool = False,
 ) -> Path:
-    """Write a complete checkpoint for ``step`` atomically and prune old ones.
+    """Write a complete checkpoint for ``step`` atomically and prune old ones (both layouts).
 
     ``model_state``/``optimizer_state``: full state dicts gathered from a sharded (FSDP2) model;
     the optimiser's is then keyed by parameter name (``trainer_state["optimizer_format"] = "fqn"``).
+    ``merged_model``: LoRA's ``save_merged_model``, the merged full model in ``merged/``.
     """
-    root = output_dir / "checkpoints"
+    root = output_dir
     root.mkdir(parents=True, exist_ok=True)
-    for stale in root.glob(".tmp-*"):
+    for stale in root.glob(".tmp-*"):  # a save that crashed: .tmp-checkpoint-N, .tmp-base_model, .tmp-final-model
         shutil.rmtree(stale, ignore_errors=True)
     final = checkpoint_dir(output_dir, step)
     tmp = root / f".tmp-{final.name}"
     try:
         tmp.mkdir()
-        model.save_pretrained(tmp / "model", safe_serialization=True, state_dict=model_state)
-        tokenizer.save_pretrained(tmp / "model")
+        write_model(tmp, model=model, tokenizer=tokenizer, output_dir=output_dir, model_state=model_state,
+                    merged=merged_model)
         torch.save(optimizer.state_dict() if optimizer_state is None else optimizer_state, tmp / "optimizer.pt")
         if optimizer_state is not None:
             trainer_state = {**trainer_state, "optimizer_format": "fqn"}
@@ -75,7 +88,7 @@ def save_checkpoint(
         torch.save(rng_state(), tmp / "rng.pt")
         (tmp / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2), encoding="utf-8")
         write_manifest(tmp)  # sizes and checksums: a resume can tell a damaged checkpoint (checkpoint_check.py)
-        _fsync_tree(tmp)
+        fsync_tree(tmp)
         if final.exists():  # re-saving the same step (e.g. after a resume): replace it whole
             shutil.rmtree(final)
         os.replace(tmp, final)
@@ -87,25 +100,35 @@ def save_checkpoint(
                           f"(the partial {tmp.name} was removed); free space, keep fewer checkpoints "
                           f"(save_total_limit={keep_last}), or put output_dir on a larger disk") from error
         raise
-    _fsync_dir(root)
-    if keep_last is not None:
+    fsync_dir(root)
+    if keep_last is not None:  # save_total_limit: old-layout checkpoints are the oldest, rotated out first
         for old in list_checkpoints(output_dir)[:-keep_last]:
             shutil.rmtree(old, ignore_errors=True)
+        _remove_if_empty(output_dir / OLD_ROOT)
     return final
 
 
-def list_checkpoints(output_dir: Path) -> list[Path]:
-    """Complete checkpoints, oldest first."""
-    root = output_dir / "checkpoints"
-    if not root.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := STEP_DIR.match(p.name)) and p.is_dir()]
-    return [p for _, p in sorted(found)]
-
-
 def remove_checkpoints(output_dir: Path) -> None:
-    """Delete every checkpoint of ``output_dir`` (``overwrite_output_dir=true``: the run starts over)."""
-    shutil.rmtree(output_dir / "checkpoints", ignore_errors=True)
+    """Delete every checkpoint of ``output_dir``, its final model and LoRA's base_model/
+    (``overwrite_output_dir=true``: the run starts over)."""
+    for folder in list_checkpoints(output_dir):
+        shutil.rmtree(folder, ignore_errors=True)
+    shutil.rmtree(output_dir / OLD_ROOT, ignore_errors=True)
+    shutil.rmtree(output_dir / BASE_MODEL, ignore_errors=True)
+    remove_final_model(output_dir)
+
+
+def remove_checkpoints_after(output_dir: Path, step: int) -> None:
+    """Resuming from an earlier checkpoint (``resume_from_checkpoint``) abandons the later steps: their
+    checkpoints and the final model go, as their lines of metrics.jsonl do, so that ``resume=true``
+    never picks them up again."""
+    later = [folder for folder in list_checkpoints(output_dir) if checkpoint_step(folder) > step]
+    for folder in later:
+        shutil.rmtree(folder, ignore_errors=True)
+    if later:
+        remove_final_model(output_dir)
+        logger.warning("resumed from step %d: removed the later checkpoints %s and the final model of %s",
+                       step, ", ".join(f.name for f in later), output_dir)
 
 
 def latest_checkpoint(output_dir: Path) -> Path | None:
@@ -139,8 +162,7 @@ def load_model_weights(model, path: Path) -> None:
     """Load the checkpoint's safetensors weights into ``model`` in place (exact copy)."""
     from safetensors.torch import load_file
 
-    folder = path / "model"
-    files = sorted(folder.glob("*.safetensors"))
+    files = sorted(model_folder(path).glob("*.safetensors"))
     if not files:
         raise ValueError(f"checkpoint {path} holds no safetensors weights; it cannot be resumed")
     state: dict[str, torch.Tensor] = {}
@@ -190,18 +212,6 @@ def _to_tuple(value: Any) -> Any:
     return tuple(_to_tuple(v) for v in value) if isinstance(value, list) else value
 
 
-def _fsync_tree(folder: Path) -> None:
-    for path in folder.rglob("*"):
-        if path.is_file():
-            with open(path, "rb") as fh:
-                os.fsync(fh.fileno())
-    for path in [folder, *[p for p in folder.rglob("*") if p.is_dir()]]:
-        _fsync_dir(path)
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def _remove_if_empty(folder: Path) -> None:
+    if folder.is_dir() and not any(folder.iterdir()):
+        folder.rmdir()

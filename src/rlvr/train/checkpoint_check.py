@@ -18,7 +18,8 @@ from pathlib import Path
 
 import torch
 
-MANIFEST = "manifest.json"
+from rlvr.train.checkpoint_files import MANIFEST, model_folder
+
 REQUIRED = ("optimizer.pt", "scheduler.pt", "rng.pt", "trainer_state.json")
 
 
@@ -32,9 +33,9 @@ def write_manifest(folder: Path) -> None:
 def checkpoint_problem(folder: Path) -> str | None:
     """What is wrong with the checkpoint in ``folder``, in a few words, or None when it is intact."""
     missing = [name for name in REQUIRED if not (folder / name).is_file()]
-    weights = sorted((folder / "model").glob("*.safetensors"))
+    weights = sorted(model_folder(folder).glob("*.safetensors"))  # the model (LoRA: the adapter), not merged/
     if missing or not weights:
-        return f"{', '.join(missing) or 'model/*.safetensors'} missing"
+        return f"{', '.join(missing) or '*.safetensors'} missing"
     manifest = folder / MANIFEST
     if manifest.is_file():
         try:

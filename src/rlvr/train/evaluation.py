@@ -34,6 +34,7 @@ class TrainingEval:
     limit: int | None
     instruction: str | None  # the training prompt template, so both ask the same way
     system_prompt: str | None
+    chat_template_kwargs: dict | None  # the training template's variables too
     answer_extraction: str
     seed: int
     model_name: str
@@ -50,6 +51,7 @@ class TrainingEval:
             out_path=output_dir / "eval" / f"step-{step:06d}.json", instruction=self.instruction,
             system_prompt=self.system_prompt, answer_extraction=self.answer_extraction, seed=self.seed,
             limit=self.limit, progress=False, model_name=f"{self.model_name} (step {step})",
+            chat_template_kwargs=self.chat_template_kwargs,
         )
         metrics = {
             f"eval/{name}/pass@{k}": value

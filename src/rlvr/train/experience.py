@@ -32,6 +32,7 @@ class Group:
     texts: list[str]
     rewards: list[float] = field(default_factory=list)
     reward_parts: dict[str, list[float | None]] = field(default_factory=dict)
+    reward_extras: dict[str, list] = field(default_factory=dict)  # log_extra columns, per response (samples.jsonl)
     scores: list[float] | None = None  # DaGRPO combined scores s (None: s = r)
     variants: list[int] | None = None  # per response: 0 = q_0, j = rephrasing j (None: all 0)
     variant_prompt_ids: list[list[int]] | None = None  # index j -> q_j's prompt (None: [prompt_ids])

@@ -21,6 +21,7 @@ def check_training_lengths(
     max_prompt_length: int | None,
     system_prompt: str | None,
     instruction: str | None,
+    chat_template_kwargs: dict | None = None,
     policy,
     tokenizer,
     engine,
@@ -32,5 +33,6 @@ def check_training_lengths(
         rows, tokenize, source=source, refuse=refuse,
         max_positions=position_limit(policy, tokenizer, engine=engine),
         max_completion_length=max_completion_length, max_prompt_length=max_prompt_length,
-        template_bytes=template_bytes(tokenizer, system_prompt=system_prompt, instruction=instruction),
+        template_bytes=template_bytes(tokenizer, system_prompt=system_prompt, instruction=instruction,
+                                      chat_template_kwargs=chat_template_kwargs),
     )

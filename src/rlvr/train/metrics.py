@@ -20,6 +20,7 @@ from contextlib import contextmanager
 import torch
 
 from rlvr.train.experience import Group
+from rlvr.train.rewarding import LOGGED_METRIC_PREFIX, logged_metric_means
 
 
 class PhaseTimer:
@@ -87,7 +88,8 @@ def rollout_metrics(rollout, reward_names: list[str], *, tagrpo: bool = False) -
         values = [g.reward_parts[name][i] for g, idx in zip(groups, own) for i in idx
                   if name in g.reward_parts and g.reward_parts[name][i] is not None]
         metrics[f"rewards/{name}_mean"] = statistics.fmean(values) if values else None
-    metrics.update(rollout.reward_counts)
+    metrics.update({k: v for k, v in rollout.reward_counts.items() if not k.startswith(LOGGED_METRIC_PREFIX)})
+    metrics.update(logged_metric_means(rollout.reward_counts))  # reward functions' log_metric values
     metrics.update(dagrpo_rollout_metrics(rollout.dagrpo_counts))
     if tagrpo:
         metrics.update(tagrpo_rollout_metrics(groups))
@@ -161,5 +163,13 @@ def sample_records(step: int, groups: list[Group], advantages: torch.Tensor | No
             "truncated": group.completions[i].truncated,
             "anchor": group.completions[i].is_anchor,  # DaGRPO: an expert solution, not a sample
             "variant": group.variant_of(i),  # TA-GRPO: 0 = the original question, j = rephrasing j
+            **_extras(group, i),
         })
     return records
+
+
+def _extras(group: Group, i: int) -> dict:
+    """Response i's ``log_extra`` columns under ``extra`` (none for an anchor: no reward function logged it)."""
+    if group.completions[i].is_anchor or not group.reward_extras:
+        return {}
+    return {"extra": {column: values[i] for column, values in group.reward_extras.items() if i < len(values)}}

@@ -21,6 +21,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from rlvr.config import ExperimentConfig
+from rlvr.rollout.sampling import Sampling
 
 QUESTION = "question"  # score on q_0, the original question
 SAMPLED = "sampled"  # score on the prompt the response was sampled from (q_j)
@@ -33,8 +34,7 @@ class RolloutSettings:
     rephrased: bool  # TA-GRPO: G responses to each rephrasing q_j as well
     pooled: bool  # TA-GRPO: q_0 and its rephrasings form one group (else one group per variant, one pool)
     max_completion_length: int
-    temperature: float
-    top_p: float
+    sampling: Sampling  # temperature, top_p, top_k, min_p, repetition_penalty (rlvr.rollout.sampling)
     dynamic_sampling: bool  # DAPO: keep only groups with mixed rewards, draw more prompts until B are kept
     max_rounds: int  # generation rounds per step at most (1 without dynamic sampling)
     seed: int
@@ -80,6 +80,7 @@ class LossSettings:
     beta: float
     anchor_psi: str
     anchor_gamma: float
+    entropy_coef: float  # the entropy bonus on sampled tokens (0: off; the update then needs no entropy grad)
 
     def as_kwargs(self) -> dict:
         return dataclasses.asdict(self)
@@ -129,7 +130,9 @@ def compile_plan(cfg: ExperimentConfig) -> StepPlan:
             prompts_per_step=r.prompts_per_step,
             responses_per_prompt=r.num_generations * (t.responses_per_prompt_factor if t.equal_sampling else 1),
             rephrased=t.enabled, pooled=t.pooled, max_completion_length=r.max_completion_length,
-            temperature=r.temperature, top_p=r.top_p, dynamic_sampling=a.dynamic_sampling,
+            sampling=Sampling(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, min_p=r.min_p,
+                              repetition_penalty=r.repetition_penalty),
+            dynamic_sampling=a.dynamic_sampling,
             max_rounds=a.max_num_gen_batches if a.dynamic_sampling else 1, seed=cfg.run.seed,
             autocast="bfloat16" if cfg.model.bf16 else None,
         ),
@@ -165,6 +168,7 @@ def update_settings(cfg: ExperimentConfig) -> UpdateSettings:
         epsilon=a.epsilon, epsilon_high=a.epsilon_high, dual_clip=a.dual_clip,
         importance_level=a.importance_sampling_level, ratio_cap=t.truncated_is_cap if truncated_is else None,
         beta=a.beta, anchor_psi=cfg.dagrpo.anchor_psi, anchor_gamma=cfg.dagrpo.anchor_gamma,
+        entropy_coef=a.entropy_coef,
     )
     return UpdateSettings(
         loss=loss, aggregation=a.aggregation, max_completion_length=cfg.rollout.max_completion_length,

@@ -12,9 +12,11 @@ class PromptBuilder:
     ``rephrased``: TA-GRPO is on, so a row's variants are the question and its rephrasings.
     """
 
-    def __init__(self, tokenizer, *, system_prompt: str | None, instruction: str | None, rephrased: bool):
+    def __init__(self, tokenizer, *, system_prompt: str | None, instruction: str | None, rephrased: bool,
+                 chat_template_kwargs: dict | None = None):
         self.tokenizer = tokenizer
         self.system_prompt, self.instruction = system_prompt, instruction
+        self.chat_template_kwargs = chat_template_kwargs  # template variables (e.g. enable_thinking)
         self.rephrased = rephrased
         self.max_tokens: int | None = None  # truncation=left: keep a prompt's last max_tokens tokens
         self.truncated: set[str] = set()  # ids of the rows one of whose prompts was cut
@@ -26,7 +28,7 @@ class PromptBuilder:
         if key not in self._cache:
             prompt = row["prompt"] if variant == 0 else variant_prompt(row["prompt"], row["rephrasings"][variant - 1])
             messages = prompt_messages(prompt, system_prompt=self.system_prompt, instruction=self.instruction)
-            text = render_prompt(self.tokenizer, messages)
+            text = render_prompt(self.tokenizer, messages, chat_template_kwargs=self.chat_template_kwargs)
             ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
             if self.max_tokens is not None and len(ids) > self.max_tokens:
                 ids = ids[-self.max_tokens :]  # from the left: the question's end and the generation prompt stay

@@ -1,4 +1,9 @@
-"""Resuming a run: which checkpoint, what may change, and whether the logs agree with it."""
+"""Resuming a run: which checkpoint, what may change, and whether the logs agree with it.
+
+``resume=true`` takes the newest intact checkpoint of output_dir; ``resume_from_checkpoint=PATH``
+(TRL/transformers' name) the one named, which must belong to output_dir (unset: output_dir is
+PATH's run folder), since a run continues in its own folder (its config.yaml, metrics.jsonl).
+"""
 
 from __future__ import annotations
 
@@ -7,8 +12,8 @@ from pathlib import Path
 
 import yaml
 
-from rlvr.train.checkpoint import list_checkpoints
-from rlvr.train.checkpoint_check import newest_intact
+from rlvr.train.checkpoint_check import checkpoint_problem, newest_intact
+from rlvr.train.checkpoint_files import checkpoint_step, list_checkpoints, run_folder_of
 
 logger = logging.getLogger(__name__)
 
@@ -17,7 +22,7 @@ MAY_CHANGE_ON_RESUME = {
     "max_steps", "resume", "save_steps", "save_total_limit", "progress_bar", "log_completions",
     "num_completions_to_log", "output_dir", "verifier_workers", "nproc", "parallelism", "force_resume", "ddp_timeout",
     "max_skipped_steps", "max_reward_error_frac", "reward_timeout", "overwrite_output_dir",
-    "max_prompt_length",
+    "max_prompt_length", "report_to", "run_name", "logging_dir", "resume_from_checkpoint", "save_merged_model",
 }
 
 
@@ -47,19 +52,59 @@ def check_resumable_config(saved_path: Path, options: dict, *, force: bool = Fal
         )
 
 
-def resume_checkpoint(output_dir: Path) -> Path | None:
-    """The newest intact checkpoint of ``output_dir`` (None: there is none at all).
+def resume_output_dir(output_dir: str | None, resume_from_checkpoint: str | None) -> str | None:
+    """The output_dir of a run: as given, or (unset) the run folder of ``resume_from_checkpoint``.
+
+    ValueError when the checkpoint does not exist, is not an rlvr checkpoint, or belongs to another
+    run folder than output_dir.
+    """
+    if resume_from_checkpoint is None:
+        return output_dir
+    folder = _checked_checkpoint(resume_from_checkpoint)
+    run = run_folder_of(folder)
+    if output_dir is not None and Path(output_dir).expanduser().resolve() != run.resolve():
+        raise ValueError(f"resume_from_checkpoint={resume_from_checkpoint} is a checkpoint of the run {run}, not of "
+                         f"output_dir={output_dir}: a run continues in its own folder. Pass output_dir={run} (or "
+                         "leave output_dir unset), or copy that run folder and resume from the copy's checkpoint")
+    return str(run) if output_dir is None else output_dir
+
+
+def _checked_checkpoint(path: str) -> Path:
+    folder = Path(path).expanduser()
+    if not folder.exists():
+        raise ValueError(f"resume_from_checkpoint={path} does not exist; pass a checkpoint folder of a run, "
+                         "OUTPUT_DIR/checkpoint-N, or resume=true (with output_dir) for its newest checkpoint")
+    if checkpoint_step(folder) is None or not (folder / "trainer_state.json").is_file():
+        inside = [p.name for p in list_checkpoints(folder)] if folder.is_dir() else []
+        hint = (f"it is a run folder: pass one of its checkpoints ({', '.join(inside)}), or output_dir={path} "
+                "resume=true for the newest" if inside else
+                "pass a checkpoint-N folder written by `rlvr train` (it holds trainer_state.json, optimizer.pt "
+                "and the model)")
+        raise ValueError(f"resume_from_checkpoint={path} is not an rlvr checkpoint; {hint}")
+    return folder
+
+
+def resume_checkpoint(output_dir: Path, resume_from_checkpoint: str | None = None) -> Path | None:
+    """The checkpoint to resume ``output_dir`` from: ``resume_from_checkpoint`` when given (refused
+    when damaged), else the newest intact one (None: there is none at all).
 
     Damaged ones (``checkpoint_check.checkpoint_problem``) are passed over with a warning naming
     what is wrong; when every checkpoint is damaged the resume is refused with the fix.
     """
+    if resume_from_checkpoint is not None:
+        folder = _checked_checkpoint(resume_from_checkpoint)
+        problem = checkpoint_problem(folder)
+        if problem is not None:
+            raise ValueError(f"resume_from_checkpoint={resume_from_checkpoint} is damaged ({problem}); pass an "
+                             "earlier checkpoint, or resume=true for the newest intact one")
+        return folder
     checkpoints = list_checkpoints(output_dir)
     found, damaged = newest_intact(checkpoints)
     for folder, problem in damaged:
         logger.warning("checkpoint %s is damaged (%s); %s", folder.name, problem,
                        f"resuming from {found.name} instead" if found else "no older one is intact")
     if checkpoints and found is None:
-        raise ValueError(f"every checkpoint in {output_dir / 'checkpoints'} is damaged "
+        raise ValueError(f"every checkpoint in {output_dir} is damaged "
                          f"({'; '.join(f'{f.name}: {p}' for f, p in damaged)}); nothing can be resumed. "
                          "Start over with overwrite_output_dir=true, or choose a new output_dir")
     return found
@@ -82,8 +127,8 @@ def check_logged_steps(records: list[dict], step: int, output_dir: Path, *, forc
     if force:
         logger.warning("%s; force_resume=true: resuming anyway", message)
         return
-    raise ValueError(f"{message}. Restore the file, resume from an earlier checkpoint (delete the later "
-                     "checkpoints/step-* folders), or pass force_resume=true to accept the gap")
+    raise ValueError(f"{message}. Restore the file, resume from an earlier checkpoint (resume_from_checkpoint="
+                     f"{output_dir}/checkpoint-N), or pass force_resume=true to accept the gap")
 
 
 def _ranges(values: list[int]) -> str:

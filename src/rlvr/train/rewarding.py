@@ -1,10 +1,16 @@
 """Reward a step's groups with the configured reward functions (TRL signature), and stop a run
 whose reward functions keep failing.
 
-Reward functions receive ``prompts`` (the dataset prompt: a string or a message list),
-``completions`` (strings; for message-list prompts, ``[{"role": "assistant", "content": ...}]``,
-as in TRL) and every other dataset column as a keyword list aligned with the completions
-(``rlvr.data.reward_columns``: a short ``solution`` read as the gold still arrives as ``solution``).
+Reward functions receive TRL GRPOTrainer's keyword arguments (``rlvr.rewards.reward_function``):
+``prompts`` (the dataset prompt: a string or a message list), ``completions`` (strings; for
+message-list prompts, ``[{"role": "assistant", "content": ...}]``, as in TRL), ``completion_ids``
+(token ids), every other dataset column as a keyword list aligned with the completions
+(``rlvr.data.reward_columns``: a short ``solution`` read as the gold still arrives as ``solution``;
+rlvr adds ``answer``, its gold, and ``id``), ``trainer_state`` (a ``transformers.TrainerState``:
+``global_step`` = steps finished before this one, ``max_steps``), ``log_extra`` and ``log_metric``.
+``log_metric(name, value)`` values are averaged over the step's calls (every rank, every round)
+into ``reward_fn/<name>`` in metrics.jsonl; ``log_extra(column, values)`` (one value per
+completion of the call) adds ``column`` to those completions' records in samples.jsonl.
 
 Failure policy (docs/training.md, "When a reward function fails"). A call *fails* when the
 function raises (``SystemExit`` included), takes longer than ``reward_timeout``, or returns the
@@ -21,9 +27,15 @@ returned None is *unscorable* (``rewards/all_none``) and gets advantage 0 (``tra
 
 from __future__ import annotations
 
+import json
 import logging
+import math
+import numbers
 import random
+import threading
 from collections import deque
+
+from transformers import TrainerState
 
 from rlvr.data import reward_columns
 from rlvr.rewards import MathAccuracy, VerifierPool, resolve_reward
@@ -35,6 +47,7 @@ logger = logging.getLogger(__name__)
 
 ERROR_WINDOW_STEPS = 10
 GOLD_CHECK_SAMPLE = 1000  # distinct golds read at start-up (a seeded sample of larger datasets)
+LOGGED_METRIC_PREFIX = "reward_fn/"  # log_metric(name, v): reward_fn/<name>#sum and #n, a mean in metrics.jsonl
 
 
 class RewardFunctionFailed(TrainingStopped):
@@ -44,10 +57,15 @@ class RewardFunctionFailed(TrainingStopped):
 class Rewarder:
     """Owns the verifier pool and the reward functions of a run."""
 
-    def __init__(self, reward_funcs: list[str], reward_weights: list[float] | None, *,
+    def __init__(self, reward_funcs: list, reward_weights: list[float] | None, *,
                  verifier_workers: int, verifier_timeout: float, answer_extraction: str,
-                 max_reward_error_frac: float = 0.5, reward_timeout: float | None = None):
+                 max_reward_error_frac: float = 0.5, reward_timeout: float | None = None,
+                 max_steps: int | None = None, tokenizer=None):
+        """``reward_funcs``: specs (``resolve_reward``) or callables; ``tokenizer`` gives the
+        ``completion_ids`` of texts scored without them (DaGRPO's anchors)."""
         self.pool = VerifierPool(num_workers=verifier_workers, timeout_s=verifier_timeout)
+        self.state = TrainerState(global_step=0, max_steps=max_steps or 0)  # reward functions' trainer_state
+        self.tokenizer = tokenizer
         self.funcs = [resolve_reward(spec, self.pool, answer_extraction=answer_extraction) for spec in reward_funcs]
         self.names = logged_names(self.funcs)  # what metrics call them: rewards/<name>_mean, <name>/errors
         # the reward that says "correct": the first function declaring it (the built-in accuracy does); None:
@@ -68,6 +86,14 @@ class Rewarder:
 
         ``parts`` maps each function's logged name to its values (None: not applicable or failed).
         """
+        totals, parts, stats, _ = self._score(rows, texts, None)
+        return totals, parts, stats
+
+    def _score(self, rows: list[dict], texts: list[list[str]], ids: list[list[list[int]]] | None):
+        """``score``, with the completions' token ids (None: tokenised here) and the ``log_extra`` columns."""
+        if ids is None:
+            encode = (lambda text: self.tokenizer(text, add_special_tokens=False)["input_ids"]) if self.tokenizer else None
+            ids = [[encode(text) if encode else None for text in row_texts] for row_texts in texts]
         keys = sorted({key for row in rows for key in reward_columns(row)})
         prompts, completions = [], []
         columns: dict[str, list] = {key: [] for key in keys}
@@ -80,8 +106,12 @@ class Rewarder:
                 for key in keys:  # a column missing from some rows is passed as None there
                     columns[key].append(row_columns.get(key))
         failures: dict[str, str] = {}
+        logged, extras = LoggedValues(), {}
+        trl_kwargs = {"completion_ids": [i for row_ids in ids for i in row_ids], "trainer_state": self.state,
+                      "log_extra": lambda column, values: extras.setdefault(column, []).extend(values),
+                      "log_metric": logged.log_metric}
         totals, parts, counts = combine_rewards(self.funcs, self.weights, prompts, completions, columns,
-                                                failures=failures, timeout_s=self.timeout_s)
+                                                failures=failures, timeout_s=self.timeout_s, extra_kwargs=trl_kwargs)
         self.last_failure.update(failures)
         stats = {f"rewards/{key}": float(value) for key, value in counts.items()}
         stats["rewards/calls"] = 1.0
@@ -89,17 +119,25 @@ class Rewarder:
             pop = getattr(func, "pop_stats", None)
             if pop is not None:
                 stats.update({f"rewards/{key}": float(value) for key, value in pop().items()})
-        return totals, parts, stats
+        stats.update(logged.counters())
+        return totals, parts, stats, _extra_columns(extras, len(completions))
 
-    def reward_groups(self, groups: list[Group]) -> dict[str, float]:
-        """Fill ``rewards``, ``reward_parts``, ``scorable`` and ``correctness`` of each group; return counters
-        for this call (``rewards/`` metrics, summed over rounds and ranks)."""
-        totals, parts, stats = self.score([g.row for g in groups], [g.texts for g in groups])
+    def reward_groups(self, groups: list[Group], *, step: int | None = None) -> dict[str, float]:
+        """Fill ``rewards``, ``reward_parts``, ``reward_extras``, ``scorable`` and ``correctness`` of each group;
+        return counters for this call (``rewards/`` metrics, summed over rounds and ranks).
+
+        ``step``: the training step (``trainer_state.global_step`` = step - 1, the steps finished).
+        """
+        if step is not None:
+            self.state.global_step = step - 1
+        ids = [[c.token_ids for c in g.completions] for g in groups]
+        totals, parts, stats, extras = self._score([g.row for g in groups], [g.texts for g in groups], ids)
         start = 0
         for group in groups:
             end = start + len(group.texts)
             group.rewards = totals[start:end]
             group.reward_parts = {name: values[start:end] for name, values in parts.items()}
+            group.reward_extras = {column: values[start:end] for column, values in extras.items()}
             group.scorable = [any(values[i] is not None for values in parts.values()) for i in range(start, end)]
             group.correctness = self.correctness
             start = end
@@ -155,3 +193,57 @@ class Rewarder:
 
     def _cause(self, name: str) -> str:
         return self.last_failure.get(name, "the failure happened on another rank: see its log")
+
+
+class LoggedValues:
+    """``log_metric(name, value)`` for one scoring call: sums and counts, averaged once the step is summed."""
+
+    def __init__(self):
+        self.sums: dict[str, float] = {}
+        self.counts: dict[str, int] = {}
+        self._lock = threading.Lock()  # async functions log from the event loop's thread
+
+    def log_metric(self, name: str, value: float) -> None:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"log_metric(name, value): name must be a non-empty string, got {name!r}")
+        if hasattr(value, "item"):  # a 0-d tensor or numpy number
+            value = value.item()
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+            raise TypeError(f"log_metric({name!r}, {value!r}): the value must be a finite number")
+        with self._lock:
+            self.sums[name] = self.sums.get(name, 0.0) + float(value)
+            self.counts[name] = self.counts.get(name, 0) + 1
+
+    def counters(self) -> dict[str, float]:
+        out = {}
+        for name, total in self.sums.items():
+            out[f"{LOGGED_METRIC_PREFIX}{name}#sum"] = total
+            out[f"{LOGGED_METRIC_PREFIX}{name}#n"] = float(self.counts[name])
+        return out
+
+
+def logged_metric_means(counts: dict[str, float]) -> dict[str, float]:
+    """``reward_fn/<name>`` = the mean of the ``log_metric`` values, from the step's summed ``#sum``/``#n``."""
+    return {key[: -len("#sum")]: value / counts[key[: -len("#sum")] + "#n"] for key, value in counts.items()
+            if key.startswith(LOGGED_METRIC_PREFIX) and key.endswith("#sum")}
+
+
+def _extra_columns(extras: dict[str, list], n: int) -> dict[str, list]:
+    """The ``log_extra`` columns with one value per completion, made JSON-safe (others: str); a column
+    with another count is left out, with a warning naming it."""
+    out = {}
+    for column, values in extras.items():
+        if len(values) != n:
+            logger.warning("log_extra(%r, ...) got %d values for the call's %d completions; the column is left "
+                           "out of samples.jsonl (log one value per completion)", column, len(values), n)
+            continue
+        out[column] = [_json_value(value) for value in values]
+    return out
+
+
+def _json_value(value):
+    try:
+        json.dumps(value, allow_nan=False)
+        return value
+    except (TypeError, ValueError):
+        return str(value)

@@ -131,11 +131,11 @@ class GroupGenerator:
         mine = self.ctx.share(len(rows))
         prompts = [ids for i in mine for ids in variant_prompts[i] for _ in range(G)]
         seeds = [request_seed(seed, k) for i in mine for k in range(first_request[i], first_request[i + 1])]
-        sampling = {"row_seeds": seeds} if self.engine.supports_row_seeds else {"generator_seed": seed + self.ctx.rank}
+        seeding = {"row_seeds": seeds} if self.engine.supports_row_seeds else {"generator_seed": seed + self.ctx.rank}
         with full_weights(self.policy), autocast(next(self.policy.parameters()).device, s.autocast):
             # FSDP2: gathered whole (ranks finish at different steps); bf16=true: computed as the update computes
-            completions = self.engine.generate(prompts, max_new_tokens=s.max_completion_length,
-                                               temperature=s.temperature, top_p=s.top_p, **sampling)
+            completions = self.engine.generate(prompts, max_new_tokens=s.max_completion_length, sampling=s.sampling,
+                                               **seeding)
         texts = [self.tokenizer.decode(c.token_ids, skip_special_tokens=True) for c in completions]
         groups, start = [], 0
         for i in mine:

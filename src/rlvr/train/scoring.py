@@ -153,6 +153,7 @@ def score(
     *,
     temperature: float,
     with_entropy: bool = False,
+    entropy_grad: bool = False,
     share_prefix: bool = True,
     head_chunk: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -162,7 +163,8 @@ def score(
         model: a causal LM accepting ``logits_to_keep`` and a ``cache``.
         batch: from :func:`collate`.
         temperature: logits are divided by it (the sampling temperature).
-        with_entropy: also return the per-token entropy (computed without grad).
+        with_entropy: also return the per-token entropy (computed without grad unless ``entropy_grad``).
+        entropy_grad: the entropy keeps its gradient (an entropy bonus in the loss).
         share_prefix: run each distinct prompt once (see the module docstring).
         head_chunk: > 0: the LM head runs on ``head_chunk`` tokens at a time from the last hidden
             states (``rlvr.core.lm_head``), so no [n, T, V] logits exist; 0: plain logits.
@@ -178,17 +180,19 @@ def score(
     if head_chunk > 0:
         head = lm_head(model)
         in_head = lambda span: _chunked_head(head, span, temperature=temperature, chunk=head_chunk,
-                                             with_entropy=with_entropy)
+                                             with_entropy=with_entropy, entropy_grad=entropy_grad)
     for piece in response_logits(model, batch, share_prefix=share_prefix, in_head=in_head):
         span = tokens[:, offset : offset + piece.shape[1]]
         offset += piece.shape[1]
         if in_head is not None and piece.shape[-1] == 2:  # the chunked head's (log-prob, entropy)
             logprobs.append(piece[..., 0])
-            entropy.append(piece[..., 1].detach())
+            entropy.append(piece[..., 1] if entropy_grad else piece[..., 1].detach())
             continue
         lp, lse = token_logprobs(piece, span, temperature=temperature, return_logsumexp=True)
         logprobs.append(lp)
-        if with_entropy:
+        if with_entropy and entropy_grad:
+            entropy.append(entropy_from_logits(piece, temperature=temperature))
+        elif with_entropy:
             with torch.no_grad():
                 entropy.append(entropy_from_logits(piece.detach(), temperature=temperature, logsumexp=lse.detach()))
     return torch.cat(logprobs, dim=1), (torch.cat(entropy, dim=1) if with_entropy else None)
@@ -213,13 +217,14 @@ def lm_head(model) -> torch.nn.Linear:
 
 @contextlib.contextmanager
 def _chunked_head(head: torch.nn.Linear, tokens: torch.Tensor, *, temperature: float, chunk: int,
-                  with_entropy: bool):
+                  with_entropy: bool, entropy_grad: bool = False):
     """Inside, ``head(h)`` returns [n, T', 2]: the log-prob of ``tokens`` (with grad) and the entropy
-    (zeros unless ``with_entropy``)."""
+    (zeros unless ``with_entropy``; with grad only with ``entropy_grad``)."""
     def forward(hidden):
         lp, ent = chunked_token_logprobs(hidden, head.weight, tokens, bias=head.bias, temperature=temperature,
                                          chunk_tokens=chunk, with_entropy=with_entropy)
-        return torch.stack([lp, ent], dim=-1)
+        # detached unless a loss uses it: the backward then gets no entropy gradient to add
+        return torch.stack([lp, ent if entropy_grad else ent.detach()], dim=-1)
 
     head.forward = forward
     try:

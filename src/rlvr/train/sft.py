@@ -74,6 +74,7 @@ class SFTTrainer(Trainer):
         return StepResult(metrics, samples, update=update)
 
 
-def make_trainer(cfg: ExperimentConfig) -> Trainer:
-    """The trainer class for the run's mode: supervised (``algo=sft``) or RL."""
-    return SFTTrainer(cfg) if compile_plan(cfg).mode == "sft" else Trainer(cfg)
+def make_trainer(cfg: ExperimentConfig, *, callbacks=()) -> Trainer:
+    """The trainer class for the run's mode: supervised (``algo=sft``) or RL; ``callbacks`` as for :class:`Trainer`."""
+    cls = SFTTrainer if compile_plan(cfg).mode == "sft" else Trainer
+    return cls(cfg, callbacks=callbacks)

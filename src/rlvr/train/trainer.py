@@ -22,10 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import get_scheduler
 
 from rlvr.config import ExperimentConfig
-from rlvr.data import PromptSampler, load_rows
+from rlvr.data import PromptSampler, load_python_rows, load_rows
 from rlvr.eval import group_diversity
 from rlvr.models import apply_lora, copy_for_reference, eos_token_ids, load_policy
 from rlvr.models.checkpointing import enable_activation_checkpointing
@@ -33,6 +32,7 @@ from rlvr.models.embedding import require_embedding_packages
 from rlvr.rollout import build_engine
 from rlvr.train import checkpoint as ckpt
 from rlvr.train.advantages import compute_advantages
+from rlvr.train.callbacks import Callbacks
 from rlvr.train.dagrpo_phase import build_dagrpo_phase
 from rlvr.train.distributed import init_distributed, shutdown_distributed, wrap_policy
 from rlvr.train.evaluation import TrainingEval, training_overlap
@@ -43,17 +43,20 @@ from rlvr.train.group_ids import GroupIds
 from rlvr.train.input_limits import check_training_lengths
 from rlvr.train.interrupts import StopOnSignal, TrainingInterrupted
 from rlvr.train.metrics import PhaseTimer, sample_records, step_metrics
+from rlvr.train.model_export import export_final_model
+from rlvr.train.optimizer import build_optimizer, build_scheduler
 from rlvr.train.plan import compile_plan
 from rlvr.train.progress import Progress, memory_metrics
 from rlvr.train.prompt_builder import PromptBuilder
 from rlvr.train.reference import AdapterOffReference
 from rlvr.train.rephrasings import attach_rephrasings
-from rlvr.train.resume import check_logged_steps, check_resumable_config, resume_checkpoint
+from rlvr.train.resume import check_logged_steps, check_resumable_config, resume_checkpoint, resume_output_dir
 from rlvr.train.rewarding import Rewarder
 from rlvr.train.rollout_phase import GroupGenerator, RolloutResult
 from rlvr.train.run_files import JsonlLog, write_config
 from rlvr.train.run_folder import RunFolderLock, check_not_foreign, mark_run_folder, new_run_folder
 from rlvr.train.stopping import TrainingStopped
+from rlvr.train.trackers import Trackers, open_trackers, require_trackers
 from rlvr.train.update import PolicyUpdate, UpdateResult
 
 logger = logging.getLogger(__name__)
@@ -89,11 +92,14 @@ class StepResult:
 class Trainer:
     """Builds everything from an :class:`ExperimentConfig` and runs the loop (on every rank)."""
 
-    def __init__(self, cfg: ExperimentConfig):
+    def __init__(self, cfg: ExperimentConfig, *, callbacks=()):
+        """``callbacks``: objects with ``on_step_end(step, metrics)`` / ``on_save(step, path)``, or
+        ``transformers.TrainerCallback`` objects, called on rank 0 (``callbacks.py``)."""
         self.cfg = cfg
+        self.user_callbacks = list(callbacks)
         self.dist = init_distributed(timeout_s=cfg.run.ddp_timeout)
         self._check_world()
-        name = cfg.run.output_dir
+        name = resume_output_dir(cfg.run.output_dir, cfg.run.resume_from_checkpoint)  # unset: the checkpoint's run
         if name is None and self.dist.is_main:
             name = str(new_run_folder(cfg.algorithm.algo))  # unique: created exclusively
         self.output_dir = Path(self.dist.broadcast_object(name))  # one run directory for every rank
@@ -109,6 +115,7 @@ class Trainer:
     def _set_up(self, cfg: ExperimentConfig) -> None:
         """Everything but the run folder: data, model, engine, rewards, the phases, optimiser, logs."""
         self._check_output_dir()
+        require_trackers(cfg.run.report_to)  # a missing tracker package fails now, with the pip command
         torch.manual_seed(cfg.run.seed)
         self.plan = compile_plan(cfg)  # the decisions of a step, made once
         self.rows = self._load_rows()
@@ -130,20 +137,23 @@ class Trainer:
         self.ref_model = self._reference_model()  # (a copy made before checkpointing wraps the policy's layers)
         if cfg.model.gradient_checkpointing:
             enable_activation_checkpointing(self.policy)
-        self.train_model = wrap_policy(self.policy, self.dist, cfg.run.parallelism, self.device)  # DDP/FSDP2
+        self.train_model = wrap_policy(self.policy, self.dist, cfg.run.parallelism, self.device,  # DDP/FSDP2
+                                       compute_dtype=self.plan.update.autocast)
         self.engine = build_engine(cfg.rollout.rollout_engine, self.policy, pad_token_id=self.tokenizer.pad_token_id,
                                    eos_token_ids=eos_token_ids(self.policy, self.tokenizer))
         self.prompts = PromptBuilder(self.tokenizer, system_prompt=cfg.data.system_prompt,
-                                     instruction=cfg.data.instruction, rephrased=self.plan.rollout.rephrased)
+                                     instruction=cfg.data.instruction, rephrased=self.plan.rollout.rephrased,
+                                     chat_template_kwargs=cfg.data.chat_template_kwargs)
         self._apply_length_limits()  # before anything is generated
         self.sampler = PromptSampler(self.rows, seed=cfg.run.seed, shuffle=cfg.data.shuffle)
         self.group_ids = GroupIds()
         self.generate_groups = GroupGenerator(self.plan.rollout, self.engine, self.tokenizer, self.prompts,
                                               self.group_ids, self.dist, policy=self.policy)
         r = cfg.reward
-        self.rewarder = Rewarder(r.reward_funcs, r.reward_weights, verifier_workers=r.verifier_workers,
-                                 verifier_timeout=r.verifier_timeout, answer_extraction=r.answer_extraction,
-                                 max_reward_error_frac=r.max_reward_error_frac, reward_timeout=r.reward_timeout)
+        self.rewarder = Rewarder([cfg.python.reward(spec) for spec in r.reward_funcs], r.reward_weights,
+                                 verifier_workers=r.verifier_workers, verifier_timeout=r.verifier_timeout,
+                                 answer_extraction=r.answer_extraction, max_reward_error_frac=r.max_reward_error_frac,
+                                 reward_timeout=r.reward_timeout, max_steps=cfg.run.max_steps, tokenizer=self.tokenizer)
         if self.dist.is_main:
             self.rewarder.check_golds(self.rows, cfg.data.data)  # one warning when most golds are not math
         if cfg.tagrpo.diversity_steps:
@@ -160,6 +170,10 @@ class Trainer:
         self.samples_log = JsonlLog(self.output_dir / "samples.jsonl")
         self.grad_spikes = GradSpikes(factor=cfg.run.grad_spike_factor)
         self.skipped_in_a_row = 0  # optimiser steps since the last finite one
+        self.trackers = Trackers({})  # report_to's are opened by rank 0 when the run starts (train)
+        self.callbacks = Callbacks(self.user_callbacks, output_dir=self.output_dir, max_steps=cfg.run.max_steps,
+                                   objects={"model": self.policy, "processing_class": self.tokenizer,
+                                            "optimizer": self.optimizer, "lr_scheduler": self.scheduler})
 
     # ----------------------------------------------------------------- the algorithm
     def training_step(self, step: int) -> StepResult:
@@ -174,7 +188,7 @@ class Trainer:
             with timer("rollout"):  # G responses per prompt (TA-GRPO: to each variant), per-request seeds
                 groups = self.generate_groups(rows, seed=rollout.seed)
             with timer("reward"):  # r = Σ_k w_k·f_k, each function's values kept
-                reward_counts = self.rewarder.reward_groups(groups)
+                reward_counts = self.rewarder.reward_groups(groups, step=step)
             with timer("score"):  # DaGRPO: s = α·r + (1−α)·q, anchors into failed groups
                 dagrpo_counts = self.dagrpo.process(groups) if self.dagrpo is not None else None
             rollout.add(self.dist, groups, reward_counts, dagrpo_counts)  # every rank's groups; DAPO's filter
@@ -233,6 +247,10 @@ class Trainer:
         history, progress = [], None
         try:
             start = self._start()
+            if main:  # TensorBoard / W&B / trackio / MLflow (trackers.py), sent the resolved config
+                r = self.cfg.run
+                self.trackers = open_trackers(r.report_to, run_name=r.run_name, logging_dir=r.logging_dir,
+                                              output_dir=self.output_dir, config=self.cfg.to_dict())
             progress = Progress(self.cfg.run.max_steps, start, enabled=self.cfg.run.progress_bar and main)
             with StopOnSignal() as stop:
                 for step in range(start + 1, self.cfg.run.max_steps + 1):
@@ -244,21 +262,27 @@ class Trainer:
                                 metrics.update(self.evaluation.run(self.policy, self.tokenizer, self.output_dir, step))
                             self.dist.barrier()
                     if main:
+                        samples = result.samples if self.cfg.run.log_completions else []
+                        metrics.update(self.trackers.log_step(step, metrics, samples))  # {} for report_to=none
                         self.metrics_log.write([metrics])
                         if self.cfg.run.log_completions:
                             self.samples_log.write(result.samples)
+                        self.callbacks.step_end(step, metrics)
                     history.append(metrics)
                     progress.update(metrics)
                     self._check_finite_steps(step, result.update)
                     save_every, stopping = self.cfg.run.save_steps, self._stop_requested(stop)
                     if step == self.cfg.run.max_steps or (save_every and step % save_every == 0) or stopping:
-                        path = self.save(step)
+                        path = self.save(step, final=step == self.cfg.run.max_steps)
+                        if main:
+                            self.callbacks.saved(step, path)
                     if stopping and step < self.cfg.run.max_steps:
                         raise TrainingInterrupted(stopping, step, path, self.output_dir)
         finally:
             if progress is not None:
                 progress.close()
             self.rewarder.close()
+            self.trackers.close()
             if self.lock is not None:
                 self.lock.release()
             shutdown_distributed(self.dist)  # also when a step raised (e.g. TrainingStopped)
@@ -273,19 +297,23 @@ class Trainer:
         (largest,) = self.dist.max_floats([float(stop.requested or 0)])
         return int(largest)
 
-    def save(self, step: int) -> Path | None:
-        """Rank 0 writes the checkpoint (atomically); the others wait for it."""
+    def save(self, step: int, *, final: bool = False) -> Path | None:
+        """Rank 0 writes the checkpoint (atomically); the others wait for it. ``final``: the last step, whose
+        model is also put at output_dir (TRL's ``save_model``)."""
         state = {"step": step, "sampler": self.sampler.state_dict(), "group_counter": self.group_ids.last,
                  "grad_spikes": self.grad_spikes.state_dict(), "skipped_in_a_row": self.skipped_in_a_row}
         path, model_state, optimizer_state = None, None, None
         if is_sharded(self.policy):  # gather the full states (a collective: every rank takes part)
             model_state, optimizer_state = full_state_dicts(self.policy, self.optimizer)
         if self.dist.is_main:
+            state["log_history"] = self.metrics_log.read()  # transformers' TrainerState.log_history: steps 1..step
             path = ckpt.save_checkpoint(
                 self.output_dir, step, model=self.policy, tokenizer=self.tokenizer, optimizer=self.optimizer,
                 scheduler=self.scheduler, trainer_state=state, keep_last=self.cfg.run.save_total_limit,
-                model_state=model_state, optimizer_state=optimizer_state,
+                model_state=model_state, optimizer_state=optimizer_state, merged_model=self.cfg.model.save_merged_model,
             )
+            if final:
+                export_final_model(path, self.output_dir)
         self.dist.barrier()
         return path
 
@@ -311,7 +339,8 @@ class Trainer:
         check = check_training_lengths(
             self.rows, source=cfg.data.data, max_completion_length=cfg.rollout.max_completion_length,
             max_prompt_length=cfg.rollout.max_prompt_length, system_prompt=cfg.data.system_prompt,
-            instruction=cfg.data.instruction, policy=self.policy, tokenizer=self.tokenizer, engine=self.engine,
+            instruction=cfg.data.instruction, chat_template_kwargs=cfg.data.chat_template_kwargs,
+            policy=self.policy, tokenizer=self.tokenizer, engine=self.engine,
             tokenize=self.prompts.variants, refuse=mode == "error")
         self.truncation = mode
         self.prompts_dropped = len(check.too_long) if mode == "drop" else 0
@@ -339,6 +368,7 @@ class Trainer:
             ks=tuple(e.eval_k), temperature=e.eval_temperature, top_p=e.eval_top_p,
             max_completion_length=e.eval_max_completion_length or cfg.rollout.max_completion_length,
             limit=e.eval_limit, instruction=cfg.data.instruction, system_prompt=cfg.data.system_prompt,
+            chat_template_kwargs=cfg.data.chat_template_kwargs,
             answer_extraction=cfg.reward.answer_extraction, seed=cfg.run.seed, model_name=cfg.model.model,
         )
 
@@ -347,20 +377,19 @@ class Trainer:
             return None
         if self.cfg.model.lora_r > 0:
             return AdapterOffReference(self.policy)  # the base weights, without a second copy
-        return copy_for_reference(self.policy)
+        reference = copy_for_reference(self.policy)
+        if self.plan.update.autocast and self.dist.enabled and self.cfg.run.parallelism == "fsdp":
+            # FSDP2 with bf16=true computes with bf16 weights (MixedPrecisionPolicy): a bf16 copy computes
+            # exactly what the initial policy computes, in half the memory
+            reference.to(getattr(torch, self.plan.update.autocast))
+        return reference
 
     def _optimizer(self):
         o = self.cfg.optim
-        params = [p for p in self.policy.parameters() if p.requires_grad]
-        # fused=True measured 0.3 -> 0.1 s per step on CPU; off until re-checked against the exact
-        # resume test under load (docs/performance.md, "What is left").
-        optimizer = torch.optim.AdamW(params, lr=o.learning_rate, betas=(o.adam_beta1, o.adam_beta2),
-                                      weight_decay=o.weight_decay)
+        optimizer = build_optimizer([p for p in self.policy.parameters() if p.requires_grad], o)
         u = self.plan.update
         total = self.cfg.run.max_steps * u.num_iterations * u.num_minibatches  # optimiser steps of the run
-        scheduler = get_scheduler(o.lr_scheduler_type, optimizer,
-                                  num_warmup_steps=round(o.warmup_ratio * total), num_training_steps=total)
-        return optimizer, scheduler
+        return optimizer, build_scheduler(optimizer, o, total)
 
     def _check_output_dir(self) -> None:
         """A folder holding a run is continued (resume=true) or replaced (overwrite_output_dir=true), never
@@ -371,7 +400,7 @@ class Trainer:
         has_checkpoint = bool(ckpt.list_checkpoints(self.output_dir))
         if run.overwrite_output_dir or not (has_metrics or has_checkpoint):
             return
-        if not run.resume:
+        if not (run.resume or run.resume_from_checkpoint):
             raise ValueError(f"{self.output_dir} already holds a run; pass resume=true to continue it, "
                              "overwrite_output_dir=true to start it over, or choose a new output_dir")
         if not has_checkpoint:
@@ -387,7 +416,9 @@ class Trainer:
         out, main = self.output_dir, self.dist.is_main
         self._check_output_dir()
         self.dist.barrier()  # every rank has looked at the folder before rank 0 writes to it
-        found = self.dist.broadcast_object(resume_checkpoint(out) if main and self.cfg.run.resume else None)
+        run = self.cfg.run
+        found = self.dist.broadcast_object(resume_checkpoint(out, run.resume_from_checkpoint)
+                                           if main and (run.resume or run.resume_from_checkpoint) else None)
         if found is not None:
             check_resumable_config(out / "config.yaml", self.cfg.flat(), force=self.cfg.run.force_resume)
         if main:
@@ -410,6 +441,7 @@ class Trainer:
         self.group_ids.last = state["group_counter"]
         self.grad_spikes.load_state_dict(state["grad_spikes"])
         if main:
+            ckpt.remove_checkpoints_after(out, state["step"])  # resume_from_checkpoint: the later steps are abandoned
             self.metrics_log.truncate_after(state["step"])
             self.samples_log.truncate_after(state["step"])
             check_logged_steps(self.metrics_log.read(), state["step"], out, force=self.cfg.run.force_resume)
@@ -421,7 +453,8 @@ class Trainer:
     def _load_rows(self) -> list[dict]:
         """The training rows (with rephrasings): rank 0 first, so it alone fills any on-disk cache."""
         cfg, rows = self.cfg, None
-        load = lambda: attach_rephrasings(load_rows(cfg.data.data), cfg.tagrpo, data=cfg.data.data, seed=cfg.run.seed)
+        source = (lambda: load_rows(cfg.data.data)) if cfg.python.data is None else (lambda: load_python_rows(cfg.python.data))
+        load = lambda: attach_rephrasings(source(), cfg.tagrpo, data=cfg.data.data, seed=cfg.run.seed)
         if self.dist.is_main:
             rows = load()
         self.dist.barrier()

@@ -9,6 +9,8 @@ so k micro-batches of b give exactly the loss and gradient of one batch of k·b 
 micro-batches hold responses of similar length (``length_buckets``), so little of a forward is padding.
 
 Anchor rows (expert responses) take −Â·ψ(π_θ(a_t)) instead of the clipped term, never clipped.
+With ``entropy_coef`` c > 0 the sampled tokens' loss also gets −c·H_t (the entropy then keeps its
+gradient: one more [n, T, V] softmax kept for the backward on the plain-logits path).
 The settings come from ``plan.UpdateSettings``; this module knows no algorithm by name.
 
 Old log-probs are computed only when the ratio can differ from 1 (μ > 1 or several mini-batches);
@@ -185,14 +187,14 @@ class PolicyUpdate:
         width = collated.response_width
         with autocast(_device(self.model), s.autocast):  # bf16=true: bf16 compute, fp32 log-probs and loss
             logprobs, entropy = score(self.model, collated, temperature=s.temperature, with_entropy=True,
-                                      head_chunk=s.head_chunk)
+                                      entropy_grad=s.loss.entropy_coef > 0, head_chunk=s.head_chunk)
         device = logprobs.device
         old = pad_rows([batch.old[i] for i in rows], width).to(device) if batch.old is not None else logprobs.detach()
         ref = pad_rows([batch.ref[i] for i in rows], width).to(device) if batch.ref is not None else None
         anchor = exp.is_anchor[rows].to(device)  # [n]
         mask = mask.to(device)
         out = policy_loss(logprobs, old, batch.advantages[rows].to(device), mask, is_anchor=anchor, ref_logprobs=ref,
-                          **s.loss.as_kwargs())
+                          entropy=entropy, **s.loss.as_kwargs())
         loss = aggregate(out.per_token, mask, s.aggregation, max_completion_length=s.max_completion_length,
                          num_tokens=num_tokens, num_sequences=num_sequences)
         scale = self.ctx.world_size
@@ -200,7 +202,8 @@ class PolicyUpdate:
         zero = torch.zeros((), dtype=torch.float64, device=device)
         d = lambda value: value.detach().to(torch.float64)
         sums = {"tokens": d(mask.sum()), "clipped_tokens": d(out.clipped_tokens),
-                "kl_sum": d(out.kl_sum) if out.kl_sum is not None else zero, "entropy_sum": d(entropy[mask].sum())}
+                "kl_sum": d(out.kl_sum) if out.kl_sum is not None else zero,
+                "entropy_sum": d(entropy.detach()[mask].sum())}
         if on_policy:  # sampler vs trainer log-probs; for responses scored on another prompt than the one
             # they were sampled from (TA-GRPO's q_0 vs q_j) the gap |log π(o|q_j) − log π(o|q_0)| instead
             sampled = pad_rows([torch.tensor(exp.sampling_logprobs[i]) for i in rows], width).to(device)

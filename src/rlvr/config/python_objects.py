@@ -1,0 +1,108 @@
+"""What the Python API may give ``build_config`` that is no config value: reward callables and in-memory data.
+
+    build_config({"reward_funcs": [my_reward, "format"], "data": rows_or_dataset, ...})
+
+The config keeps only text, so config.yaml is still written and compared on resume: a callable
+is recorded by its qualified name (``package.module.function`` when that name imports back to the
+same object, so the file can be reused from the command line; ``python:<module>.<qualname>``
+otherwise, e.g. a lambda or a function defined in a test), and in-memory data as
+``python:<type>[<N> rows, <fingerprint>]``. The objects themselves ride along in
+:class:`PythonObjects` (``ExperimentConfig.python``), which the trainer reads. A run resumed
+from Python must pass the same objects again; ``data=python:...`` from the command line is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+PYTHON_PREFIX = "python:"
+
+
+@dataclass(frozen=True)
+class PythonObjects:
+    """Reward callables by the label the config holds, and the rows given as ``data`` (None: ``data`` names them)."""
+
+    reward_funcs: tuple[tuple[str, Callable], ...] = ()
+    data: Any = None  # a list of row dicts or a datasets.Dataset
+
+    def reward(self, spec: str):
+        """The callable a ``reward_funcs`` entry stands for, or the spec itself (a name to resolve)."""
+        return dict(self.reward_funcs).get(spec, spec)
+
+
+def split_python_objects(overrides: dict[str, Any]) -> tuple[dict[str, Any], PythonObjects]:
+    """``overrides`` with callables and in-memory data replaced by their labels, and the objects."""
+    overrides = dict(overrides)
+    rewards: list[tuple[str, Callable]] = []
+    funcs = overrides.get("reward_funcs")
+    if callable(funcs) and not isinstance(funcs, str):
+        funcs = [funcs]
+    if isinstance(funcs, (list, tuple)) and any(callable(f) and not isinstance(f, str) for f in funcs):
+        labels = []
+        for fn in funcs:
+            if callable(fn) and not isinstance(fn, str):
+                label = _unique(callable_label(fn), {taken for taken, _ in rewards})
+                rewards.append((label, fn))
+                fn = label
+            labels.append(fn)
+        overrides["reward_funcs"] = labels
+    data = overrides.get("data")
+    if data is not None and not isinstance(data, str):
+        overrides["data"] = data_label(data)
+    else:
+        data = None
+    return overrides, PythonObjects(tuple(rewards), data)
+
+
+def callable_label(fn: Callable) -> str:
+    """``module.qualname`` when importing it gives ``fn`` back, else ``python:module.qualname``."""
+    module = getattr(fn, "__module__", None) or "?"
+    qualname = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    name = f"{module}.{qualname}"
+    if module != "__main__" and "<" not in qualname and _imports_back(module, qualname, fn):
+        return name
+    return f"{PYTHON_PREFIX}{name}"
+
+
+def _imports_back(module: str, qualname: str, fn: Callable) -> bool:
+    """``module.qualname`` is ``fn`` (looked up in the loaded modules: nothing is imported here)."""
+    target = sys.modules.get(module)
+    if target is None:
+        return False
+    try:
+        for part in qualname.split("."):
+            target = getattr(target, part)
+    except Exception:  # noqa: BLE001  (any failure means: not importable by that name)
+        return False
+    return target is fn
+
+
+def _unique(label: str, taken: set[str]) -> str:
+    candidate, k = label, 1
+    while candidate in taken:
+        k += 1
+        candidate = f"{label}#{k}"
+    return candidate
+
+
+def data_label(data: Any) -> str:
+    """``python:list[64 rows, 1a2b3c4d]``: the rows' count and fingerprint (a Dataset's own, else a CRC of the JSON)."""
+    if isinstance(data, (list, tuple)):
+        if not all(isinstance(row, dict) for row in data):
+            bad = next(row for row in data if not isinstance(row, dict))
+            raise TypeError(f"data from Python must be a list of row dicts (or a datasets.Dataset); found a "
+                            f"{type(bad).__name__} ({str(bad)[:80]!r})")
+        text = json.dumps(list(data), sort_keys=True, default=str)
+        return f"{PYTHON_PREFIX}list[{len(data)} rows, {zlib.crc32(text.encode()):08x}]"
+    is_mapping = hasattr(data, "keys")  # a dict, or a datasets.DatasetDict (which also has column_names)
+    if not is_mapping and hasattr(data, "column_names") and hasattr(data, "__len__"):  # datasets.Dataset
+        fingerprint = getattr(data, "_fingerprint", None) or "no fingerprint"
+        return f"{PYTHON_PREFIX}{type(data).__name__}[{len(data)} rows, {fingerprint}]"
+    hint = " (a DatasetDict: pick a split, e.g. dataset['train'])" if is_mapping else ""
+    raise TypeError(f"data must be a dataset spec (text), a list of row dicts or a datasets.Dataset, "
+                    f"got a {type(data).__name__}{hint}")

@@ -1,0 +1,102 @@
+"""Where a run's checkpoints and saved models live, and how folders are made durable.
+
+The layout is transformers'/TRL's, so ``AutoModelForCausalLM.from_pretrained`` and
+``AutoTokenizer.from_pretrained`` (and vLLM) load any of these folders as they are::
+
+    <output_dir>/
+      config.json, model.safetensors, generation_config.json, tokenizer files   the final model
+      checkpoint-20/   the model at step 20, the same files at the top, and beside them
+                       optimizer.pt, scheduler.pt, rng.pt, trainer_state.json, manifest.json
+      base_model/      LoRA on a model with no folder or Hub id (tiny-random): the frozen base
+                       that adapter_config.json's base_model_name_or_path names
+      merged/          LoRA with save_merged_model=true: base + adapter merged (also in each checkpoint)
+
+A LoRA run's model files are the adapter (adapter_config.json, adapter_model.safetensors).
+The old layout (``<output_dir>/checkpoints/step-000020/`` with the model in ``model/``) is still
+found, for resume and ``rlvr eval``, and never written. No torch here: ``rlvr eval`` uses it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+OLD_ROOT, OLD_STEP = "checkpoints", re.compile(r"^step-(\d+)$")  # the layout before issue 19
+MANIFEST = "manifest.json"
+TRAINING_FILES = ("optimizer.pt", "scheduler.pt", "rng.pt", "trainer_state.json", MANIFEST)
+BASE_MODEL, MERGED = "base_model", "merged"
+
+
+def checkpoint_dir(output_dir: Path, step: int) -> Path:
+    """``<output_dir>/checkpoint-<step>``: no zero padding, as transformers' ``checkpoint-500``."""
+    return output_dir / f"checkpoint-{step}"
+
+
+def checkpoint_step(folder: Path) -> int | None:
+    """The step of a checkpoint folder by its name (either layout); None: not a checkpoint name."""
+    if m := CHECKPOINT.match(folder.name):
+        return int(m.group(1))
+    if folder.parent.name == OLD_ROOT and (m := OLD_STEP.match(folder.name)):
+        return int(m.group(1))
+    return None
+
+
+def list_checkpoints(output_dir: Path) -> list[Path]:
+    """The checkpoint folders of ``output_dir``, oldest first (both layouts; at one step the new one).
+
+    Only complete folders have these names: a save writes ``.tmp-checkpoint-N`` and renames it.
+    """
+    candidates = [*output_dir.glob("checkpoint-*"), *(output_dir / OLD_ROOT).glob("step-*")]
+    found: dict[int, Path] = {}
+    for path in candidates:
+        step = checkpoint_step(path)
+        if step is not None and path.is_dir() and (step not in found or found[step].parent.name == OLD_ROOT):
+            found[step] = path
+    return [found[step] for step in sorted(found)]
+
+
+def model_folder(checkpoint: Path) -> Path:
+    """The folder holding a checkpoint's model files: itself, or ``model/`` in the old layout."""
+    old = checkpoint / "model"
+    return old if checkpoint.parent.name == OLD_ROOT and old.is_dir() else checkpoint
+
+
+def run_folder_of(checkpoint: Path) -> Path:
+    """The run folder (output_dir) a checkpoint folder belongs to."""
+    return checkpoint.parent.parent if checkpoint.parent.name == OLD_ROOT else checkpoint.parent
+
+
+def link_or_copy(source: Path, target: Path) -> None:
+    """Hard-link ``source`` (a file or a folder, recursively) to ``target``; copy where links fail.
+
+    Safe because saved files are never written in place (every save writes new files and renames).
+    """
+    if source.is_dir():
+        target.mkdir()
+        for child in source.iterdir():
+            link_or_copy(child, target / child.name)
+        return
+    try:
+        os.link(source, target)
+    except OSError:  # a file system without hard links
+        shutil.copy2(source, target)
+
+
+def fsync_tree(folder: Path) -> None:
+    for path in folder.rglob("*"):
+        if path.is_file():
+            with open(path, "rb") as fh:
+                os.fsync(fh.fileno())
+    for path in [folder, *[p for p in folder.rglob("*") if p.is_dir()]]:
+        fsync_dir(path)
+
+
+def fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
