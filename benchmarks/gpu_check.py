@@ -16,7 +16,10 @@ responses, the same reasoning-gym chain_sum data for all three:
   tagrpo  algo=tagrpo (N = 4 rule rephrasings, pools of (N + 1) x G = 40 responses per question)
   *_lean  the same with fp32 master weights and bf16 compute (bf16=true), activation checkpointing
           and the chunked LM head (lm_head_chunk_tokens=1024): peak memory and time side by side
-          with the bf16-parameter runs above (FSDP2 needs torchrun and is not run here)
+          with the bf16-parameter runs above
+  grpo_lean_fsdp  grpo_lean on all the GPUs under FSDP2 (`rlvr train nproc=K parallelism=fsdp`, in
+          a subprocess); in the default list only when torch sees 2 or more GPUs (--fsdp-procs K
+          forces it, e.g. 2 with --device cpu to check the path on gloo)
 
 Each config is built with `load_config(None, ["key=value", ...])` and trained with
 `make_trainer(cfg).train()`, which returns one metric dict per step. The table gives the median over
@@ -49,6 +52,7 @@ import json
 import math
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -65,6 +69,7 @@ CONFIGS = {
     "grpo_lean": ["algo=grpo"],
     "dagrpo_lean": ["algo=dagrpo"],
     "tagrpo_lean": ["algo=tagrpo"],
+    "grpo_lean_fsdp": ["algo=grpo"],
 }
 # the memory and precision stack of a 7B run (docs/scaling.md): fp32 master weights with bf16 compute,
 # checkpointed layers, the chunked LM head; applied after the shared settings (it needs dtype=float32)
@@ -89,8 +94,18 @@ def overrides(args, name: str, output_dir: str) -> list[str]:
         f"output_dir={output_dir}",
         "progress_bar=false",
         "log_completions=false",
-        *(LEAN if name.endswith("_lean") else []),
+        *(LEAN if "_lean" in name else []),
     ]
+
+
+def run_fsdp(pairs: list[str], procs: int, output_dir: Path) -> list[dict]:
+    """One config under FSDP2 on ``procs`` processes (the real launcher); its metrics.jsonl lines."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    cmd = [sys.executable, "-m", "rlvr.cli", "train", f"nproc={procs}", "parallelism=fsdp", *pairs]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"exit {proc.returncode}: {proc.stderr[-2000:]}")
+    return [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 def median_of(history: list[dict], key: str) -> float | None:
@@ -112,8 +127,10 @@ def run_config(args, name: str) -> dict:
         result: dict = {"config": name, "overrides": pairs}
         start = time.perf_counter()
         try:
-            cfg = load_config(None, pairs)
-            history = make_trainer(cfg).train()
+            if name.endswith("_fsdp"):  # peak memory: rank 0's, from its metrics
+                history = run_fsdp(pairs, args.fsdp_procs, Path(tmp) / name)
+            else:
+                history = make_trainer(load_config(None, pairs)).train()
         except Exception as error:  # noqa: BLE001  (one failing config must not cost the others their GPU time)
             result.update(error=f"{type(error).__name__}: {error}", traceback=traceback.format_exc(),
                           wall_s=time.perf_counter() - start)
@@ -128,7 +145,8 @@ def run_config(args, name: str) -> dict:
         median_rollout_s=median_of(history, "time/rollout_s"),
         median_update_s=median_of(history, "time/update_s"),
         median_tokens_per_s=median_of(history, "perf/tokens_per_s"),
-        peak_gpu_gib=torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
+        peak_gpu_gib=(median_of(history, "perf/cuda_max_allocated_gb") if name.endswith("_fsdp")
+                      else torch.cuda.max_memory_allocated() / 2**30) if cuda else None,
         final_loss=loss,
         final_loss_finite=None if loss is None else math.isfinite(loss),
         skipped_steps=sum(m.get("train/skipped_steps") or 0 for m in history),
@@ -174,7 +192,10 @@ def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=3, help="training steps per config (default 3)")
-    parser.add_argument("--configs", default=",".join(CONFIGS), help=f"comma list of {', '.join(CONFIGS)}")
+    parser.add_argument("--configs", help=f"comma list of {', '.join(CONFIGS)} (default: all; the _fsdp one "
+                        "only with 2 or more GPUs or --fsdp-procs)")
+    parser.add_argument("--fsdp-procs", type=int, default=None,
+                        help="processes of the _fsdp config (default: the GPUs torch sees)")
     parser.add_argument("--out", default=DEFAULT_OUT, help=f"JSON file for every result (default {DEFAULT_OUT})")
     parser.add_argument("--data", default=DATA, help="training data for all configs (default: chain_sum, 2-4 terms)")
     parser.add_argument("--micro-batch", type=int, default=32,
@@ -189,7 +210,13 @@ def parse_args(argv):
     cpu.add_argument("--prompts", type=int, default=8, help="prompts_per_step (default 8)")
     cpu.add_argument("--generations", type=int, default=8, help="num_generations (default 8)")
     args = parser.parse_args(argv)
-    names = [c.strip() for c in args.configs.split(",") if c.strip()]
+    if args.fsdp_procs is None:
+        args.fsdp_procs = torch.cuda.device_count() if args.device == "cuda" and torch.cuda.is_available() else 0
+    default = [c for c in CONFIGS if not c.endswith("_fsdp") or args.fsdp_procs >= 2]
+    names = [c.strip() for c in args.configs.split(",") if c.strip()] if args.configs else default
+    if any(n.endswith("_fsdp") for n in names) and args.fsdp_procs < 2:
+        parser.error("the _fsdp config needs 2 or more processes: --fsdp-procs K (GPUs torch sees: "
+                     f"{torch.cuda.device_count() if torch.cuda.is_available() else 0})")
     unknown = sorted(set(names) - set(CONFIGS))
     if unknown or not names:
         parser.error(f"--configs: unknown {unknown}; choose from {', '.join(CONFIGS)}")
