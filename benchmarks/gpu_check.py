@@ -20,6 +20,14 @@ responses, the same reasoning-gym chain_sum data for all three:
   grpo_lean_fsdp  grpo_lean on all the GPUs under FSDP2 (`rlvr train nproc=K parallelism=fsdp`, in
           a subprocess); in the default list only when torch sees 2 or more GPUs (--fsdp-procs K
           forces it, e.g. 2 with --device cpu to check the path on gloo)
+  grpo_vllm        rollout_engine=vllm, colocated (vllm_gpu_memory_utilization=0.3)
+  grpo_vllm_sleep  the same with vllm_enable_sleep_mode=true (CUDA only)
+  grpo_vllm_async  the same with async_generation=true (one-step-off-policy)
+  grpo_vllm_server vllm_mode=server against an `rlvr vllm-serve` this script starts on the same GPU
+          (--gpu-memory-utilization 0.3), so the transport and the version rule run on CUDA (NCCL)
+  The four _vllm configs need vllm in the environment (`pip install vllm`; the device machine
+  cannot download it): without it they are left out of the default list with a line saying so, and
+  fail with that reason if named in --configs.
 
 Each config is built with `load_config(None, ["key=value", ...])` and trained with
 `make_trainer(cfg).train()`, which returns one metric dict per step. The table gives the median over
@@ -70,6 +78,10 @@ CONFIGS = {
     "dagrpo_lean": ["algo=dagrpo"],
     "tagrpo_lean": ["algo=tagrpo"],
     "grpo_lean_fsdp": ["algo=grpo"],
+    "grpo_vllm": ["algo=grpo", "rollout_engine=vllm"],
+    "grpo_vllm_sleep": ["algo=grpo", "rollout_engine=vllm", "vllm_enable_sleep_mode=true"],
+    "grpo_vllm_async": ["algo=grpo", "rollout_engine=vllm", "async_generation=true"],
+    "grpo_vllm_server": ["algo=grpo", "rollout_engine=vllm", "vllm_mode=server"],
 }
 # the memory and precision stack of a 7B run (docs/scaling.md): fp32 master weights with bf16 compute,
 # checkpointed layers, the chunked LM head; applied after the shared settings (it needs dtype=float32)
@@ -108,6 +120,38 @@ def run_fsdp(pairs: list[str], procs: int, output_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
 
 
+def has_vllm() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def with_vllm_server(args, pairs: list[str], train):
+    """Start `rlvr vllm-serve` on this machine's GPU (0.3 of its memory), run ``train(pairs + server
+    options)``, stop the server."""
+    port, group = free_port(), free_port()
+    cmd = [sys.executable, "-m", "rlvr.cli", "vllm-serve", "--model", "smollm2-135m", "--port", str(port),
+           "--host", "127.0.0.1", "--dtype", args.dtype, "--gpu-memory-utilization", "0.3"]
+    server = subprocess.Popen(cmd, env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        return train([*pairs, f"vllm_server_port={port}", f"vllm_group_port={group}", "vllm_server_timeout=300"])
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
 def median_of(history: list[dict], key: str) -> float | None:
     values = [m[key] for m in history if m.get(key) is not None]
     return statistics.median(values) if values else None
@@ -127,8 +171,12 @@ def run_config(args, name: str) -> dict:
         result: dict = {"config": name, "overrides": pairs}
         start = time.perf_counter()
         try:
+            if "_vllm" in name and not has_vllm():
+                raise RuntimeError("vllm is not installed in this environment: pip install vllm (own environment)")
             if name.endswith("_fsdp"):  # peak memory: rank 0's, from its metrics
                 history = run_fsdp(pairs, args.fsdp_procs, Path(tmp) / name)
+            elif name.endswith("_server"):  # peak memory: the trainer's process only (the server is another)
+                history = with_vllm_server(args, pairs, lambda p: make_trainer(load_config(None, p)).train())
             else:
                 history = make_trainer(load_config(None, pairs)).train()
         except Exception as error:  # noqa: BLE001  (one failing config must not cost the others their GPU time)
@@ -174,16 +222,16 @@ def fmt(value, spec: str) -> str:
 
 
 def print_table(results: list[dict]) -> None:
-    header = (f"{'config':<8} {'steps':>5} {'step s':>8} {'rollout s':>9} {'update s':>9} "
+    header = (f"{'config':<16} {'steps':>5} {'step s':>8} {'rollout s':>9} {'update s':>9} "
               f"{'rollout tok/s':>13} {'peak GPU GiB':>12} {'loss finite':>11}")
     print(header)
     print("-" * len(header))
     for r in results:
         if "error" in r:
-            print(f"{r['config']:<8} FAILED after {r['wall_s']:.0f} s: {r['error'].splitlines()[0][:200]}")
+            print(f"{r['config']:<16} FAILED after {r['wall_s']:.0f} s: {r['error'].splitlines()[0][:200]}")
             continue
         finite = {True: "yes", False: "no", None: "none"}[r["final_loss_finite"]]  # none: no update in that step
-        print(f"{r['config']:<8} {r['steps']:>5} {fmt(r['median_step_s'], '.2f'):>8} "
+        print(f"{r['config']:<16} {r['steps']:>5} {fmt(r['median_step_s'], '.2f'):>8} "
               f"{fmt(r['median_rollout_s'], '.2f'):>9} {fmt(r['median_update_s'], '.2f'):>9} "
               f"{fmt(r['median_tokens_per_s'], '.0f'):>13} {fmt(r['peak_gpu_gib'], '.2f'):>12} {finite:>11}")
 
@@ -213,6 +261,11 @@ def parse_args(argv):
     if args.fsdp_procs is None:
         args.fsdp_procs = torch.cuda.device_count() if args.device == "cuda" and torch.cuda.is_available() else 0
     default = [c for c in CONFIGS if not c.endswith("_fsdp") or args.fsdp_procs >= 2]
+    if not has_vllm():
+        print("gpu_check: vllm is not installed here: the _vllm configs are left out of the default list", flush=True)
+        default = [c for c in default if "_vllm" not in c]
+    if args.device != "cuda":  # sleep mode is CUDA-only (refused on CPU with that reason)
+        default = [c for c in default if not c.endswith("_sleep")]
     names = [c.strip() for c in args.configs.split(",") if c.strip()] if args.configs else default
     if any(n.endswith("_fsdp") for n in names) and args.fsdp_procs < 2:
         parser.error("the _fsdp config needs 2 or more processes: --fsdp-procs K (GPUs torch sees: "

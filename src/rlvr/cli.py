@@ -22,6 +22,7 @@ from rlvr.config.presets import PRESET_HELP
 from rlvr.eval_cli import add_eval_parser, run_eval
 from rlvr.rephrase_cli import add_rephrase_parser, run_rephrase
 from rlvr.report_cli import add_report_parser, run_report
+from rlvr.rollout.vllm_server import add_vllm_serve_parser, run_vllm_serve
 
 
 def _train_help() -> str:
@@ -63,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_rephrase_parser(sub)
     add_report_parser(sub)
     add_eval_parser(sub)
+    add_vllm_serve_parser(sub)
     for command in (train, sft):
         command.add_argument("--config", help="YAML file of options (flat, or nested by section: "
                              + ", ".join(SECTIONS) + ")")
@@ -168,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_report(args)
     if args.command == "eval":
         return run_eval(args)
+    if args.command == "vllm-serve":
+        return run_vllm_serve(args)
     if args.command in ("train", "sft"):
         overrides = list(args.overrides)
         if args.command == "sft":

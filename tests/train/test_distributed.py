@@ -34,6 +34,10 @@ CONFIGS = {
     "tagrpo": dict(algo="tagrpo", data="rg:chain_sum:size=16", num_rephrasings=2),
     "lora": dict(lora_r=4, beta=0.04),  # the reference is the (sharded) policy with adapters off
     "sft": dict(algo="sft", data="rg:chain_sum:size=32"),
+    # the sampler/trainer IS correction forced on, with TA-GRPO's rephrased responses scored once more on
+    # the prompt they were sampled from (their IS numerator); its min/max are max-reduced over the ranks
+    "is_correction": dict(algo="tagrpo", data="rg:chain_sum:size=16", num_rephrasings=2, steps_per_generation=2,
+                          vllm_importance_sampling_correction=True, vllm_importance_sampling_mode="token_truncate"),
     # the memory options: checkpointed layers (recomputed inside FSDP2's hooks), the chunked LM head and
     # micro-batches cut by a token budget (so the ranks run different numbers of them)
     "memory": dict(beta=0.04, steps_per_generation=2, gradient_checkpointing=True, lm_head_chunk_tokens=5,
@@ -85,6 +89,7 @@ def _launch(options: dict, *extra: str) -> None:
 
 @pytest.mark.parametrize(("name", "parallelism"), [("grpo", "ddp"), ("dagrpo", "ddp"), ("tagrpo", "ddp"),
                                                    ("grpo", "fsdp"), ("lora", "fsdp"), ("sft", "ddp"),
+                                                   ("is_correction", "ddp"),
                                                    ("memory", "fsdp"), ("memory", "ddp")])
 def test_two_processes_equal_one(tmp_path, lowercase_reward, name, parallelism):
     one, two = tmp_path / "one", tmp_path / "two"
@@ -106,6 +111,12 @@ def test_two_processes_equal_one(tmp_path, lowercase_reward, name, parallelism):
     samples_one = [json.loads(x)["completion"] for x in (one / "samples.jsonl").read_text().splitlines()]
     samples_two = [json.loads(x)["completion"] for x in (two / "samples.jsonl").read_text().splitlines()]
     assert samples_two == samples_one  # same tokens sampled on 2 ranks as on 1
+    if name == "is_correction":  # the IS statistics of 2 ranks are those of 1
+        lines = [[json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()] for run in (one, two)]
+        for m1, m2 in zip(*lines):
+            for key in ("rollout/is_ratio_mean", "rollout/is_ratio_min", "rollout/is_ratio_max"):
+                assert m2[key] == pytest.approx(m1[key], abs=1e-5) and abs(m1[key] - 1) < 1e-4, key
+            assert m1["rollout/is_clipped_frac"] == m2["rollout/is_clipped_frac"] == 0.0
     if name == "grpo":  # dynamic sampling needed more than one round somewhere
         rounds = [json.loads(x)["rollout/num_gen_batches"] for x in (one / "metrics.jsonl").read_text().splitlines()]
         assert max(rounds) > 1

@@ -182,7 +182,7 @@ def test_loss_settings_match_policy_loss_signature():
     params = inspect.signature(policy_loss).parameters
     keyword_only = {name for name, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
     kwargs = _plan().update.loss.as_kwargs()
-    assert set(kwargs) == keyword_only - {"is_anchor", "ref_logprobs", "entropy"}
+    assert set(kwargs) == keyword_only - {"is_anchor", "ref_logprobs", "entropy", "is_weights"}
     # And the objective accepts them as they are (beta = 0: no reference needed).
     lp = torch.zeros(1, 2)
     out = policy_loss(lp, lp, torch.ones(1), torch.ones(1, 2, dtype=torch.bool), **kwargs)

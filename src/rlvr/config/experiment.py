@@ -22,6 +22,7 @@ from rlvr.config.sections import (
     RunConfig,
 )
 from rlvr.config.tagrpo import TAGRPOConfig
+from rlvr.config.vllm import VLLMConfig
 
 # algo presets that are TA-GRPO variants: they only mean something with num_rephrasings >= 1
 TAGRPO_ALGOS = tuple(name for name, preset in PRESETS.items() if "num_rephrasings" in preset)
@@ -30,6 +31,7 @@ SECTIONS: dict[str, type] = {
     "model": ModelConfig,
     "data": DataConfig,
     "rollout": RolloutConfig,
+    "vllm": VLLMConfig,
     "reward": RewardConfig,
     "algorithm": AlgorithmConfig,
     "dagrpo": DaGRPOConfig,
@@ -45,6 +47,7 @@ class ExperimentConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    vllm: VLLMConfig = field(default_factory=VLLMConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     dagrpo: DaGRPOConfig = field(default_factory=DaGRPOConfig)
@@ -63,6 +66,7 @@ class ExperimentConfig:
         self._check_batches()
         self._check_algorithm()
         self._check_parallelism()
+        self._check_rollout_modes()
 
     def _check_batches(self) -> None:
         o, a = self.optim, self.algorithm
@@ -96,6 +100,18 @@ class ExperimentConfig:
         if self.run.parallelism == "fsdp" and self.rollout.rollout_engine == "vllm":
             raise ValueError("rollout_engine=vllm with parallelism=fsdp is not supported (vLLM would need the "
                              "gathered weights after every update); use parallelism=ddp or rollout_engine=rlvr")
+
+    def _check_rollout_modes(self) -> None:
+        r, v = self.rollout, self.vllm
+        if r.async_generation and r.rollout_engine != "vllm":
+            _fail("async_generation", True, "the next step's rollout is generated while this step updates, which needs "
+                  "an engine holding its own copy of the weights: set rollout_engine=vllm (colocate or server)")
+        if r.async_generation and self.algorithm.dynamic_sampling:
+            _fail("async_generation", True, "dynamic sampling decides after rewarding whether to draw another round, so "
+                  "its rounds cannot be generated ahead; turn one of the two off")
+        if r.async_generation and v.vllm_enable_sleep_mode:
+            _fail("vllm_enable_sleep_mode", True, "with async_generation vLLM generates during the update, so it cannot "
+                  "sleep then; turn one of the two off")
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         return {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}

@@ -93,7 +93,12 @@ class RolloutConfig:
                                         "policy's log softmax(logits / T) whatever top_p/top_k/min_p/this warp")
     rollout_engine: str = _f("rlvr", "generation engine: rlvr (own loop on the transformers model: shared prefill, "
                                      "preallocated KV cache, finished rows dropped), hf (transformers generate), "
-                                     "vllm (optional, own environment)")
+                                     "vllm (optional, own environment; vllm_mode: colocate or server)")
+    max_rollout_batch_size: int = _f(64, "rlvr/hf engines: at most this many sequences are decoded at once (bounds the "
+                                         "KV cache; more are run in chunks). vLLM schedules its own batches")
+    async_generation: bool = _f(False, "one-step-off-policy rollouts (rollout_engine=vllm): step t+1's responses are "
+                                       "generated while step t updates, from the weights step t started from; the "
+                                       "importance-sampling correction accounts for the lag (docs/training.md)")
 
     def __post_init__(self) -> None:
         if self.prompts_per_step < 1:
@@ -118,6 +123,8 @@ class RolloutConfig:
             _fail("repetition_penalty", self.repetition_penalty, "use a value > 0: 1 is off, above 1 penalises repeats")
         if self.rollout_engine not in ROLLOUT_ENGINES:
             _fail("rollout_engine", self.rollout_engine, f"choose one of {sorted(ROLLOUT_ENGINES)}")
+        if self.max_rollout_batch_size < 1:
+            _fail("max_rollout_batch_size", self.max_rollout_batch_size, "use a positive number of sequences such as 64")
 
 
 @dataclass(frozen=True)

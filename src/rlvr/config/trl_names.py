@@ -27,6 +27,7 @@ RENAMED = {
     "torch_dtype": "dtype",
     "num_completions_to_print": "num_completions_to_log",
     "activation_checkpointing": "gradient_checkpointing",  # transformers 5's new name
+    "vllm_importance_sampling_cap": "vllm_importance_sampling_clip_max",  # TRL's name before 1.6
 }
 
 # TRL key -> (does this value ask for what rlvr does?, what rlvr does)
@@ -64,22 +65,16 @@ NOT_IMPLEMENTED: dict[str, str | None] = {
     "model_init_kwargs": None, "router_aux_loss_coef": None, "cast_lm_head_to_fp32": None,
     "num_generations_eval": "eval_n", "ds3_gather_for_generation": "parallelism", "pad_to_multiple_of": None,
     "generation_batch_size": "prompts_per_step", "generation_kwargs": None, "cache_implementation": None,
-    "vllm_model_impl": None, "vllm_structured_outputs_regex": None, "vllm_server_base_url": None,
-    "vllm_server_host": None, "vllm_server_port": None, "vllm_server_timeout": None, "vllm_group_port": None,
+    "vllm_model_impl": None, "vllm_structured_outputs_regex": None,
     "delta": "dual_clip", "sapo_temperature_neg": None, "sapo_temperature_pos": None, "vespo_k_pos": None,
     "vespo_lambda_pos": None, "vespo_k_neg": None, "vespo_lambda_neg": None,
     "multi_objective_aggregation": "reward_weights", "sync_ref_model": "beta", "ref_model_mixup_alpha": None,
     "ref_model_sync_steps": None, "top_entropy_quantile": None, "use_adaptive_entropy": None,
     "entropy_coef_min": None, "entropy_coef_max": None, "entropy_coef_delta": None, "entropy_target": None,
-    "max_tool_calling_iterations": None, "vllm_importance_sampling_mode": None,
-    "vllm_importance_sampling_clip_max": None, "vllm_importance_sampling_clip_min": None,
+    "max_tool_calling_iterations": None,
     "off_policy_mask_threshold": None, "use_bias_correction_kl": None, "log_multimodal": None,
     "log_unique_prompts": None,
-    # vLLM modes (server, sleep, TP, importance-sampling correction): not yet; rlvr's vLLM engine is colocated
-    "vllm_mode": "rollout_engine", "vllm_gpu_memory_utilization": "rollout_engine",
-    "vllm_max_model_length": "rollout_engine", "vllm_tensor_parallel_size": "rollout_engine",
-    "vllm_enable_sleep_mode": "rollout_engine", "vllm_importance_sampling_correction": None,
-    "vllm_importance_sampling_cap": None, "log_completions_hub_repo": None, "use_transformers_continuous_batching": None,
+    "log_completions_hub_repo": None, "use_transformers_continuous_batching": None,
     "transformers_continuous_batching_config": None, "use_transformers_paged": None,
     # ModelConfig
     "lora_target_parameters": "lora_target_modules", "lora_modules_to_save": None, "lora_task_type": None,

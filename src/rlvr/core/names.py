@@ -11,6 +11,8 @@ ADVANTAGE_ESTIMATOR_NAMES = ("grpo", "rloo")
 SCALE_REWARDS = ("group", "batch", "none")
 
 IMPORTANCE_LEVELS = ("token", "sequence")
+# vllm_importance_sampling_mode values (TRL's): the sampler/trainer correction, rlvr.core.importance
+IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 AGGREGATION_MODES = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm")
 
 # TRL's loss_type names and verl's loss_agg_mode names for the same reductions.

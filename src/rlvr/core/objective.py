@@ -1,6 +1,6 @@
 """The policy objective of every algorithm here, per token, in one pure function.
 
-    ℓ_t = clipped_surrogate(log π_θ, log π_old, A)        sampled responses (PPO clip, GSPO, truncated IS)
+    ℓ_t = w_t · clipped_surrogate(log π_θ, log π_old, A)  sampled responses (PPO clip, GSPO, truncated IS)
         = −A · ψ(π_θ(a_t))                                 anchors (expert responses): no ratio, never clipped
         + β · KL_k3(log π_θ, log π_ref)                    when β > 0
         − c · H_t                                           sampled responses, when entropy_coef c > 0
@@ -9,7 +9,8 @@ GRPO, Dr. GRPO, DAPO, GSPO, RLOO differ only in the advantages and the keyword s
 anchors are the ``is_anchor`` rows; TA-GRPO's choice of prompts is made before (which log-probs are
 passed). The caller reduces ℓ with :func:`rlvr.core.losses.aggregate`, so the entropy bonus
 (TRL's ``entropy_coef``, DaGRPO's optional entropy bonus) is −c × the aggregated entropy, with the
-loss's own denominators.
+loss's own denominators. w_t is the sampler/trainer importance weight (``rlvr.core.importance``;
+1 without the correction): as in TRL it weights the policy term only, before β·KL is added.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ def policy_loss(
     anchor_gamma: float = 0.1,
     entropy: torch.Tensor | None = None,
     entropy_coef: float = 0.0,
+    is_weights: torch.Tensor | None = None,
 ) -> PolicyLoss:
     """Per-token policy loss with clipping, anchor rows and the KL penalty.
 
@@ -61,6 +63,10 @@ def policy_loss(
         ref_logprobs: [N, T] log π_ref, required when ``beta > 0``.
         entropy: [N, T] H(π_θ(·|prefix)) at each position (with grad), required when ``entropy_coef > 0``.
         entropy_coef: c of the entropy bonus −c·H_t (0: off, and ``entropy`` is not read).
+        is_weights: [N, T] detached sampler/trainer importance weights w_t of the sampled rows' clipped
+            term (None: 1). TRL multiplies its per-token policy loss by them before adding β·KL, and its
+            entropy bonus is a separate term: neither the KL, the entropy bonus nor the anchors' term is
+            weighted here either.
 
     Convention: anchors keep their tokens out of ``clipped_tokens``; the KL is added to anchor rows
     too (it is a penalty on the policy, whatever the response); the entropy bonus is not (it keeps
@@ -72,6 +78,8 @@ def policy_loss(
         epsilon=epsilon, epsilon_high=epsilon_high, dual_clip=dual_clip,
         importance_level=importance_level, ratio_cap=ratio_cap,
     )  # [N, T]
+    if is_weights is not None:
+        per_token = per_token * is_weights.detach()
     if is_anchor is not None:  # computed for every row and selected: no host sync on is_anchor.any()
         anchor = is_anchor.unsqueeze(-1)  # [N, 1]
         anchor_loss = anchor_surrogate(logprobs, advantages, mask, psi=anchor_psi, gamma=anchor_gamma)

@@ -14,7 +14,7 @@ import importlib
 
 from rlvr.rollout.completion import Completion
 from rlvr.rollout.engine import RolloutEngine
-from rlvr.rollout.names import ROLLOUT_ENGINES
+from rlvr.rollout.names import ROLLOUT_ENGINES, VLLM_SERVER_ENGINE
 from rlvr.rollout.sampling import GREEDY, Sampling
 
 
@@ -26,16 +26,17 @@ def __getattr__(name: str):
 
 
 def engine_class(name: str):
-    """The engine class registered as ``name``."""
-    if name not in ROLLOUT_ENGINES:
+    """The engine class registered as ``name`` (``vllm-server``: the client of ``rlvr vllm-serve``)."""
+    classes = {**ROLLOUT_ENGINES, "vllm-server": VLLM_SERVER_ENGINE}
+    if name not in classes:
         raise ValueError(f"unknown rollout_engine {name!r}: choose one of {sorted(ROLLOUT_ENGINES)}")
-    module, cls = ROLLOUT_ENGINES[name].split(":")
+    module, cls = classes[name].split(":")
     return getattr(importlib.import_module(module), cls)
 
 
-def build_engine(name: str, model, *, pad_token_id: int, eos_token_ids: list[int]) -> RolloutEngine:
-    """An engine of kind ``name`` sampling from ``model``."""
-    return engine_class(name)(model, pad_token_id=pad_token_id, eos_token_ids=eos_token_ids)
+def build_engine(name: str, model, *, pad_token_id: int, eos_token_ids: list[int], **options) -> RolloutEngine:
+    """An engine of kind ``name`` sampling from ``model``; ``options``: the engine class's own keywords."""
+    return engine_class(name)(model, pad_token_id=pad_token_id, eos_token_ids=eos_token_ids, **options)
 
 
 __all__ = ["GREEDY", "ROLLOUT_ENGINES", "Completion", "HFEngine", "RolloutEngine", "Sampling", "build_engine",

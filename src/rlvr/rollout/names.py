@@ -12,3 +12,6 @@ ROLLOUT_ENGINES = {
     "hf": "rlvr.rollout.hf_engine:HFEngine",
     "vllm": "rlvr.rollout.vllm_engine:VLLMEngine",
 }
+
+# rollout_engine=vllm with vllm_mode=server: the client of `rlvr vllm-serve` (chosen by the trainer, not a name)
+VLLM_SERVER_ENGINE = "rlvr.rollout.vllm_client:VLLMServerEngine"

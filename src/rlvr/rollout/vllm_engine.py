@@ -152,6 +152,9 @@ class VLLMEngine:
         gpu_memory_utilization: on CUDA, the fraction of GPU memory vLLM may take (weights + KV);
             the trainer shares the device, hence well below vLLM's 0.92.
         seed: vLLM's seed for draws without ``generator_seed``.
+        enable_sleep_mode: on CUDA, vLLM's weights and KV cache are released after each
+            :meth:`generate` (sleep level 2) and restored at the start of the next one, where the
+            current weights are loaded again: between rollouts the update has the GPU to itself.
     """
 
     supports_row_seeds = True  # generate(row_seeds=...): a request's draws do not depend on its batch
@@ -166,6 +169,7 @@ class VLLMEngine:
         kv_cache_tokens: int = 32768,
         gpu_memory_utilization: float = 0.3,
         seed: int = 0,
+        enable_sleep_mode: bool = False,
     ):
         if not eos_token_ids:
             raise ValueError("the rollout engine needs at least one EOS token id")
@@ -176,6 +180,9 @@ class VLLMEngine:
                 "reference); unset VLLM_ENABLE_V1_MULTIPROCESSING or set it to 0"
             )
         vllm = _import_vllm()
+        if enable_sleep_mode:
+            _check_sleep_mode()
+        self.sleep_mode, self._asleep = enable_sleep_mode, False
         self.model = model
         self.pad_token_id = pad_token_id
         self.eos_token_ids = list(eos_token_ids)
@@ -200,6 +207,7 @@ class VLLMEngine:
                 max_model_len=self.max_model_len,
                 logprobs_mode="processed_logprobs",  # log softmax(logits / T): the trainer's convention
                 generation_config="vllm",  # ignore the checkpoint's sampling defaults (top_k, penalties)
+                enable_sleep_mode=enable_sleep_mode,
                 **kwargs,
             )
         # vLLM's CPU worker replaces torch.set_num_threads with a no-op in this (shared) process.
@@ -207,18 +215,7 @@ class VLLMEngine:
         logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").addFilter(_ROTARY_FILTER)
 
     def _memory_kwargs(self, config, dtype, kv_cache_tokens: int, gpu_memory_utilization: float) -> dict:
-        from vllm.platforms import current_platform
-
-        if not current_platform.is_cpu():
-            return {"gpu_memory_utilization": gpu_memory_utilization}
-        text = config.get_text_config()
-        kv_heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
-        tokens = max(kv_cache_tokens, self.max_model_len)
-        per_token = 2 * text.num_hidden_layers * kv_heads * _head_dim(config) * dtype.itemsize  # K and V
-        # A prefill split over scheduler steps rewinds each seeded request's generator, which vLLM
-        # 0.32 cannot do on CPU ("CPU Generator does not use offset", measured at 64 x 65 prompt
-        # tokens): let one step take every token the KV cache can hold, so prefills are never split.
-        return {"kv_cache_memory_bytes": tokens * per_token, "max_num_batched_tokens": tokens}
+        return memory_kwargs(config, dtype, self.max_model_len, kv_cache_tokens, gpu_memory_utilization)
 
     @staticmethod
     def _names_to_sync(weights: dict[str, torch.Tensor], saved: set[str]) -> list[str]:
@@ -235,7 +232,12 @@ class VLLMEngine:
 
     @torch.no_grad()
     def sync_weights(self) -> None:
-        """Push the training model's current weights (LoRA merged) into vLLM."""
+        """Push the training model's current weights (LoRA merged) into vLLM (asleep: at the next wake-up)."""
+        if self._asleep:
+            return  # sleep level 2 dropped vLLM's weights: _wake_up loads the current ones
+        self._load_weights()
+
+    def _load_weights(self) -> None:
         weights = merged_state_dict(self.model)
         self.llm.collective_rpc(
             "reload_weights",
@@ -266,56 +268,137 @@ class VLLMEngine:
         Returns:
             N completions in prompt order.
         """
-        from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        too_long = [len(p) for p in prompts if len(p) + max_new_tokens > self.max_model_len]
-        if too_long:
-            raise ValueError(
-                f"prompt ({max(too_long)} tokens) + max_new_tokens ({max_new_tokens}) exceeds the vLLM "
-                f"engine's max_model_len {self.max_model_len}; shorten prompts or max_completion_length"
-            )
-        warps = sampling.warps_logprobs
-        if warps and not self._warned_warps:
-            self._warned_warps = True
-            logger.warning("vLLM's sampling log-probs with %s are those of the warped distribution (renormalised "
-                           "over the tokens kept, penalised logits), the trainer's are the policy's: "
-                           "rollout/logprob_mismatch includes the difference",
-                           ", ".join(f"{name}={getattr(sampling, name)}" for name in warps))
-        if row_seeds is not None and len(row_seeds) != len(prompts):
-            raise ValueError(f"row_seeds has {len(row_seeds)} seeds for {len(prompts)} prompts")
-        rng = random.Random(generator_seed)
-        seeds = [None if generator_seed is None else rng.getrandbits(63) for _ in prompts]
-        if row_seeds is not None:
-            seeds = [int(s) % (2**63) for s in row_seeds]
-        params = [
-            SamplingParams(
-                n=1,
-                temperature=sampling.temperature,
-                top_p=sampling.top_p if not sampling.greedy else 1.0,
-                top_k=sampling.top_k if not sampling.greedy else 0,  # vLLM: 0 (or -1) = off
-                min_p=(sampling.min_p or 0.0) if not sampling.greedy else 0.0,  # vLLM: 0 = off
-                repetition_penalty=sampling.repetition_penalty,  # prompt and response tokens, as generate's
-                max_tokens=max_new_tokens,
-                stop_token_ids=self.eos_token_ids,
-                logprobs=0,  # the chosen token's log-prob only
-                detokenize=False,
-                seed=seed,
-            )
-            for seed in seeds
-        ]
-        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params,
-                                    use_tqdm=False)
-        return [self._completion(out.outputs[0]) for out in outputs]
+        check_prompt_lengths(prompts, max_new_tokens, self.max_model_len)
+        if not self._warned_warps:
+            self._warned_warps = warn_warped_logprobs(sampling)
+        seeds = request_seeds(len(prompts), generator_seed, row_seeds)
+        params = sampling_params(sampling, max_new_tokens, self.eos_token_ids, seeds)
+        self._wake_up()
+        try:
+            outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params,
+                                        use_tqdm=False)
+        finally:
+            if self.sleep_mode:  # weights and KV cache released until the next rollout
+                self.llm.sleep(level=2)
+                self._asleep = True
+        return [completion_from_sample(*sample_token_logprobs(out.outputs[0]), self.eos_token_ids)
+                for out in outputs]
 
-    def _completion(self, sample) -> Completion:
-        ids = list(sample.token_ids)
-        logprobs = [float(step[tok].logprob) for tok, step in zip(ids, sample.logprobs)]
-        for pos, tok in enumerate(ids):
-            if tok in self.eos_token_ids:
-                return Completion(ids[: pos + 1], logprobs[: pos + 1], truncated=False)
-        # vLLM stops only at a stop token or a length limit: no EOS means truncated.
-        return Completion(ids, logprobs, truncated=True)
+    @torch.no_grad()
+    def _wake_up(self) -> None:
+        """Sleep mode: weights back (the current ones loaded into them), then the KV cache."""
+        if not self._asleep:
+            return
+        self.llm.wake_up(tags=["weights"])
+        self._load_weights()
+        self.llm.wake_up(tags=["kv_cache"])
+        self._asleep = False
+
+
+
+# Shared with the vLLM server (rlvr.rollout.vllm_server) and its client (rlvr.rollout.vllm_client):
+# the same requests, seeds and parsing, so server mode samples exactly as the colocated engine.
+
+
+def check_prompt_lengths(prompts: list[list[int]], max_new_tokens: int, max_model_len: int) -> None:
+    too_long = [len(p) for p in prompts if len(p) + max_new_tokens > max_model_len]
+    if too_long:
+        raise ValueError(
+            f"prompt ({max(too_long)} tokens) + max_new_tokens ({max_new_tokens}) exceeds the vLLM "
+            f"engine's max_model_len {max_model_len}; shorten prompts or max_completion_length"
+        )
+
+
+def warn_warped_logprobs(sampling: Sampling) -> bool:
+    """Warn that warps change vLLM's log-probs (the caller keeps a once-flag); True if it warned."""
+    warps = sampling.warps_logprobs
+    if warps:
+        logger.warning("vLLM's sampling log-probs with %s are those of the warped distribution (renormalised "
+                       "over the tokens kept, penalised logits), the trainer's are the policy's: "
+                       "rollout/logprob_mismatch includes the difference",
+                       ", ".join(f"{name}={getattr(sampling, name)}" for name in warps))
+    return bool(warps)
+
+
+def request_seeds(n: int, generator_seed: int | None, row_seeds: list[int] | None) -> list[int | None]:
+    """Each of ``n`` requests' vLLM seed: ``row_seeds`` (mod 2^63), else the draws of
+    ``random.Random(generator_seed)``, else None (vLLM's own seed)."""
+    if row_seeds is not None and len(row_seeds) != n:
+        raise ValueError(f"row_seeds has {len(row_seeds)} seeds for {n} prompts")
+    rng = random.Random(generator_seed)
+    seeds = [None if generator_seed is None else rng.getrandbits(63) for _ in range(n)]
+    if row_seeds is not None:
+        seeds = [int(s) % (2**63) for s in row_seeds]
+    return seeds
+
+
+def sampling_params(sampling: Sampling, max_new_tokens: int, eos_token_ids: list[int],
+                    seeds: list[int | None]) -> list:
+    """One vLLM ``SamplingParams`` per request, request i with ``seeds[i]``."""
+    from vllm import SamplingParams
+
+    return [
+        SamplingParams(
+            n=1,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p if not sampling.greedy else 1.0,
+            top_k=sampling.top_k if not sampling.greedy else 0,  # vLLM: 0 (or -1) = off
+            min_p=(sampling.min_p or 0.0) if not sampling.greedy else 0.0,  # vLLM: 0 = off
+            repetition_penalty=sampling.repetition_penalty,  # prompt and response tokens, as generate's
+            max_tokens=max_new_tokens,
+            stop_token_ids=list(eos_token_ids),
+            logprobs=0,  # the chosen token's log-prob only
+            detokenize=False,
+            seed=seed,
+        )
+        for seed in seeds
+    ]
+
+
+def sample_token_logprobs(sample) -> tuple[list[int], list[float]]:
+    """A vLLM ``CompletionOutput``'s token ids and each chosen token's log-prob."""
+    ids = list(sample.token_ids)
+    return ids, [float(step[tok].logprob) for tok, step in zip(ids, sample.logprobs)]
+
+
+def completion_from_sample(token_ids: list[int], logprobs: list[float], eos_token_ids: list[int]) -> Completion:
+    """Cut after the first EOS (kept: truncated=False); no EOS: truncated=True."""
+    ids, logprobs = list(token_ids), list(logprobs)
+    for pos, tok in enumerate(ids):
+        if tok in eos_token_ids:
+            return Completion(ids[: pos + 1], logprobs[: pos + 1], truncated=False)
+    # vLLM stops only at a stop token or a length limit: no EOS means truncated.
+    return Completion(ids, logprobs, truncated=True)
+
+
+def memory_kwargs(config, dtype: torch.dtype, max_model_len: int, kv_cache_tokens: int,
+                  gpu_memory_utilization: float) -> dict:
+    """vLLM's memory settings: on CUDA a share of the GPU; on CPU a KV cache of ``kv_cache_tokens``."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return {"gpu_memory_utilization": gpu_memory_utilization}
+    text = config.get_text_config()
+    kv_heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
+    tokens = max(kv_cache_tokens, max_model_len)
+    per_token = 2 * text.num_hidden_layers * kv_heads * _head_dim(config) * dtype.itemsize  # K and V
+    # A prefill split over scheduler steps rewinds each seeded request's generator, which vLLM
+    # 0.32 cannot do on CPU ("CPU Generator does not use offset", measured at 64 x 65 prompt
+    # tokens): let one step take every token the KV cache can hold, so prefills are never split.
+    return {"kv_cache_memory_bytes": tokens * per_token, "max_num_batched_tokens": tokens}
+
+
+def _check_sleep_mode() -> None:
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_sleep_mode_available():
+        raise ValueError(
+            f"vllm_enable_sleep_mode=true: vLLM's sleep mode is not available on this platform "
+            f"({current_platform.device_name or current_platform.device_type}; it needs CUDA); drop it here, the "
+            "CPU engine shares the host's RAM and frees nothing by sleeping"
+        )
 
 
 def _check_head_dim(config) -> None:

@@ -106,6 +106,7 @@ class Experience:
     variants: torch.Tensor  # [N] long: 0 = sampled from q_0
     behaviour_prompt_ids: list[list[int]]  # prompts for the old (behaviour) log-probs
     reference_prompt_ids: list[list[int]]  # prompts for the reference log-probs
+    sampled_prompt_ids: list[list[int]]  # the prompts the responses were sampled from (q_j; the IS correction's)
     on_own_prompt: torch.Tensor  # [N] bool: the policy scores it on the prompt it was sampled from
     scorable: torch.Tensor  # [N] bool: some reward function gave a value (else advantage 0, out of the statistics)
 
@@ -115,7 +116,7 @@ class Experience:
         (default: q_0 for all three)."""
         prompts = prompts or ScoringPrompts()
         group_ids, policy, responses, sampled, truncated, rewards, scores, anchor = ([] for _ in range(8))
-        pools, variants, behaviour, reference, scorable = [], [], [], [], []
+        pools, variants, behaviour, reference, scorable, generation = [], [], [], [], [], []
         pick = lambda choice, group, i: group.generation_prompt(i) if choice == SAMPLED else group.prompt_ids
         for group in groups:
             group_scores = group.scores if group.scores is not None else group.rewards
@@ -126,6 +127,7 @@ class Experience:
                 policy.append(pick(prompts.policy, group, i))
                 behaviour.append(pick(prompts.old, group, i))
                 reference.append(pick(prompts.reference, group, i))
+                generation.append(group.generation_prompt(i))
                 responses.append(completion.token_ids)
                 sampled.append(completion.logprobs)
                 truncated.append(completion.truncated)
@@ -147,6 +149,7 @@ class Experience:
             variants=torch.tensor(variants, dtype=torch.long),
             behaviour_prompt_ids=behaviour,
             reference_prompt_ids=reference,
+            sampled_prompt_ids=generation,
             on_own_prompt=torch.tensor([prompts.policy == SAMPLED or v == 0 for v in variants], dtype=torch.bool),
             scorable=torch.tensor(scorable, dtype=torch.bool),
         )

@@ -9,7 +9,8 @@ so a reader auditing a combination (TA-GRPO × DaGRPO × DAPO, say) reads this m
   the variant q_j it was sampled from (TA-GRPO's ``ratio_anchor``), and whether old log-probs are
   computed at all;
 - **advantages**: the estimator, or DaGRPO's masked pairwise form and its settings;
-- **update**: the loss settings handed to ``rlvr.core.objective.policy_loss`` and the batch layout;
+- **update**: the loss settings handed to ``rlvr.core.objective.policy_loss``, the batch layout, and
+  whether the sampler/trainer importance-sampling correction is on (:class:`ISCorrection`);
 - **mode**: reinforcement learning, or supervised fine-tuning on the anchors (``algo=sft``).
 
 Which reward decides "correct" is the reward functions' business (``Rewarder.correctness``).
@@ -87,6 +88,16 @@ class LossSettings:
 
 
 @dataclass(frozen=True)
+class ISCorrection:
+    """The sampler/trainer importance-sampling correction (TRL's ``vllm_importance_sampling_*``): each
+    sampled token's policy loss × the detached weight of ``rlvr.core.importance.importance_weights``."""
+
+    mode: str  # token_truncate | token_mask | sequence_truncate | sequence_mask
+    clip_min: float | None  # C_min (None: no lower bound)
+    clip_max: float | None  # C_max (None: no upper bound)
+
+
+@dataclass(frozen=True)
 class UpdateSettings:
     loss: LossSettings
     aggregation: str
@@ -102,6 +113,7 @@ class UpdateSettings:
     needs_old_logprobs: bool  # else old = logp.detach(): the ratio is exactly 1
     head_chunk: int  # > 0: the LM head on this many tokens at a time (rlvr.core.lm_head); 0: plain logits
     autocast: str | None  # "bfloat16": forwards under bf16 autocast, fp32 master weights (bf16=true)
+    is_correction: ISCorrection | None = None  # the sampler/trainer IS correction (None: off)
 
     @property
     def beta(self) -> float:
@@ -183,4 +195,19 @@ def update_settings(cfg: ExperimentConfig) -> UpdateSettings:
         needs_old_logprobs=a.num_iterations > 1 or a.steps_per_generation > 1 or truncated_is,
         head_chunk=o.lm_head_chunk_tokens,
         autocast="bfloat16" if cfg.model.bf16 else None,
+        is_correction=is_correction(cfg),
     )
+
+
+def is_correction(cfg: ExperimentConfig) -> ISCorrection | None:
+    """The sampler/trainer correction, or None when off. ``vllm_importance_sampling_correction`` null
+    (the default) means on for ``rollout_engine=vllm`` and off for the rlvr/hf engines (they sample
+    with the trainer's own forward, so π_sampler = π_old up to float noise); true/false force it."""
+    v = cfg.vllm
+    on = v.vllm_importance_sampling_correction
+    if on is None:
+        on = cfg.rollout.rollout_engine == "vllm"
+    if not on:
+        return None
+    return ISCorrection(mode=v.vllm_importance_sampling_mode, clip_min=v.vllm_importance_sampling_clip_min,
+                        clip_max=v.vllm_importance_sampling_clip_max)

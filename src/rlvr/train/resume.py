@@ -23,6 +23,10 @@ MAY_CHANGE_ON_RESUME = {
     "num_completions_to_log", "output_dir", "verifier_workers", "nproc", "parallelism", "force_resume", "ddp_timeout",
     "max_skipped_steps", "max_reward_error_frac", "reward_timeout", "overwrite_output_dir",
     "max_prompt_length", "report_to", "run_name", "logging_dir", "resume_from_checkpoint", "save_merged_model",
+    # where and with how much memory the rollouts run, not what they sample: a restarted vLLM server may
+    # come back on another host or port
+    "vllm_server_base_url", "vllm_server_host", "vllm_server_port", "vllm_server_timeout", "vllm_group_port",
+    "vllm_gpu_memory_utilization", "vllm_kv_cache_tokens", "max_rollout_batch_size",
 }
 
 

@@ -18,6 +18,7 @@ import hashlib
 from collections import Counter
 from dataclasses import dataclass, field
 
+from rlvr.rollout.completion import Completion
 from rlvr.train.experience import Group
 from rlvr.train.fsdp import full_weights
 from rlvr.train.group_ids import GroupIds
@@ -119,7 +120,14 @@ class GroupGenerator:
         self.prompts, self.group_ids, self.ctx = prompts, group_ids, ctx
         self.policy = policy  # FSDP2: gathered whole while the engine generates
 
-    def __call__(self, rows: list[dict], *, seed: int) -> list[Group]:
+    def __call__(self, rows: list[dict], *, seed: int, completions: list[Completion] | None = None) -> list[Group]:
+        """This rank's groups for ``rows``; ``completions``: this rank's responses already sampled (async
+        generation, or read back from a checkpoint) in request order, instead of sampling them now."""
+        requests = self.requests(rows, seed=seed)
+        return self.groups(requests, self.sample(requests) if completions is None else completions)
+
+    def requests(self, rows: list[dict], *, seed: int) -> RoundRequests:
+        """What this rank samples for ``rows``: its prompts (G per variant) and their seeds, group ids reserved."""
         G, s = self.s.responses_per_prompt, self.s
         variant_prompts = [self.prompts.variants(row) for row in rows]  # per row: [q_0, q_1, ...] token ids
         per_row = [1 if s.pooled or len(v) == 1 else len(v) for v in variant_prompts]  # groups per row
@@ -132,24 +140,47 @@ class GroupGenerator:
         prompts = [ids for i in mine for ids in variant_prompts[i] for _ in range(G)]
         seeds = [request_seed(seed, k) for i in mine for k in range(first_request[i], first_request[i + 1])]
         seeding = {"row_seeds": seeds} if self.engine.supports_row_seeds else {"generator_seed": seed + self.ctx.rank}
-        with full_weights(self.policy), autocast(next(self.policy.parameters()).device, s.autocast):
+        return RoundRequests(rows, variant_prompts, per_row, first_group, mine, prompts, seeding)
+
+    def sample(self, requests: RoundRequests) -> list[Completion]:
+        """The engine's completions for ``requests`` (may run on another thread: async generation)."""
+        with full_weights(self.policy), autocast(next(self.policy.parameters()).device, self.s.autocast):
             # FSDP2: gathered whole (ranks finish at different steps); bf16=true: computed as the update computes
-            completions = self.engine.generate(prompts, max_new_tokens=s.max_completion_length, sampling=s.sampling,
-                                               **seeding)
+            return self.engine.generate(requests.prompts, max_new_tokens=self.s.max_completion_length,
+                                        sampling=self.s.sampling, **requests.seeding)
+
+    def groups(self, requests: RoundRequests, completions: list[Completion]) -> list[Group]:
+        """The completions of ``requests`` grouped with their run-wide ids."""
+        G, rows, variant_prompts = self.s.responses_per_prompt, requests.rows, requests.variant_prompts
+        if len(completions) != len(requests.prompts):
+            raise ValueError(f"{len(completions)} completions for {len(requests.prompts)} requests")
         texts = [self.tokenizer.decode(c.token_ids, skip_special_tokens=True) for c in completions]
         groups, start = [], 0
-        for i in mine:
-            row, variants, group_id = rows[i], variant_prompts[i], first_group[i]
+        for i in requests.mine:
+            row, variants, group_id = rows[i], variant_prompts[i], requests.first_group[i]
             members = []  # (variant j, completion, text)
             for j in range(len(variants)):
                 members += [(j, completions[k], texts[k]) for k in range(start, start + G)]
                 start += G
-            if per_row[i] == 1:
+            if requests.per_row[i] == 1:
                 groups.append(_group(row, variants, members, group_id=group_id, pool_id=None))
             else:
                 groups += [_group(row, variants, [m for m in members if m[0] == j], group_id=group_id + j,
                                   pool_id=group_id) for j in range(len(variants))]
         return groups
+
+
+@dataclass
+class RoundRequests:
+    """One round's sampling requests on this rank, and what it takes to group their responses."""
+
+    rows: list[dict]
+    variant_prompts: list[list[list[int]]]  # per row: [q_0, q_1, ...] token ids
+    per_row: list[int]  # groups per row
+    first_group: list[int]  # per row: its first group id
+    mine: list[int]  # the rows this rank samples
+    prompts: list[list[int]]  # this rank's requests, row-major over rows, variants, samples
+    seeding: dict  # row_seeds=[...] or generator_seed=...
 
 
 def generation_seed(seed: int, step: int, round_: int) -> int:

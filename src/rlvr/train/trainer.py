@@ -35,6 +35,7 @@ from rlvr.train.advantages import compute_advantages
 from rlvr.train.callbacks import Callbacks
 from rlvr.train.dagrpo_phase import build_dagrpo_phase
 from rlvr.train.distributed import init_distributed, shutdown_distributed, wrap_policy
+from rlvr.train.engine_options import engine_spec
 from rlvr.train.evaluation import TrainingEval, training_overlap
 from rlvr.train.experience import Experience
 from rlvr.train.fsdp import full_state_dicts, full_weights, is_sharded
@@ -52,6 +53,7 @@ from rlvr.train.reference import AdapterOffReference
 from rlvr.train.rephrasings import attach_rephrasings
 from rlvr.train.resume import check_logged_steps, check_resumable_config, resume_checkpoint, resume_output_dir
 from rlvr.train.rewarding import Rewarder
+from rlvr.train.rollout_ahead import Rollouts
 from rlvr.train.rollout_phase import GroupGenerator, RolloutResult
 from rlvr.train.run_files import JsonlLog, write_config
 from rlvr.train.run_folder import RunFolderLock, check_not_foreign, mark_run_folder, new_run_folder
@@ -139,8 +141,10 @@ class Trainer:
             enable_activation_checkpointing(self.policy)
         self.train_model = wrap_policy(self.policy, self.dist, cfg.run.parallelism, self.device,  # DDP/FSDP2
                                        compute_dtype=self.plan.update.autocast)
-        self.engine = build_engine(cfg.rollout.rollout_engine, self.policy, pad_token_id=self.tokenizer.pad_token_id,
-                                   eos_token_ids=eos_token_ids(self.policy, self.tokenizer))
+        engine, options = engine_spec(cfg, is_main=self.dist.is_main)  # rlvr | hf | vllm colocated | vllm server
+        self.engine = build_engine(engine, self.policy, pad_token_id=self.tokenizer.pad_token_id,
+                                   eos_token_ids=eos_token_ids(self.policy, self.tokenizer), **options)
+        self.dist.barrier()  # vllm_mode=server: rank 0 has pushed the weights (version 1) before any rank samples
         self.prompts = PromptBuilder(self.tokenizer, system_prompt=cfg.data.system_prompt,
                                      instruction=cfg.data.instruction, rephrased=self.plan.rollout.rephrased,
                                      chat_template_kwargs=cfg.data.chat_template_kwargs)
@@ -149,6 +153,9 @@ class Trainer:
         self.group_ids = GroupIds()
         self.generate_groups = GroupGenerator(self.plan.rollout, self.engine, self.tokenizer, self.prompts,
                                               self.group_ids, self.dist, policy=self.policy)
+        self.rollouts = Rollouts(self.generate_groups, self.sampler, self.group_ids,  # async_generation: ahead
+                                 prompts_per_step=self.plan.rollout.prompts_per_step,
+                                 ahead=cfg.rollout.async_generation)
         r = cfg.reward
         self.rewarder = Rewarder([cfg.python.reward(spec) for spec in r.reward_funcs], r.reward_weights,
                                  verifier_workers=r.verifier_workers, verifier_timeout=r.verifier_timeout,
@@ -184,24 +191,29 @@ class Trainer:
         """
         timer, rollout = PhaseTimer(), RolloutResult(self.plan.rollout, step)
         while rollout.wants_another_round():
-            rows = self.sampler.take(self.plan.rollout.prompts_per_step)
-            with timer("rollout"):  # G responses per prompt (TA-GRPO: to each variant), per-request seeds
-                groups = self.generate_groups(rows, seed=rollout.seed)
+            with timer("rollout"):  # B prompts, G responses each (TA-GRPO: to each variant), per-request seeds
+                groups = self.rollouts.round(step, seed=rollout.seed)  # async_generation: sampled ahead
             with timer("reward"):  # r = Σ_k w_k·f_k, each function's values kept
                 reward_counts = self.rewarder.reward_groups(groups, step=step)
             with timer("score"):  # DaGRPO: s = α·r + (1−α)·q, anchors into failed groups
                 dagrpo_counts = self.dagrpo.process(groups) if self.dagrpo is not None else None
             rollout.add(self.dist, groups, reward_counts, dagrpo_counts)  # every rank's groups; DAPO's filter
         self.rewarder.check_failures(step, rollout.reward_counts)  # a function that keeps failing stops the run
+        if step < self.cfg.run.max_steps:  # async_generation: step+1's round is sampled during this update
+            self.rollouts.start(step + 1, seed=RolloutResult(self.plan.rollout, step + 1).seed)
         advantages, advantage_metrics, update = None, {}, None
         if rollout.kept:
             experience = Experience.from_groups(rollout.kept, self.plan.prompts)  # flat, with the scoring prompts
             advantages, advantage_metrics = compute_advantages(self.plan.advantages, experience)  # [N]
             with timer("update"):  # μ passes × mini-batches of whole pools × micro-batches
                 update = self.update(experience, advantages)
-                self.engine.sync_weights()  # engines holding their own copy (vLLM) take the new weights
         else:
             logger.warning("step %d: every group had uniform rewards; no update", step)
+        with timer("rollout"):
+            self.rollouts.wait()  # async_generation: step+1's responses are done before the weights move
+        if update is not None:
+            with timer("update"):
+                self.engine.sync_weights()  # engines holding their own copy (vLLM) take the new weights
         metrics = self._step_metrics(step, rollout, advantage_metrics, update, timer)
         samples = sample_records(step, rollout.kept, advantages, self.plan.num_completions_to_log)
         return StepResult(metrics, samples, rollout, update)
@@ -281,6 +293,9 @@ class Trainer:
         finally:
             if progress is not None:
                 progress.close()
+            self.rollouts.close()
+            if hasattr(self.engine, "close"):  # vllm_mode=server: leave the weight group (the server keeps running)
+                self.engine.close()
             self.rewarder.close()
             self.trackers.close()
             if self.lock is not None:
@@ -300,8 +315,12 @@ class Trainer:
     def save(self, step: int, *, final: bool = False) -> Path | None:
         """Rank 0 writes the checkpoint (atomically); the others wait for it. ``final``: the last step, whose
         model is also put at output_dir (TRL's ``save_model``)."""
-        state = {"step": step, "sampler": self.sampler.state_dict(), "group_counter": self.group_ids.last,
+        sampler_state, group_counter = self.rollouts.resume_state()  # async: before step+1's prompts were taken
+        state = {"step": step, "sampler": sampler_state, "group_counter": group_counter,
                  "grad_spikes": self.grad_spikes.state_dict(), "skipped_in_a_row": self.skipped_in_a_row}
+        ahead = self.rollouts.saved_completions()  # async: step+1's responses, on every rank
+        if ahead is not None:
+            state["rollout_ahead"] = self.dist.gather_objects(ahead)
         path, model_state, optimizer_state = None, None, None
         if is_sharded(self.policy):  # gather the full states (a collective: every rank takes part)
             model_state, optimizer_state = full_state_dicts(self.policy, self.optimizer)
@@ -439,6 +458,8 @@ class Trainer:
         self.skipped_in_a_row = state.get("skipped_in_a_row", 0)
         self.sampler.load_state_dict(state["sampler"])
         self.group_ids.last = state["group_counter"]
+        ahead = state.get("rollout_ahead")  # async_generation: the next step's responses, sampled before the save
+        self.rollouts.restore(ahead[self.dist.rank] if ahead else None)
         self.grad_spikes.load_state_dict(state["grad_spikes"])
         if main:
             ckpt.remove_checkpoints_after(out, state["step"])  # resume_from_checkpoint: the later steps are abandoned

@@ -17,6 +17,11 @@ Old log-probs are computed only when the ratio can differ from 1 (μ > 1 or seve
 otherwise old = logp.detach() and the ratio is exactly 1 on this on-policy pass. Then the loss
 reads −mean(A) ≈ 0 on token-mean while the gradient is not 0 (docs/design/pitfalls.md #3).
 
+With the sampler/trainer importance-sampling correction (``UpdateSettings.is_correction``, TRL's
+``vllm_importance_sampling_correction``) each sampled token's clipped term is also weighted by the
+detached w_t of ``rlvr.core.importance`` (π_old / π_sampler, truncated or masked), the same on every
+pass; anchors get w = 1; the KL and entropy terms are not weighted (as in TRL).
+
 A step whose loss or gradient norm is not finite is skipped (gradients dropped) and counted.
 Statistics stay on the device during an optimiser step and reach the host once per step.
 
@@ -34,6 +39,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from rlvr.core.importance import importance_weights
 from rlvr.core.losses import aggregate
 from rlvr.core.objective import policy_loss
 from rlvr.train.distributed import ALONE, DistContext, gradient_sync, unwrap
@@ -45,7 +51,9 @@ from rlvr.train.scoring import collate, score, score_no_grad
 
 # per-token sums of a micro-batch, accumulated on the device; summed over ranks at the end
 TOKEN_SUMS = ("tokens", "clipped_tokens", "kl_sum", "entropy_sum", "mismatch_sum", "mismatch_tokens",
-              "gap_sum", "gap_tokens")
+              "gap_sum", "gap_tokens", "is_ratio_sum", "is_units", "is_tokens", "is_adjusted_tokens")
+# running maxima of a micro-batch (max-reduced over ranks): the IS ratio's max and −min, on the first pass
+TOKEN_MAXES = ("is_ratio_max", "is_ratio_neg_min")
 
 
 @dataclass
@@ -59,6 +67,7 @@ class UpdateResult:
     trailing_skips: int = 0  # skipped since the last optimiser step taken
     grad_norms: list[float] = field(default_factory=list)
     sums: dict[str, float] = field(default_factory=lambda: dict.fromkeys(TOKEN_SUMS, 0.0))
+    maxes: dict[str, float] = field(default_factory=lambda: dict.fromkeys(TOKEN_MAXES, -math.inf))
 
     @property
     def prompt_gap(self) -> float | None:
@@ -79,13 +88,21 @@ class UpdateResult:
             "train/lr": self.lr,
             "train/skipped_steps": self.skipped_steps,
             "rollout/logprob_mismatch": s["mismatch_sum"] / s["mismatch_tokens"] if s["mismatch_tokens"] else None,
+            # the sampler/trainer IS correction (None when off): the raw ratio π_old/π_sampler before truncation or
+            # masking, over the tokens (sequence modes: sequences) it applies to, and the fraction of such tokens
+            # whose weight was truncated or masked, over the step's responses once (first pass)
+            "rollout/is_ratio_mean": s["is_ratio_sum"] / s["is_units"] if s["is_units"] else None,
+            "rollout/is_ratio_min": -self.maxes["is_ratio_neg_min"] if s["is_units"] else None,
+            "rollout/is_ratio_max": self.maxes["is_ratio_max"] if s["is_units"] else None,
+            "rollout/is_clipped_frac": s["is_adjusted_tokens"] / s["is_tokens"] if s["is_tokens"] else None,
         }
 
     @staticmethod
     def no_update_metrics(lr: float) -> dict[str, float | None]:
         """The train/ metrics of a step that made no update (every group uniform)."""
         keys = ("train/loss", "train/grad_norm", "train/grad_norm_max", "train/clip_frac", "train/kl",
-                "train/entropy", "rollout/logprob_mismatch")
+                "train/entropy", "rollout/logprob_mismatch", "rollout/is_ratio_mean", "rollout/is_ratio_min",
+                "rollout/is_ratio_max", "rollout/is_clipped_frac")
         return {**dict.fromkeys(keys), "train/lr": lr, "train/skipped_steps": 0}
 
 
@@ -117,13 +134,17 @@ class PolicyUpdate:
                 old = self._logprobs(unwrap(self.model), exp.behaviour_prompt_ids, exp, mine, micro)
             if s.beta > 0:  # (a LoRA reference is the sharded policy with its adapters off)
                 ref = self._logprobs(self.ref_model, exp.reference_prompt_ids, exp, mine, micro)
+            sampled_old = self._sampled_old(exp, mine, micro, old_computed=old is not None)
         result = UpdateResult(lr=0.0)
         for iteration in range(s.num_iterations):
             for index, shares in enumerate(plan):
-                batch = OptimizerBatch(exp, advantages, old, ref, shares)
-                self.optimizer_step(batch, micro=micro, result=result, on_policy=iteration == 0 and index == 0)
+                batch = OptimizerBatch(exp, advantages, old, ref, shares, sampled_old=sampled_old)
+                self.optimizer_step(batch, micro=micro, result=result, on_policy=iteration == 0 and index == 0,
+                                    first_pass=iteration == 0)
         for name, value in zip(TOKEN_SUMS, ctx.sum_floats([result.sums[n] for n in TOKEN_SUMS])):
             result.sums[name] = value  # token sums are per rank; loss, steps and grad norms already global
+        if s.is_correction is not None:  # (every rank has the same settings: the collective is on all or none)
+            result.maxes = dict(zip(TOKEN_MAXES, ctx.max_floats([result.maxes[n] for n in TOKEN_MAXES])))
         result.lr = self.scheduler.get_last_lr()[0]
         return result
 
@@ -139,8 +160,28 @@ class PolicyUpdate:
             out[i] = logprobs
         return out
 
-    def optimizer_step(self, batch: OptimizerBatch, *, micro: int, result: UpdateResult, on_policy: bool) -> None:
-        """One optimiser step over one mini-batch: ``batch.shares[r]`` are rank r's responses of it."""
+    def _sampled_old(self, exp: Experience, rows: list[int], micro: int, *,
+                     old_computed: bool) -> list[torch.Tensor | None] | None:
+        """The IS correction's numerator log π_old(o | the prompt o was sampled from), for the responses of
+        ``rows`` whose old log-probs are scored on another prompt (TA-GRPO: sampled from q_j, old scored on
+        q_0); None for the others, or in all when there are none (or the correction is off).
+
+        Old log-probs are scored on ``behaviour_prompt_ids`` (SAMPLED under ``truncated_is`` and
+        ``unanchored``: usable as they are), or, when not computed, are the policy's on ``prompt_ids``."""
+        if self.s.is_correction is None:
+            return None
+        scored_on = exp.behaviour_prompt_ids if old_computed else exp.prompt_ids
+        moved = [i for i in rows if not exp.is_anchor[i] and scored_on[i] != exp.sampled_prompt_ids[i]]
+        if not moved:
+            return None
+        return self._logprobs(unwrap(self.model), exp.sampled_prompt_ids, exp, moved, micro)
+
+    def optimizer_step(self, batch: OptimizerBatch, *, micro: int, result: UpdateResult, on_policy: bool,
+                       first_pass: bool = False) -> None:
+        """One optimiser step over one mini-batch: ``batch.shares[r]`` are rank r's responses of it.
+
+        ``on_policy``: the first step of the first pass (the sampler-vs-trainer mismatch is measured on it);
+        ``first_pass``: a step of the first pass (the IS correction's statistics: each response once)."""
         s, ctx, exp = self.s, self.ctx, batch.exp
         keep = ~exp.truncated if s.mask_truncated else torch.ones_like(exp.truncated)
         mini = [i for share in batch.shares for i in share]
@@ -149,22 +190,27 @@ class PolicyUpdate:
                                 max_tokens=s.max_tokens_per_micro_batch) for share in batch.shares]
         buckets = plans[ctx.rank]
         count = max(len(p) for p in plans)  # every rank runs as many micro-batches (collective backward)
-        # [this step's loss, *the running TOKEN_SUMS], float64, on the device: added to in micro-batch order
-        sums = torch.tensor([0.0] + [result.sums[n] for n in TOKEN_SUMS], dtype=torch.float64)
+        # [this step's loss, *the running TOKEN_SUMS, *TOKEN_MAXES], float64, on the device: added to (the
+        # maxima: max-ed with) in micro-batch order
+        sums = torch.tensor([0.0] + [result.sums[n] for n in TOKEN_SUMS] + [result.maxes[n] for n in TOKEN_MAXES],
+                            dtype=torch.float64)
+        added = 1 + len(TOKEN_SUMS)
         for k in range(count):
             with gradient_sync(self.model, enabled=k == count - 1):
                 if k >= len(buckets):
                     _zero_loss_pass(self.model, self.pad_token_id)
                     continue
                 part = self._micro_batch(batch, buckets[k], keep, num_tokens=num_tokens, num_sequences=len(mini),
-                                         on_policy=on_policy)
-                sums = sums.to(part.device) + part
+                                         on_policy=on_policy, first_pass=first_pass)
+                sums = sums.to(part.device)
+                sums = torch.cat([sums[:added] + part[:added], torch.maximum(sums[added:], part[added:])])
         params = [p for p in self.model.parameters() if p.requires_grad]
         max_norm = s.max_grad_norm if s.max_grad_norm > 0 else math.inf
         grad_norm = _full(torch.nn.utils.clip_grad_norm_(params, max_norm))
         host = torch.cat([sums, grad_norm.detach().to(sums.device, torch.float64).reshape(1)]).tolist()  # one sync
         loss_total, grad_norm = ctx.sum_floats([host[0]])[0], host[-1]
-        result.sums.update(zip(TOKEN_SUMS, host[1:-1]))
+        result.sums.update(zip(TOKEN_SUMS, host[1:added]))
+        result.maxes.update(zip(TOKEN_MAXES, host[added:-1]))
         result.loss += loss_total
         if math.isfinite(grad_norm) and math.isfinite(loss_total):
             self.optimizer.step()
@@ -178,8 +224,9 @@ class PolicyUpdate:
         self.optimizer.zero_grad(set_to_none=True)
 
     def _micro_batch(self, batch: OptimizerBatch, rows: list[int], keep: torch.Tensor, *, num_tokens: float,
-                     num_sequences: int, on_policy: bool) -> torch.Tensor:
-        """Forward and backward of one micro-batch; returns [loss share, *TOKEN_SUMS] (float64, no sync)."""
+                     num_sequences: int, on_policy: bool, first_pass: bool = False) -> torch.Tensor:
+        """Forward and backward of one micro-batch; returns [loss share, *TOKEN_SUMS, *TOKEN_MAXES] (float64,
+        no sync)."""
         s, exp = self.s, batch.exp
         collated = collate([exp.prompt_ids[i] for i in rows], [exp.response_ids[i] for i in rows],
                            pad_token_id=self.pad_token_id)
@@ -193,8 +240,17 @@ class PolicyUpdate:
         ref = pad_rows([batch.ref[i] for i in rows], width).to(device) if batch.ref is not None else None
         anchor = exp.is_anchor[rows].to(device)  # [n]
         mask = mask.to(device)
+        sampled = None  # [n, T] the sampler's log-probs (anchors: 0, they have none)
+        if on_policy or s.is_correction is not None:
+            sampled = pad_rows([torch.tensor(exp.sampling_logprobs[i]) for i in rows], width).to(device)
+        weights = correction = None
+        if s.is_correction is not None:  # w_t from log π_old (on the prompt o was sampled from) vs log π_sampler
+            c = s.is_correction
+            correction = importance_weights(self._is_numerator(batch, rows, old), sampled, mask & ~anchor.unsqueeze(-1),
+                                            mode=c.mode, clip_min=c.clip_min, clip_max=c.clip_max)
+            weights = torch.where(anchor.unsqueeze(-1), 1.0, correction.weights)  # anchors: 1 (not sampled)
         out = policy_loss(logprobs, old, batch.advantages[rows].to(device), mask, is_anchor=anchor, ref_logprobs=ref,
-                          entropy=entropy, **s.loss.as_kwargs())
+                          entropy=entropy, is_weights=weights, **s.loss.as_kwargs())  # (w_t before β·KL, as TRL)
         loss = aggregate(out.per_token, mask, s.aggregation, max_completion_length=s.max_completion_length,
                          num_tokens=num_tokens, num_sequences=num_sequences)
         scale = self.ctx.world_size
@@ -206,14 +262,31 @@ class PolicyUpdate:
                 "entropy_sum": d(entropy.detach()[mask].sum())}
         if on_policy:  # sampler vs trainer log-probs; for responses scored on another prompt than the one
             # they were sampled from (TA-GRPO's q_0 vs q_j) the gap |log π(o|q_j) − log π(o|q_0)| instead
-            sampled = pad_rows([torch.tensor(exp.sampling_logprobs[i]) for i in rows], width).to(device)
             gap = (logprobs.detach() - sampled).abs()  # [n, T]
             same_prompt = exp.on_own_prompt[rows].unsqueeze(-1).to(device)  # [n, 1]
             shown = collated.response_mask.to(device) & ~anchor.unsqueeze(-1)  # every response token, no anchors
             own, moved = shown & same_prompt, shown & ~same_prompt
             sums |= {"mismatch_sum": d(gap[own].sum()), "mismatch_tokens": d(own.sum()),
                      "gap_sum": d(gap[moved].sum()), "gap_tokens": d(moved.sum())}
-        return torch.stack([d(loss)] + [sums.get(name, zero) for name in TOKEN_SUMS])
+        if correction is not None and first_pass:  # the weights are the same on every pass: count each row once
+            st = correction.stats()
+            sums |= {"is_ratio_sum": d(st["ratio_sum"]), "is_units": d(st["units"]), "is_tokens": d(st["tokens"]),
+                     "is_adjusted_tokens": d(st["adjusted_tokens"]),
+                     "is_ratio_max": d(st["ratio_max"]), "is_ratio_neg_min": d(-st["ratio_min"])}
+        low = torch.tensor(-math.inf, dtype=torch.float64, device=device)
+        return torch.stack([d(loss)] + [sums.get(name, zero) for name in TOKEN_SUMS]
+                           + [sums.get(name, low) for name in TOKEN_MAXES])
+
+    @staticmethod
+    def _is_numerator(batch: OptimizerBatch, rows: list[int], old: torch.Tensor) -> torch.Tensor:
+        """[n, T] log π_old of ``rows`` on the prompt each was sampled from: ``old`` (the old log-probs, or
+        ``logprobs.detach()`` on the single on-policy pass), except where ``batch.sampled_old`` has a row."""
+        if batch.sampled_old is None or all(batch.sampled_old[i] is None for i in rows):
+            return old
+        own = torch.tensor([batch.sampled_old[i] is None for i in rows], device=old.device).unsqueeze(-1)
+        other = pad_rows([batch.sampled_old[i] if batch.sampled_old[i] is not None else torch.zeros(0) for i in rows],
+                         old.shape[1]).to(old.device)
+        return torch.where(own, old, other)
 
 
 @dataclass
@@ -225,6 +298,9 @@ class OptimizerBatch:
     old: list[torch.Tensor | None] | None  # N × [T_i] (None: old = logp.detach())
     ref: list[torch.Tensor | None] | None  # N × [T_i] (None: β = 0)
     shares: list[list[int]]  # rank r -> its responses of this mini-batch
+    # IS correction: N × [T_i] log π_old on the prompt a response was sampled from, where ``old`` is scored on
+    # another (TA-GRPO); None where ``old`` serves (None: for all)
+    sampled_old: list[torch.Tensor | None] | None = None
 
 
 def rank_share(pool_ids: torch.Tensor, mini: list[int], ctx: DistContext, rank: int) -> list[int]:
