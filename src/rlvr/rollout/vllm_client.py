@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import http.client
 import json
+import logging
 import threading
 import time
 import urllib.error
@@ -56,6 +57,8 @@ def policy_architecture(config) -> dict:
 class ServerRefused(RuntimeError):
     """The server answered with an HTTP error."""
 
+
+logger = logging.getLogger(__name__)
 
 # a /generate answers when its last response is done: 15 x vllm_server_timeout (1 h by default), which
 # also covers the server's wait for a weight version (`rlvr vllm-serve --weights-timeout`, 600 s)
@@ -256,11 +259,14 @@ class VLLMServerEngine:
         self.weights_version += 1
 
     def close(self) -> None:
-        """Leave the weight group (the server keeps its weights)."""
+        """Leave the weight group (the server keeps its weights). A server that is gone has nothing to
+        close: that is logged, not raised (the trainer closes while it may be handling that very error)."""
         group, self._group = self._group, None
         if group is not None:
             try:
                 self._call("POST", "/close_weight_group", during="close_weight_group")
+            except (RuntimeError, ServerRefused) as error:
+                logger.warning("leaving the weight group of %s: %s", self.base_url, error)
             finally:
                 group.close()
 
