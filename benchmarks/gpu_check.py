@@ -140,10 +140,13 @@ def with_vllm_server(args, pairs: list[str], train):
     port, group = free_port(), free_port()
     cmd = [sys.executable, "-m", "rlvr.cli", "vllm-serve", "--model", "smollm2-135m", "--port", str(port),
            "--host", "127.0.0.1", "--dtype", args.dtype, "--gpu-memory-utilization", "0.3"]
-    server = subprocess.Popen(cmd, env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True)
+    log = Path(tempfile.gettempdir()) / f"gpu_check_vllm_serve_{port}.log"  # a file: a full pipe would stall the server
+    with log.open("w") as out:
+        server = subprocess.Popen(cmd, env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=out, stderr=subprocess.STDOUT)
     try:
         return train([*pairs, f"vllm_server_port={port}", f"vllm_group_port={group}", "vllm_server_timeout=300"])
+    except Exception as error:
+        raise RuntimeError(f"{error} (server log {log}: {log.read_text()[-1500:]})") from error
     finally:
         server.terminate()
         try:

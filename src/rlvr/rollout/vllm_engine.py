@@ -191,7 +191,7 @@ class VLLMEngine:
         self.max_model_len = max_model_len or min(getattr(config, "max_position_embeddings", 8192), 8192)
         dtype = next(model.parameters()).dtype
         _check_head_dim(config)
-        kwargs = self._memory_kwargs(config, dtype, kv_cache_tokens, gpu_memory_utilization)
+        kwargs = memory_kwargs(config, dtype, self.max_model_len, kv_cache_tokens, gpu_memory_utilization)
         weights = merged_state_dict(model)
         set_num_threads = torch.set_num_threads
         with tempfile.TemporaryDirectory(prefix="rlvr-vllm-") as folder:
@@ -213,9 +213,6 @@ class VLLMEngine:
         # vLLM's CPU worker replaces torch.set_num_threads with a no-op in this (shared) process.
         torch.set_num_threads = set_num_threads
         logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").addFilter(_ROTARY_FILTER)
-
-    def _memory_kwargs(self, config, dtype, kv_cache_tokens: int, gpu_memory_utilization: float) -> dict:
-        return memory_kwargs(config, dtype, self.max_model_len, kv_cache_tokens, gpu_memory_utilization)
 
     @staticmethod
     def _names_to_sync(weights: dict[str, torch.Tensor], saved: set[str]) -> list[str]:
@@ -295,7 +292,6 @@ class VLLMEngine:
         self._load_weights()
         self.llm.wake_up(tags=["kv_cache"])
         self._asleep = False
-
 
 
 # Shared with the vLLM server (rlvr.rollout.vllm_server) and its client (rlvr.rollout.vllm_client):
