@@ -14,7 +14,9 @@ temperature 1, no top-k/top-p. With --group-size G the batch holds batch/G disti
 repeated G times (a GRPO rollout); the default 1 makes every prompt distinct.
 
   rlvr  `rlvr.rollout.DecodeEngine.generate` (the trainer's default engine: shared prefill,
-        preallocated KV cache, inverse-CDF sampling, sampling log-probs of every token)
+        preallocated KV cache, inverse-CDF sampling, sampling log-probs of every token, the fused
+        decoding step of rlvr.rollout.fused_decoder)
+  rlvr-plain  the same engine with fused=False (the model's forward at every step)
   hf    `model.generate(input_ids, attention_mask, generation_config)` with the same sampling settings,
         nothing else (no log-probs)
   vllm  (--engines rlvr,hf,vllm, run with .venv-vllm/bin/python) rlvr's VLLMEngine's in-process
@@ -33,6 +35,8 @@ alone (every Linear of the model, LM head included, on a [batch, in] input, time
 the tokens/s a decoder would reach if nothing but those products ran. At small batches these
 products are skinny and far from the square-matmul rate; this says how much of the gap is the
 shapes themselves and how much is everything else (attention, sampling, framework overhead).
+The "fused shapes" ceiling is the same for the products rlvr's fused step runs (q/k/v stacked; on
+CPU float32 oneDNN-prepacked weights), the bound for the `rlvr` engine.
 
 This is a script, not a test. Timings on a shared 2-core CPU are noisy.
 """
@@ -40,6 +44,8 @@ This is a script, not a test. Timings on a shared 2-core CPU are noisy.
 from __future__ import annotations
 
 import os
+
+import rlvr  # noqa: F401  (before torch: rlvr's OpenMP set-up, src/rlvr/threads.py, as `rlvr train` has it)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -66,16 +72,28 @@ from rlvr.rollout.sampling import Sampling
 NEVER = -1  # an EOS id no sampled token equals: fixed work per call
 
 
-def shape_ceiling_tok_s(model, batch: int, dtype: torch.dtype, reps: int = 3) -> float:
-    """tokens/s if a decoding step at this batch cost only its Linear products (best of reps)."""
-    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
-    inputs = {m.in_features: torch.randn(batch, m.in_features).to(dtype) for m in linears}
+def shape_ceiling_tok_s(model, batch: int, dtype: torch.dtype, reps: int = 3, fused: bool = False) -> float:
+    """tokens/s if a decoding step at this batch cost only its Linear products (best of reps).
+
+    fused: the products as rlvr's fused step runs them instead (q/k/v stacked into one; on CPU
+    float32 oneDNN-prepacked weights: rlvr.rollout.fused_decoder.Projection).
+    """
+    if fused:
+        from rlvr.rollout.fused_decoder import FusedDecoder
+
+        decoder = FusedDecoder(model, batch_hint=batch)
+        projections = [proj for layer in decoder.layers for proj in layer.values()] + [decoder.head]
+        products = [(proj, proj.weight.shape[1]) for proj in projections]
+    else:
+        linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+        products = [(lambda x, w=m.weight: torch.nn.functional.linear(x, w), m.in_features) for m in linears]
+    inputs = {width: torch.randn(batch, width).to(dtype) for _, width in products}
     best = float("inf")
     with torch.no_grad():
         for _ in range(reps + 1):  # the first round warms up
             start = time.perf_counter()
-            for m in linears:
-                torch.nn.functional.linear(inputs[m.in_features], m.weight)
+            for product, width in products:
+                product(inputs[width])
             best = min(best, time.perf_counter() - start)
     return batch / best
 
@@ -133,14 +151,17 @@ def run_dtype(args, dtype: str, prompts_all: list[list[int]]) -> dict:
     eos = eos_token_ids(model, tokenizer)
     pad = tokenizer.pad_token_id
     engine = DecodeEngine(model, pad_token_id=pad, eos_token_ids=[NEVER], max_batch_size=max(args.batch_list))
+    plain_engine = DecodeEngine(model, pad_token_id=pad, eos_token_ids=[NEVER], max_batch_size=max(args.batch_list),
+                                fused=False)
     engines = args.engine_list
     vllm_run = vllm_generate(model, pad_id=pad, eos_ids=eos, seed=args.seed) if "vllm" in engines else None
 
     def run(which: str, prompts: list[list[int]], new_tokens: int) -> tuple[float, int]:
         torch.manual_seed(args.seed)
         start = time.perf_counter()
-        if which == "rlvr":
-            completions = engine.generate(prompts, max_new_tokens=new_tokens, sampling=Sampling(1.0))
+        if which in ("rlvr", "rlvr-plain"):
+            chosen = engine if which == "rlvr" else plain_engine
+            completions = chosen.generate(prompts, max_new_tokens=new_tokens, sampling=Sampling(1.0))
             tokens = sum(len(c.token_ids) for c in completions)
         elif which == "vllm":
             tokens = vllm_run(prompts, new_tokens)
@@ -156,6 +177,7 @@ def run_dtype(args, dtype: str, prompts_all: list[list[int]]) -> dict:
         group = min(args.group_size, batch)
         prompts = [prompts_all[(i // group) % len(prompts_all)] for i in range(batch)]
         shape_tok_s = shape_ceiling_tok_s(model, batch, torch_dtype)
+        fused_shape_tok_s = shape_ceiling_tok_s(model, batch, torch_dtype, fused=True)
         times = {which: [] for which in engines}
         tokens = {}
         for rep in range(args.repeats):
@@ -171,7 +193,7 @@ def run_dtype(args, dtype: str, prompts_all: list[list[int]]) -> dict:
             seconds = statistics.median(times[which])
             rows.append({"dtype": dtype, "batch": batch, "engine": which, "seconds": seconds,
                          "tokens": tokens[which], "tok_s": tokens[which] / seconds, "all_seconds": times[which],
-                         "shape_ceiling_tok_s": shape_tok_s})
+                         "shape_ceiling_tok_s": shape_tok_s, "fused_shape_ceiling_tok_s": fused_shape_tok_s})
         print(f"  [{dtype}] batch {batch:>3}: " + " | ".join(
             f"{r['engine']} {r['tok_s']:7.1f} tok/s ({r['seconds']:.1f} s)" for r in rows[-len(engines):]), flush=True)
     flops_after = matmul_flops(torch_dtype, args.matmul_size)
@@ -179,6 +201,7 @@ def run_dtype(args, dtype: str, prompts_all: list[list[int]]) -> dict:
     for row in rows:
         row["fraction_of_ceiling"] = 2 * params * row["tok_s"] / ceiling
         row["fraction_of_shape_ceiling"] = row["tok_s"] / row["shape_ceiling_tok_s"]
+        row["fraction_of_fused_shape_ceiling"] = row["tok_s"] / row["fused_shape_ceiling_tok_s"]
     engine = model = None  # free the model before the next dtype
     return {"dtype": dtype, "params": params, "matmul_flops_before": flops_before,
             "matmul_flops_after": flops_after, "ceiling_flops": ceiling, "rows": rows}
@@ -192,8 +215,9 @@ def main(argv=None) -> int:
     parser.add_argument("--dtypes", default="float32,bfloat16", help="comma list: float32, bfloat16")
     parser.add_argument("--repeats", type=int, default=1, help="timed calls per engine and batch; median (default 1)")
     parser.add_argument("--matmul-size", type=int, default=2048, help="N of the N x N matmul ceiling (default 2048)")
-    parser.add_argument("--engines", default="rlvr,hf",
-                        help="comma list of rlvr, hf, vllm (vllm: run with .venv-vllm/bin/python; default rlvr,hf)")
+    parser.add_argument("--engines", default="rlvr,rlvr-plain,hf",
+                        help="comma list of rlvr, rlvr-plain (DecodeEngine(fused=False)), hf, vllm (vllm: run with "
+                             ".venv-vllm/bin/python; default rlvr,rlvr-plain,hf)")
     parser.add_argument("--group-size", type=int, default=1,
                         help="each distinct prompt repeated this many times in a batch (default 1)")
     parser.add_argument("--seed", type=int, default=0)
@@ -205,8 +229,8 @@ def main(argv=None) -> int:
         args.batches, args.new_tokens, args.dtypes = "1,4", 16, "float32"
     args.batch_list = [int(b) for b in args.batches.split(",") if b.strip()]
     args.engine_list = [e.strip() for e in args.engines.split(",") if e.strip()]
-    if "hf" not in args.engine_list or set(args.engine_list) - {"rlvr", "hf", "vllm"}:
-        parser.error("--engines: a comma list of rlvr, hf, vllm that includes hf (the reference)")
+    if "hf" not in args.engine_list or set(args.engine_list) - {"rlvr", "rlvr-plain", "hf", "vllm"}:
+        parser.error("--engines: a comma list of rlvr, rlvr-plain, hf, vllm that includes hf (the reference)")
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -230,18 +254,19 @@ def main(argv=None) -> int:
     results = [run_dtype(args, dtype, prompts) for dtype in dtypes]
 
     print()
-    print(f"{'dtype':<9} {'batch':>5} {'engine':<6} {'tok/s':>8} {'seconds':>8} {'of ceiling':>10} "
-          f"{'of shape ceiling':>16}   engine/hf")
+    print(f"{'dtype':<9} {'batch':>5} {'engine':<10} {'tok/s':>8} {'seconds':>8} {'of ceiling':>10} "
+          f"{'of shape ceiling':>16} {'of fused shapes':>15}   engine/hf")
     for res in results:
         by_key = {(r["batch"], r["engine"]): r for r in res["rows"]}
         for batch in args.batch_list:
             for engine in args.engine_list:
                 r = by_key[(batch, engine)]
                 ratio = f"{r['tok_s'] / by_key[(batch, 'hf')]['tok_s']:.2f}" if engine != "hf" else ""
-                shape = "" if engine != "hf" else f"   (shape ceiling {r['shape_ceiling_tok_s']:.0f} tok/s)"
-                print(f"{res['dtype']:<9} {batch:>5} {engine:<6} {r['tok_s']:>8.1f} {r['seconds']:>8.2f} "
-                      f"{100 * r['fraction_of_ceiling']:>9.2f}% {100 * r['fraction_of_shape_ceiling']:>15.1f}%   "
-                      f"{ratio}{shape}")
+                shape = "" if engine != "hf" else (f"   (shape ceiling {r['shape_ceiling_tok_s']:.0f} tok/s, "
+                                                   f"fused shapes {r['fused_shape_ceiling_tok_s']:.0f})")
+                print(f"{res['dtype']:<9} {batch:>5} {engine:<10} {r['tok_s']:>8.1f} {r['seconds']:>8.2f} "
+                      f"{100 * r['fraction_of_ceiling']:>9.2f}% {100 * r['fraction_of_shape_ceiling']:>15.1f}% "
+                      f"{100 * r['fraction_of_fused_shape_ceiling']:>14.1f}%   {ratio}{shape}")
     print()
     for res in results:
         print(f"{res['dtype']}: {res['params'] / 1e6:.1f} M parameters -> {2 * res['params'] / 1e9:.3f} GFLOP/token; "

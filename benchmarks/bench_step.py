@@ -15,7 +15,8 @@ beta, the parameter dtype (both models are *loaded* in fp32 or bf16; TRL also ge
 clipping at 1.0, constant lr, and one optimiser step per rollout (TRL: per_device_train_batch_size = B*G,
 gradient_accumulation_steps = steps_per_generation = 1, so no old-log-prob pass in either).
 TRL's own defaults that would make it slower for reasons unrelated to the algorithm are switched off:
-gradient_checkpointing=False (TRL's default is True), no vLLM, no completion logging, report_to none.
+gradient_checkpointing=False (TRL's default is True; --gradient-checkpointing turns it on in both), no
+vLLM, no completion logging, report_to none.
 What stays each library's own choice (and is part of what is measured): the rollout engine (TRL:
 transformers `generate`; rlvr: its default `rollout_engine=rlvr` DecodeEngine, or --rlvr-engine hf for
 `generate`), the optimiser implementation (TRL: fused AdamW; rlvr: torch.optim.AdamW defaults), TRL's chunked "fused LM head" log-probs
@@ -48,6 +49,8 @@ This is a script, not a test. Timings on a shared 2-core CPU are noisy; compare 
 from __future__ import annotations
 
 import os
+
+import rlvr  # noqa: F401  (before torch: rlvr's OpenMP set-up, src/rlvr/threads.py; TRL runs under it too)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -158,7 +161,7 @@ def build_rlvr(args, dtype: str, beta: float, model_path: str, out_dir: str):
         "max_grad_norm": 1.0, "lr_scheduler_type": "constant", "epsilon": 0.2,
         "max_steps": args.warmup + args.steps, "seed": args.seed, "output_dir": out_dir,
         "progress_bar": False, "log_completions": False, "verifier_workers": 1,
-        "rollout_engine": args.rlvr_engine,
+        "rollout_engine": args.rlvr_engine, "gradient_checkpointing": args.gradient_checkpointing,
     })
     trainer = Trainer(cfg)
     engine_generate = trainer.engine.generate
@@ -228,7 +231,7 @@ def build_trl(args, dtype: str, beta: float, model_path: str, rows: list[dict], 
         beta=beta, loss_type="dapo", epsilon=0.2, num_iterations=1, scale_rewards="group",
         learning_rate=args.lr, adam_beta1=0.9, adam_beta2=0.99, weight_decay=0.0, max_grad_norm=1.0,
         lr_scheduler_type="constant", warmup_steps=0,
-        gradient_checkpointing=False, use_vllm=False, log_completions=False,
+        gradient_checkpointing=args.gradient_checkpointing, use_vllm=False, log_completions=False,
         dataloader_num_workers=0,
     )
     trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=config, train_dataset=data,
@@ -462,6 +465,8 @@ def main(argv=None) -> int:
     parser.add_argument("--generations", type=int, default=8, help="G, completions per prompt (default 8)")
     parser.add_argument("--lr", type=float, default=1e-6, help="learning rate for both (default 1e-6)")
     parser.add_argument("--rlvr-engine", default="rlvr", help="rlvr's rollout_engine: rlvr (default) or hf")
+    parser.add_argument("--gradient-checkpointing", action="store_true",
+                        help="gradient_checkpointing on in both trainers (default off in both)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     parser.add_argument("--no-check", action="store_true", help="skip the loss-numerics comparison")

@@ -56,7 +56,7 @@ def test_trls_older_cap_name_is_the_clip_max():
 
 
 def test_each_combination_builds_its_engine():
-    assert engine_spec(build_config({}), is_main=True) == ("rlvr", {"max_batch_size": 64})
+    assert engine_spec(build_config({}), is_main=True) == ("rlvr", {"max_batch_size": 64, "fused": True})
     assert engine_spec(build_config({"rollout_engine": "hf", "max_rollout_batch_size": 8}), is_main=True) == (
         "hf", {"max_batch_size": 8})
     name, kw = engine_spec(build_config({"rollout_engine": "vllm", "vllm_gpu_memory_utilization": 0.5,

@@ -34,9 +34,10 @@ from transformers import (
     TopPLogitsWarper,
 )
 
+from rlvr.rollout import fused_decoder
 from rlvr.rollout.base import LocalEngine, left_pad
 from rlvr.rollout.completion import Completion
-from rlvr.rollout.kv_cache import CACHE_KWARG, make_cache
+from rlvr.rollout.kv_cache import CACHE_KWARG, PreallocatedLayer, make_cache
 from rlvr.rollout.sampling import Sampling
 
 
@@ -49,15 +50,35 @@ class DecodeEngine(LocalEngine):
             1 (default) drops them as soon as any finishes (measured fastest: each drop copies the
             cache of the live rows, cheaper than decoding a dead row for the following steps),
             0 never drops them (each step decodes the whole batch, as ``generate`` does).
+        fused: decode one-token steps with :mod:`rlvr.rollout.fused_decoder` (q/k/v as one product,
+            on CPU float32 oneDNN-prepacked weights) when the model allows it (a plain
+            Llama-family model); False always calls the model's forward.
     """
 
     supports_row_seeds = True  # generate(row_seeds=...): a request's draws do not depend on its batch
 
     def __init__(self, model, *, pad_token_id: int, eos_token_ids: list[int], max_batch_size: int = 64,
-                 compact_below: float = 1.0):
+                 compact_below: float = 1.0, fused: bool = True):
         super().__init__(model, pad_token_id=pad_token_id, eos_token_ids=eos_token_ids,
                          max_batch_size=max_batch_size)
         self.compact_below = compact_below
+        self.fused = fused
+        self._decoder_now: fused_decoder.FusedDecoder | None = None  # built once per generate() call
+
+    def generate(self, prompts, **kwargs) -> list[Completion]:
+        try:
+            return super().generate(prompts, **kwargs)
+        finally:  # the stacked/packed weights are a copy of this call's weights: never reused after it
+            self._decoder_now = None
+
+    def _decoder(self, cache, batch: int):
+        """The fused one-token step over the current weights, or None for the model's forward."""
+        if not (self.fused and all(isinstance(layer, PreallocatedLayer) for layer in getattr(cache, "layers", [None]))
+                and fused_decoder.supports(self.model)):
+            return None
+        if self._decoder_now is None:
+            self._decoder_now = fused_decoder.FusedDecoder(self.model, batch_hint=batch)
+        return self._decoder_now
 
     # ------------------------------------------------------------------ one batch
     def _generate_chunk(self, prompts, max_new_tokens, sampling: Sampling, row_seeds) -> list[Completion]:
@@ -77,6 +98,7 @@ class DecodeEngine(LocalEngine):
         logits = out.logits[row_prompt, -1, :]  # [n, V]
         attention_mask = prompt_mask[row_prompt]  # [n, P + t]
         next_position = prompt_mask.sum(-1)[row_prompt]  # [n]
+        decoder = self._decoder(cache, n)  # built per generate() call: always the current weights
 
         sampler = _Sampler(sampling, row_seeds, device, rows=n)
         if sampling.repetition_penalty != 1:
@@ -105,10 +127,13 @@ class DecodeEngine(LocalEngine):
                 live, chosen = live[keep], chosen[index]
                 attention_mask, next_position = attention_mask[index], next_position[index]
             attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(live), 1))], dim=1)
-            out = self.model(input_ids=chosen[:, None], attention_mask=attention_mask,
-                             position_ids=next_position[:, None], **{CACHE_KWARG: cache}, use_cache=True)
+            if decoder is not None:
+                logits = decoder.step(chosen[:, None], attention_mask, next_position[:, None], cache)
+            else:
+                logits = self.model(input_ids=chosen[:, None], attention_mask=attention_mask,
+                                    position_ids=next_position[:, None], **{CACHE_KWARG: cache},
+                                    use_cache=True).logits[:, -1, :]
             next_position = next_position + 1
-            logits = out.logits[:, -1, :]
         return [self._completion(tokens[r, : lengths[r]], logprobs[r, : lengths[r]], bool(done[r]), max_new_tokens)
                 for r in range(n)]
 

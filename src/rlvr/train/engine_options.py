@@ -13,6 +13,8 @@ def engine_spec(cfg: ExperimentConfig, *, is_main: bool) -> tuple[str, dict]:
     """(engine name for ``rlvr.rollout.build_engine``, its keywords). ``is_main``: this process is rank 0,
     the one that pushes weights to a vLLM server (every rank holds the same weights)."""
     r, v = cfg.rollout, cfg.vllm
+    if r.rollout_engine == "rlvr":
+        return "rlvr", {"max_batch_size": r.max_rollout_batch_size, "fused": r.fused_decoding}
     if r.rollout_engine != "vllm":
         return r.rollout_engine, {"max_batch_size": r.max_rollout_batch_size}
     if v.vllm_mode == "server":

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from rlvr import threads
 from rlvr.config import ExperimentConfig
 from rlvr.data import PromptSampler, load_python_rows, load_rows
 from rlvr.eval import group_diversity
@@ -135,6 +136,8 @@ class Trainer:
             )
         self.device = resolve_device(cfg.model.device, local_rank=self.dist.local_rank if self.dist.enabled else None)
         self.policy.to(self.device)
+        if self.device.type == "cpu" and self.dist.is_main:
+            logger.info("CPU: %d torch threads; %s", torch.get_num_threads(), threads.applied())
         self.policy.eval()  # no dropout: the on-policy ratio is exactly 1
         self.ref_model = self._reference_model()  # (a copy made before checkpointing wraps the policy's layers)
         if cfg.model.gradient_checkpointing:
