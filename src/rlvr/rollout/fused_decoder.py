@@ -7,8 +7,8 @@ This step changes only how the products run:
 
 - q/k/v as one product against their weights stacked ([q; k; v]);
 - on CPU in float32 every product runs on weights reordered once into oneDNN's blocked layout
-  (:class:`Projection`): 1.3-2.5x faster than ``F.linear`` at these shapes, measured
-  (docs/performance.md, "Rollout against the machine's ceiling"). gate/up are not stacked: on
+  (:class:`Projection`): 1.3-2.5x faster than ``F.linear`` at these shapes in ad-hoc timings; the
+  kept measurement is the engine's (docs/performance.md, "Rollout against the machine's ceiling"). gate/up are not stacked: on
   this machine one [576, 3072] product was slower than two [576, 1536] ones.
 
 Everything else is the model's own code (its RMSNorm and rotary-embedding modules, SDPA over the
@@ -84,7 +84,7 @@ class Projection:
 
     On CPU, oneDNN's product on a weight reordered once into its blocked layout is 1.3-2.5x
     faster than ``F.linear`` (MKL) at decoding shapes ([16-64, 576] x [576, 1536] and the
-    [576, 49152] LM head, measured in docs/performance.md); the reorder is a copy of the weight.
+    [576, 49152] LM head; ad-hoc timings, 2026-12-01); the reorder is a copy of the weight.
     """
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, *, prepack: bool, batch_hint: int):
@@ -116,7 +116,6 @@ class FusedDecoder:
     """
 
     def __init__(self, model, *, prepack: bool = True, batch_hint: int = 32):
-        self.model = model
         self.body, head = _parts(model)
         config = model.config
         self.heads = config.num_attention_heads
