@@ -38,6 +38,11 @@ shapes themselves and how much is everything else (attention, sampling, framewor
 The "fused shapes" ceiling is the same for the products rlvr's fused step runs (q/k/v stacked; on
 CPU float32 oneDNN-prepacked weights), the bound for the `rlvr` engine.
 
+The prefill (the distinct prompts through the model's forward, both rlvr engines) is also timed alone
+per batch, and the rlvr rows are printed once more as the decoding loop alone: tokens / (call seconds -
+prefill seconds). The shape ceilings count decoding steps only, so with many distinct prompts the
+prefill is a share of the call they do not describe; with --group-size G it is 1/G of it.
+
 This is a script, not a test. Timings on a shared 2-core CPU are noisy.
 """
 
@@ -96,6 +101,25 @@ def shape_ceiling_tok_s(model, batch: int, dtype: torch.dtype, reps: int = 3, fu
                 product(inputs[width])
             best = min(best, time.perf_counter() - start)
     return batch / best
+
+
+def prefill_seconds(model, prompts: list[list[int]], *, pad_id: int, new_tokens: int, reps: int = 2) -> float:
+    """Seconds of the prefill rlvr's engine runs for these prompts (best of reps): the distinct prompts,
+    left-padded, through the model's forward into a preallocated cache, last position's logits only
+    (the same call as DecodeEngine._generate_chunk's; both rlvr engines run it)."""
+    from rlvr.rollout.base import left_pad
+    from rlvr.rollout.kv_cache import CACHE_KWARG, make_cache
+
+    ids, mask = left_pad(list(dict.fromkeys(tuple(p) for p in prompts)), pad_id)
+    best = float("inf")
+    with torch.no_grad():
+        for _ in range(reps):
+            start = time.perf_counter()
+            cache = make_cache(model.config, ids.shape[1] + new_tokens)
+            model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+                  **{CACHE_KWARG: cache}, use_cache=True, logits_to_keep=1)
+            best = min(best, time.perf_counter() - start)
+    return best
 
 
 def matmul_flops(dtype: torch.dtype, n: int, reps: int = 5) -> float:
@@ -178,6 +202,7 @@ def run_dtype(args, dtype: str, prompts_all: list[list[int]]) -> dict:
         prompts = [prompts_all[(i // group) % len(prompts_all)] for i in range(batch)]
         shape_tok_s = shape_ceiling_tok_s(model, batch, torch_dtype)
         fused_shape_tok_s = shape_ceiling_tok_s(model, batch, torch_dtype, fused=True)
+        prefill_s = prefill_seconds(model, prompts, pad_id=pad, new_tokens=args.new_tokens)
         times = {which: [] for which in engines}
         tokens = {}
         for rep in range(args.repeats):
@@ -193,7 +218,8 @@ def run_dtype(args, dtype: str, prompts_all: list[list[int]]) -> dict:
             seconds = statistics.median(times[which])
             rows.append({"dtype": dtype, "batch": batch, "engine": which, "seconds": seconds,
                          "tokens": tokens[which], "tok_s": tokens[which] / seconds, "all_seconds": times[which],
-                         "shape_ceiling_tok_s": shape_tok_s, "fused_shape_ceiling_tok_s": fused_shape_tok_s})
+                         "shape_ceiling_tok_s": shape_tok_s, "fused_shape_ceiling_tok_s": fused_shape_tok_s,
+                         "prefill_s": prefill_s})
         print(f"  [{dtype}] batch {batch:>3}: " + " | ".join(
             f"{r['engine']} {r['tok_s']:7.1f} tok/s ({r['seconds']:.1f} s)" for r in rows[-len(engines):]), flush=True)
     flops_after = matmul_flops(torch_dtype, args.matmul_size)
@@ -202,6 +228,9 @@ def run_dtype(args, dtype: str, prompts_all: list[list[int]]) -> dict:
         row["fraction_of_ceiling"] = 2 * params * row["tok_s"] / ceiling
         row["fraction_of_shape_ceiling"] = row["tok_s"] / row["shape_ceiling_tok_s"]
         row["fraction_of_fused_shape_ceiling"] = row["tok_s"] / row["fused_shape_ceiling_tok_s"]
+        if row["engine"] in ("rlvr", "rlvr-plain"):  # the decoding loop alone: the call less its prefill
+            row["decode_tok_s"] = row["tokens"] / max(1e-9, row["seconds"] - row["prefill_s"])
+            row["decode_fraction_of_shape_ceiling"] = row["decode_tok_s"] / row["shape_ceiling_tok_s"]
     engine = model = None  # free the model before the next dtype
     return {"dtype": dtype, "params": params, "matmul_flops_before": flops_before,
             "matmul_flops_after": flops_after, "ceiling_flops": ceiling, "rows": rows}
@@ -267,6 +296,14 @@ def main(argv=None) -> int:
                 print(f"{res['dtype']:<9} {batch:>5} {engine:<10} {r['tok_s']:>8.1f} {r['seconds']:>8.2f} "
                       f"{100 * r['fraction_of_ceiling']:>9.2f}% {100 * r['fraction_of_shape_ceiling']:>15.1f}% "
                       f"{100 * r['fraction_of_fused_shape_ceiling']:>14.1f}%   {ratio}{shape}")
+    print()
+    print("rlvr's decoding loop alone (the call less its prefill, timed separately):")
+    for res in results:
+        for r in res["rows"]:
+            if "decode_tok_s" in r:
+                print(f"  {res['dtype']:<9} batch {r['batch']:>3} {r['engine']:<10} prefill {r['prefill_s']:6.2f} s of "
+                      f"{r['seconds']:6.2f} s ({100 * r['prefill_s'] / r['seconds']:4.1f} %); decoding {r['decode_tok_s']:7.1f} "
+                      f"tok/s = {100 * r['decode_fraction_of_shape_ceiling']:5.1f} % of the shape ceiling")
     print()
     for res in results:
         print(f"{res['dtype']}: {res['params'] / 1e6:.1f} M parameters -> {2 * res['params'] / 1e9:.3f} GFLOP/token; "
