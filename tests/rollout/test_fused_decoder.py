@@ -1,4 +1,4 @@
-"""The fused decoding step (q/k/v and gate/up stacked) against the model's own forward."""
+"""The fused decoding step (q/k/v stacked, oneDNN-prepacked weights) against the model's own forward."""
 
 import pytest
 import torch
