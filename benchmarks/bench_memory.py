@@ -11,7 +11,8 @@ downloaded); ``--layers`` cuts the depth for a quick run. The batch: ``--respons
 configuration runs in its own process, so its peak is its own:
 
 - ``plain``: fp32, logits [n, T, V];
-- ``+chunked head``: ``lm_head_chunk_tokens=1024``;
+- ``+chunked head``: ``lm_head_chunk_tokens=1024`` (``--head-chunks 256,512,...`` runs each configuration
+  with a chunked head once per chunk size instead, to tune it);
 - ``+checkpointing``: and ``gradient_checkpointing=true``;
 - ``+bf16 mixed``: and ``bf16=true``;
 - ``TRL GRPOTrainer``: TRL's own update on the same model and batch: ``GRPOConfig`` at its defaults
@@ -153,7 +154,9 @@ def run_one(name: str, args) -> dict:
     from rlvr.train.plan import compile_plan
     from rlvr.train.update import PolicyUpdate
 
-    options = CONFIGS[name]
+    options = dict(CONFIGS[name])
+    if "lm_head_chunk_tokens" in options:
+        options["lm_head_chunk_tokens"] = args.head_chunk
     device = torch.device(args.device)
     model = _model(args)
     if options.get("gradient_checkpointing"):
@@ -214,6 +217,10 @@ def main() -> None:
     total_gb = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30
     parser.add_argument("--max-rss-gb", type=float, default=round(0.85 * total_gb, 1),
                         help="stop a configuration whose RSS passes this (it did not fit); default 85%% of RAM")
+    parser.add_argument("--head-chunks", default="1024",
+                        help="comma list of lm_head_chunk_tokens values for the configurations with a chunked "
+                             "head, each run once per value (default 1024)")
+    parser.add_argument("--head-chunk", type=int, default=1024, help=argparse.SUPPRESS)
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--out", help="also write the results as JSON here")
     args = parser.parse_args()
@@ -226,12 +233,23 @@ def main() -> None:
     names = [n.strip() for n in args.configs.split(",")]
     if unknown := [n for n in names if n not in CONFIGS]:
         parser.error(f"unknown configuration(s) {unknown}; choose from {list(CONFIGS)}")
+    try:
+        chunks = [int(c) for c in args.head_chunks.split(",")]
+    except ValueError:
+        parser.error(f"--head-chunks: comma list of positive integers, got {args.head_chunks!r}")
+    if any(c <= 0 for c in chunks):
+        parser.error(f"--head-chunks: chunk sizes must be > 0, got {args.head_chunks!r}")
     for name in names:
-        cmd = [sys.executable, __file__, "--one", name, "--layers", str(args.layers), "--responses",
-               str(args.responses), "--tokens", str(args.tokens), "--device", args.device]
-        row = _run_child(cmd, args.max_rss_gb) or {"name": name, "stopped_above_gb": args.max_rss_gb}
-        rows.append(row)
-        print(f"  {name}: {row}", flush=True)
+        for chunk in chunks if "lm_head_chunk_tokens" in (CONFIGS[name] or {}) else [None]:
+            cmd = [sys.executable, __file__, "--one", name, "--layers", str(args.layers), "--responses",
+                   str(args.responses), "--tokens", str(args.tokens), "--device", args.device]
+            if chunk is not None:
+                cmd += ["--head-chunk", str(chunk)]
+            label = name if chunk is None or len(chunks) == 1 else f"{name} (chunk {chunk})"
+            row = _run_child(cmd, args.max_rss_gb) or {"name": name, "stopped_above_gb": args.max_rss_gb}
+            row["name"], row["head_chunk"] = label, chunk
+            rows.append(row)
+            print(f"  {label}: {row}", flush=True)
     measured = [r for r in rows if "update_s" in r]
     key = "cuda_peak_gb" if measured and "cuda_peak_gb" in measured[0] else "peak_rss_gb"
     for r in measured:
