@@ -12,16 +12,18 @@ update   One micro-batch of the policy update as the trainer runs it: ``rlvr.tra
          decoder layer's MLP and two RMSNorms compiled by ``torch.compile(dynamic=True)`` (regional
          compilation: one graph each, shared by the 30 identical layers; the parameters stay inputs, so
          an optimiser step needs no recompile). The attention block stays eager: it reads and writes
-         the KV cache by its layer index, so compiled it is a graph per layer (30 compiles of ~30 s
-         here) with the cache's Python state in its guards. Each repeat draws new response lengths (as each training step does), so the
-         compiled layers must serve new shapes without recompiling. Checked: log-probs and every
+         the KV cache by its layer index, so compiled it is a graph per layer (30 compiles: over 7
+         minutes here before the first call ended) with the cache's Python state in its guards. Each
+         repeat draws new response lengths (as each training step does), so the compiled layers must
+         serve new shapes without recompiling. Checked: log-probs and every
          parameter's gradient against eager's.
 decode   One-token decoding steps at --batches, after a prefill of distinct prompts:
          "fused" is rlvr's default step (``rollout.fused_decoder``: stacked q/k/v, oneDNN-prepacked
          weights), "plain" the same step on unpacked weights (``F.linear``), "compiled" that plain step
-         compiled whole by ``torch.compile(dynamic=True)`` (the products, attention, norms, rotary and
-         the KV-cache write in one graph; oneDNN's packed weights cannot enter a compiled graph
-         as inputs). Checked: the compiled step's logits against the plain step's.
+         compiled whole by ``torch.compile`` with automatic dynamic shapes (the products, attention,
+         norms, rotary and the KV-cache write in one graph; ``dynamic=True`` would make the head counts
+         symbolic and break the graph at every SDPA; oneDNN's packed weights cannot enter a compiled
+         graph as inputs). Checked: the compiled step's logits against the plain step's.
 
 The first compiled call of each part is reported as compile time and not counted in the medians.
 Everything runs in one process, variants alternating, so background load hits all of them. This is a
