@@ -12,8 +12,8 @@ update   One micro-batch of the policy update as the trainer runs it: ``rlvr.tra
          decoder layer's MLP and two RMSNorms compiled by ``torch.compile(dynamic=True)`` (regional
          compilation: one graph each, shared by the 30 identical layers; the parameters stay inputs, so
          an optimiser step needs no recompile). The attention block stays eager: it reads and writes
-         the KV cache by its layer index, so compiled it is a graph per layer (30 compiles: over 7
-         minutes here before the first call ended) with the cache's Python state in its guards. Each
+         the KV cache by its layer index, so compiled it is a graph per layer (one recompile per
+         layer; SmolLM2's first call had not ended after 7 minutes) with the cache's Python state in its guards. Each
          repeat draws new response lengths (as each training step does), so the compiled layers must
          serve new shapes without recompiling. Checked: log-probs and every
          parameter's gradient against eager's.
