@@ -151,15 +151,15 @@ def _prefill(model, batch: int, prompt_len: int, steps: int, seed: int):
     return cache, mask
 
 
-def _decode(step, model, batch: int, args, seed: int):
-    """Per-step seconds and the logits of every step, for ``args.steps`` steps after one prefill."""
-    cache, mask = _prefill(model, batch, args.prompt_length, args.steps, seed)
+def _decode(step, model, batch: int, *, prompt_len: int, steps: int, seed: int):
+    """Per-step seconds and the logits of every step, for ``steps`` steps after one prefill."""
+    cache, mask = _prefill(model, batch, prompt_len, steps, seed)
     g = torch.Generator().manual_seed(seed + 1)
-    tokens = torch.randint(100, model.config.vocab_size - 1, (batch, args.steps), generator=g)
+    tokens = torch.randint(100, model.config.vocab_size - 1, (batch, steps), generator=g)
     times, logits = [], []
-    for t in range(args.steps):
+    for t in range(steps):
         mask = torch.cat([mask, mask.new_ones((batch, 1))], dim=1)
-        position = torch.full((batch, 1), args.prompt_length + t)
+        position = torch.full((batch, 1), prompt_len + t)
         start = time.perf_counter()
         logits.append(step(tokens[:, t : t + 1], mask, position, cache))
         times.append(time.perf_counter() - start)
@@ -177,7 +177,7 @@ def bench_decode(model, args, out: dict) -> None:
         fused = fused_decoder.FusedDecoder(model, prepack=True, batch_hint=batch)
         print(f"\n== decode: batch {batch}, prompt {args.prompt_length} tokens, {args.steps} steps", flush=True)
         start = time.perf_counter()
-        _decode(compiled_step, model, batch, argparse.Namespace(prompt_length=args.prompt_length, steps=3), 99)
+        _decode(compiled_step, model, batch, prompt_len=args.prompt_length, steps=3, seed=99)
         compile_s = time.perf_counter() - start
         print(f"  compiled: first 3 steps (compiling) {compile_s:.1f} s", flush=True)
         variants = {"fused": fused.step, "plain": plain.step, "compiled": compiled_step}
@@ -186,7 +186,8 @@ def bench_decode(model, args, out: dict) -> None:
         for repeat in range(args.repeats):
             names = list(variants) if repeat % 2 == 0 else list(reversed(variants))
             for name in names:
-                times, logits[name] = _decode(variants[name], model, batch, args, seed=batch)
+                times, logits[name] = _decode(variants[name], model, batch, prompt_len=args.prompt_length,
+                                              steps=args.steps, seed=batch)
                 per_step[name].append(statistics.median(times[1:]))
         diff = float((logits["compiled"] - logits["plain"]).abs().max())
         med = {n: statistics.median(v) for n, v in per_step.items()}
