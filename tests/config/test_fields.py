@@ -12,6 +12,9 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "rlvr"
 # which must itself be read outside src/rlvr/config/, and the field itself must not be).
 READ_THROUGH = {
     "loss_type": "aggregation",  # AlgorithmConfig.aggregation: loss_type with its TRL/verl aliases resolved
+    # ExperimentConfig.batch_shape: the step's batch as TRL computes it from these (rlvr.config.batch)
+    "steps_per_generation": "batch_shape",
+    "gradient_accumulation_steps": "batch_shape",
 }
 
 

@@ -1,14 +1,18 @@
 """TRL's names: a TRL recipe's keys are taken, mapped, or refused one line each; preset=trl is TRL's defaults."""
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 import yaml
 
 from rlvr.config import FIELD_SECTION, build_config, load_config
+from rlvr.config.origin import defaults_line
 from rlvr.config.parsing import pairs_from_cli
 from rlvr.config.presets import TRL_DEFAULTS
-from rlvr.config.trl_names import ACCEPTED, NOT_IMPLEMENTED, RENAMED
+from rlvr.config.trl_names import ACCEPTED, NOT_IMPLEMENTED, RENAMED, TRANSLATED
+
+RECIPES = Path(__file__).resolve().parents[2] / "examples" / "recipes"
 
 # A recipe as TRL's docs write one (`trl grpo --config grpo.yaml`: GRPOConfig + ModelConfig +
 # ScriptArguments keys), with a tiny model and an offline dataset swapped in.
@@ -22,10 +26,10 @@ lora_r: 8
 lora_alpha: 16
 lora_target_modules: [q_proj, v_proj]
 
-# Data and rewards
+# Data and rewards (rlvr's verifier by its explicit name: with TRL's names the bare `accuracy` is open-r1's)
 dataset_name: rg:basic_arithmetic:size=16
 dataset_train_split: train
-reward_funcs: [accuracy]
+reward_funcs: [rlvr:accuracy]
 
 # GRPO trainer config
 output_dir: OUT
@@ -65,11 +69,14 @@ def test_a_trl_recipe_resolves_to_the_rlvr_options_it_means(tmp_path):
     assert cfg.model.lora_r == 8 and cfg.model.lora_target_modules == "q_proj,v_proj"
     assert cfg.data.data == "rg:basic_arithmetic:size=16"
     assert cfg.optim.learning_rate == 1e-6 and cfg.optim.lr_scheduler_type == "cosine"
-    assert cfg.algorithm.loss_type == "dapo"  # TRL's name, resolved by the aggregation (token_mean)
-    assert cfg.algorithm.aggregation == "token_mean"
+    assert cfg.algorithm.loss_type == "dapo"  # TRL's name and TRL's normaliser (rlvr.core.losses.aggregate)
+    assert cfg.algorithm.aggregation == "dapo"
     assert cfg.algorithm.scale_rewards == "group"
     assert cfg.run.num_completions_to_log == 2
     assert cfg.model.gradient_checkpointing is True
+    assert cfg.run.preset == "trl" and cfg.origin.trl_keys[:2] == ("model_name_or_path", "attn_implementation")[:1] + (
+        cfg.origin.trl_keys[1],)
+    assert cfg.reward.reward_funcs == ["rlvr:accuracy"]
 
 
 def test_the_trl_recipe_trains(tmp_path):
@@ -96,10 +103,11 @@ def test_dataset_name_config_and_split_make_one_data_spec():
     assert build_config({"dataset_name": "gsm8k-100"}).data.data == "gsm8k-100"
 
 
-def test_warmup_steps_below_one_is_transformers_5s_ratio():
-    assert build_config({"warmup_steps": 0.1}).optim.warmup_ratio == 0.1
-    with pytest.raises(ValueError, match="warmup_steps: 100 is not supported .use warmup_ratio"):
-        build_config({"warmup_steps": 100})
+def test_warmup_steps_is_transformers_5s_ratio_below_one_and_a_count_above():
+    assert build_config({"warmup_steps": 0.1}).optim.warmup_steps == 0.1
+    assert build_config({"warmup_steps": 100}).optim.warmup_steps == 100
+    with pytest.raises(ValueError, match="warmup_steps.*whole number"):
+        build_config({"warmup_steps": 1.5})
 
 
 def test_use_vllm_is_the_vllm_engine():
@@ -109,12 +117,19 @@ def test_use_vllm_is_the_vllm_engine():
 
 def test_trl_options_rlvr_does_not_take_are_refused_together_one_line_each():
     with pytest.raises(ValueError) as error:
-        build_config({"num_train_epochs": 3, "push_to_hub": True, "top_entropy_quantile": 0.2, "beta": 0.01})
+        build_config({"use_dora": True, "save_only_model": True, "top_entropy_quantile": 0.2, "beta": 0.01})
     text = str(error.value)
-    assert "num_train_epochs: a TRL option rlvr does not implement; remove it (nearest rlvr option: max_steps)" in text
-    assert "push_to_hub: True is not supported (rlvr does not push to the Hub)" in text
-    assert "top_entropy_quantile: a TRL option rlvr does not implement" in text
+    assert "use_dora: True: a TRL option rlvr does not implement (only TRL's default False); remove it" in text
+    assert "save_only_model: True is not supported (rlvr's checkpoints keep the optimiser state" in text
+    assert "top_entropy_quantile: 0.2: a TRL option rlvr does not implement (only TRL's default 1.0)" in text
     assert len(text.splitlines()) == 4  # the heading and one line per key
+
+
+def test_trl_options_at_trls_own_default_are_taken():
+    """A recipe that writes a TRL option at TRL's default asks for the plain behaviour rlvr has."""
+    cfg = build_config({"use_dora": False, "top_entropy_quantile": 1.0, "fp16": False, "sync_ref_model": False,
+                        "logging_steps": 10, "per_device_eval_batch_size": 16, "hub_model_revision": "main"})
+    assert cfg.run.preset == "trl"
 
 
 def test_an_unknown_key_that_is_not_trls_still_suggests_rlvr_names():
@@ -122,49 +137,131 @@ def test_an_unknown_key_that_is_not_trls_still_suggests_rlvr_names():
         build_config({"max_step": 3})
 
 
+# open-r1's additions to TRL's GRPOConfig / ScriptArguments (huggingface/open-r1 src/open_r1/configs.py,
+# commit 1416fa0): its recipes carry them
+OPEN_R1_KEYS = {
+    "benchmarks", "callbacks", "chat_template", "hub_model_revision", "overwrite_hub_revision", "push_to_hub_revision",
+    "system_prompt", "wandb_log_unique_prompts", "wandb_entity", "wandb_project", "wandb_run_group",
+    "dataset_mixture", "dataset_prompt_column", "cosine_min_value_wrong", "cosine_max_value_wrong",
+    "cosine_min_value_correct", "cosine_max_value_correct", "cosine_max_len", "repetition_n_grams",
+    "repetition_max_penalty", "code_language", "max_completion_len", "soft_punish_cache",
+}
+
+
 def test_the_trl_tables_are_disjoint_from_rlvr_and_cover_trls_own_option_names():
-    """Every GRPOConfig / ModelConfig / ScriptArguments field of the installed TRL is placed somewhere."""
+    """Every GRPOConfig / ModelConfig / ScriptArguments field of the installed TRL, and open-r1's additions,
+    is placed somewhere: an rlvr option of the same name, or one of the tables."""
     from transformers import TrainingArguments
     from trl import GRPOConfig, ModelConfig
     from trl.scripts.utils import ScriptArguments
 
     ours = set(FIELD_SECTION)
-    tables = set(RENAMED) | set(ACCEPTED) | set(NOT_IMPLEMENTED)
+    tables = set(RENAMED) | set(TRANSLATED) | set(ACCEPTED) | set(NOT_IMPLEMENTED)
     assert not tables & ours, tables & ours  # an rlvr name is never re-routed
     base = {f.name for f in dataclasses.fields(TrainingArguments)}
     trl_own = {f.name for cls in (GRPOConfig, ModelConfig, ScriptArguments) for f in dataclasses.fields(cls)}
     trl_own = (trl_own - base) | {f.name for f in dataclasses.fields(GRPOConfig) if f.name in ("learning_rate",)}
     trl_own |= {"reward_funcs", "reward_model_name_or_path"}  # trl/scripts/grpo.py's GRPOScriptArguments
-    unplaced = sorted(trl_own - ours - tables)
-    assert not unplaced, f"TRL options with no place in rlvr.config.trl_names: {unplaced}"
+    unplaced = sorted((trl_own | OPEN_R1_KEYS) - ours - tables)
+    assert not unplaced, f"TRL / open-r1 options with no place in rlvr.config.trl_names: {unplaced}"
     # the transformers keys we place are real TrainingArguments fields (not typos)
-    placed_base = (set(ACCEPTED) | set(NOT_IMPLEMENTED)) - trl_own - {"reward_model_name_or_path"}
+    placed_base = tables - trl_own - OPEN_R1_KEYS - {"reward_model_name_or_path"}
     assert placed_base <= base | {"torch_dtype", "max_length"}, placed_base - base
 
 
-def test_preset_trl_is_trls_defaults_and_the_users_keys_still_win():
-    from trl import GRPOConfig
+def test_the_keys_of_the_two_open_r1_recipes_and_trls_example_are_all_placed():
+    recipes = sorted(RECIPES.glob("*.yaml"))
+    assert len(recipes) == 3
+    keys = set().union(*(yaml.safe_load(path.read_text()) for path in recipes))
+    tables = set(RENAMED) | set(TRANSLATED) | set(ACCEPTED) | set(NOT_IMPLEMENTED)
+    assert not sorted(keys - set(FIELD_SECTION) - tables)
 
-    trl = GRPOConfig(output_dir="unused", use_cpu=True, report_to=[])
-    cfg = build_config({"preset": "trl"})
-    assert cfg.optim.learning_rate == trl.learning_rate == 1e-6
-    assert cfg.optim.adam_beta2 == trl.adam_beta2
-    assert cfg.optim.lr_scheduler_type == str(trl.lr_scheduler_type.value if hasattr(trl.lr_scheduler_type, "value")
-                                              else trl.lr_scheduler_type)
-    assert cfg.rollout.max_completion_length == trl.max_completion_length
-    assert cfg.rollout.num_generations == trl.num_generations
-    assert cfg.algorithm.beta == trl.beta and cfg.algorithm.epsilon == trl.epsilon
-    assert cfg.algorithm.aggregation == "token_mean" and trl.loss_type == "dapo"
-    assert cfg.algorithm.scale_rewards == trl.scale_rewards
-    assert cfg.optim.weight_decay == trl.weight_decay and cfg.optim.adam_beta1 == trl.adam_beta1
-    assert cfg.optim.warmup_ratio == trl.warmup_steps == 0 and cfg.optim.max_grad_norm == trl.max_grad_norm
-    assert cfg.data.instruction is None and cfg.reward.answer_extraction == "boxed"
-    assert cfg.algorithm.advantage_eps == TRL_DEFAULTS["advantage_eps"] == 1e-4
+
+# rlvr's name of each TRL default that preset=trl sets -> where the installed TRL keeps it
+TRL_DEFAULT_SOURCES = {
+    "learning_rate": "learning_rate", "adam_beta2": "adam_beta2", "lr_scheduler_type": "lr_scheduler_type",
+    "seed": "seed", "max_steps": "max_steps", "num_train_epochs": "num_train_epochs",
+    "per_device_train_batch_size": "per_device_train_batch_size",
+    "gradient_accumulation_steps": "gradient_accumulation_steps", "loss_type": "loss_type",
+    "max_completion_length": "max_completion_length", "bf16": "bf16", "gradient_checkpointing": "gradient_checkpointing",
+    "save_steps": "save_steps", "save_total_limit": "save_total_limit", "log_completions": "log_completions",
+    "disable_dropout": "disable_dropout", "use_bias_correction_kl": "use_bias_correction_kl",
+    "lora_alpha": "model:lora_alpha", "lora_dropout": "model:lora_dropout", "lora_target_modules": "model:lora_target_modules",
+}
+
+
+def test_preset_trl_is_trls_defaults_and_the_users_keys_still_win():
+    from trl import GRPOConfig, ModelConfig
+
+    trl, model = GRPOConfig(output_dir="unused", use_cpu=True, report_to=[]), ModelConfig()
+    cfg = build_config({"preset": "trl"}).flat()
+    for ours, theirs in TRL_DEFAULT_SOURCES.items():
+        source, name = (model, theirs[6:]) if theirs.startswith("model:") else (trl, theirs)
+        value = getattr(source, name)
+        assert cfg[ours] == getattr(value, "value", value), ours  # (enums: their value)
+    assert set(TRL_DEFAULT_SOURCES) <= set(TRL_DEFAULTS)
+    # the rest of TRL_DEFAULTS: TRL behaviours, not GRPOConfig fields
+    assert TRL_DEFAULTS["advantage_eps"] == 1e-4  # TRL: (r - mean) / (std + 1e-4), hard-coded
+    assert TRL_DEFAULTS["instruction"] is None and TRL_DEFAULTS["prompts_per_step"] is None
+    assert cfg["temperature"] == trl.temperature and cfg["beta"] == trl.beta and cfg["epsilon"] == trl.epsilon
+    assert cfg["scale_rewards"] == trl.scale_rewards and cfg["num_generations"] == trl.num_generations
     assert build_config({"preset": "trl", "learning_rate": 3e-6}).optim.learning_rate == 3e-6
     assert build_config({"preset": "trl", "algo": "dapo"}).algorithm.epsilon_high == 0.28  # algo over preset
     assert build_config({}).optim.learning_rate == 3e-5  # rlvr's own defaults otherwise
     with pytest.raises(ValueError, match="preset.*rlvr.*trl"):
         build_config({"preset": "verl"})
+
+
+def test_a_trl_only_name_makes_the_config_trls_and_preset_rlvr_keeps_rlvrs():
+    assert build_config({"model_name_or_path": "tiny-random"}).run.preset == "trl"
+    assert build_config({"num_train_epochs": 1, "max_steps": -1}).run.preset == "rlvr"  # an rlvr option too
+    assert build_config({"logging_steps": 5}).run.preset == "trl"
+    assert build_config({"model": "tiny-random", "learning_rate": 1e-6}).run.preset == "rlvr"  # shared names decide nothing
+    kept = build_config({"model_name_or_path": "tiny-random", "preset": "rlvr"})
+    assert kept.run.preset == "rlvr" and kept.optim.learning_rate == 3e-5 and kept.model.model == "tiny-random"
+
+
+def test_the_start_up_line_names_the_trl_keys_and_every_default_left_unset():
+    cfg = build_config({"model_name_or_path": "tiny-random", "learning_rate": 2e-6, "lora_r": 0})
+    line = defaults_line(cfg)
+    assert line.startswith("rlvr: a TRL config (it uses model_name_or_path)")
+    assert "adam_beta2=0.999 (rlvr: 0.99)" in line and "seed=42 (rlvr: 0)" in line
+    assert "learning_rate" not in line  # the user set it
+    assert "lora_alpha" not in line  # no LoRA: its defaults do not matter
+    assert "plain-string prompts fed as raw text" in line
+    assert defaults_line(build_config({})) is None
+
+
+def test_generation_batch_size_is_trls_prompts_per_step():
+    cfg = build_config({"generation_batch_size": 32, "num_generations": 8, "per_device_train_batch_size": 8,
+                        "model_name_or_path": "tiny-random"})
+    shape = cfg.batch_shape(1)
+    assert (shape.prompts_per_step, shape.micro_batches, shape.accumulation) == (4, 4, 1)  # 4 optimiser steps
+    with pytest.raises(ValueError, match="generation_batch_size or steps_per_generation, not both"):
+        build_config({"generation_batch_size": 32, "steps_per_generation": 4})
+    with pytest.raises(ValueError, match="whole prompts of 8 completions"):
+        build_config({"generation_batch_size": 12})
+
+
+def test_eval_strategy_evaluates_on_the_test_split():
+    cfg = build_config({"dataset_name": "openai/gsm8k", "dataset_config": "main", "eval_strategy": "steps",
+                        "eval_steps": 5})
+    assert cfg.eval.eval_data == ["openai/gsm8k:split=test:config=main"] and cfg.eval.eval_steps == 5
+    cfg = build_config({"dataset_name": "openai/gsm8k", "eval_strategy": "epoch", "dataset_test_split": "validation"})
+    assert cfg.eval.eval_strategy == "epoch" and cfg.eval.eval_data == ["openai/gsm8k:split=validation"]
+    assert build_config({"dataset_name": "d/x", "eval_strategy": "steps", "logging_steps": 3}).eval.eval_steps == 3
+    with pytest.raises(ValueError, match="do_eval: true without eval_strategy"):
+        build_config({"dataset_name": "d/x", "do_eval": True})
+    assert build_config({"dataset_name": "d/x", "do_eval": False}).eval.enabled is False
+
+
+def test_trl_value_spellings():
+    assert build_config({"resume_from_checkpoint": True, "output_dir": "o"}).run.resume is True
+    assert build_config({"resume_from_checkpoint": "true", "output_dir": "o"}).run.resume is True
+    assert build_config({"scale_rewards": "false"}).algorithm.scale_rewards == "none"
+    assert build_config({"delta": 3.0}).algorithm.dual_clip == 3.0
+    assert build_config({"use_liger_kernel": True}).optim.lm_head_chunk_tokens == 1024
+    assert build_config({"torch_dtype": "bfloat16", "bf16": True}).model.dtype == "bfloat16"  # open-r1 sets both
 
 
 @pytest.mark.parametrize(("tokens", "pairs"), [
@@ -175,6 +272,13 @@ def test_preset_trl_is_trls_defaults_and_the_users_keys_still_win():
     (["--data", "rg:chain_sum:size=10"], ["data=rg:chain_sum:size=10"]),
     (["--epsilon_high", "null"], ["epsilon_high=null"]),
     (["--model_name_or_path", "tiny-random"], ["model_name_or_path=tiny-random"]),
+    # HfArgumentParser's forms: a list's values one after another, a bare TRL boolean, --flag true
+    (["--report_to", "tensorboard", "wandb", "--seed", "1"], ["report_to=tensorboard,wandb", "seed=1"]),
+    (["--reward_funcs", "accuracy", "format", "beta=0.1"], ["reward_funcs=accuracy,format", "beta=0.1"]),
+    (["--lora_target_modules", "q_proj", "v_proj"], ["lora_target_modules=q_proj,v_proj"]),
+    (["--use_peft", "--max_steps", "3"], ["use_peft=true", "max_steps=3"]),
+    (["--use_vllm", "false"], ["use_vllm=false"]),
+    (["--scale_rewards", "true"], ["scale_rewards=true"]),
 ])
 def test_the_command_line_takes_key_value_and_dashed_forms(tokens, pairs):
     assert pairs_from_cli(tokens) == pairs
@@ -189,6 +293,6 @@ def test_a_dashed_option_without_its_value_is_refused():
 
 def test_the_dashed_forms_give_the_same_config_as_key_value():
     a = load_config(None, pairs_from_cli(["--max_steps", "5", "--bf16", "--use_peft", "true", "--lora_r", "4"]))
-    b = load_config(None, ["max_steps=5", "bf16=true", "lora_r=4"])
+    b = load_config(None, ["max_steps=5", "bf16=true", "use_peft=true", "lora_r=4"])
     assert a == b
     assert yaml.safe_dump(a.to_dict()) == yaml.safe_dump(b.to_dict())

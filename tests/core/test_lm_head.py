@@ -90,3 +90,15 @@ def test_without_entropy_the_log_probs_are_the_same_and_the_entropy_is_not_compu
     lp_a, ent_a = chunked_token_logprobs(hidden, weight, tokens, chunk_tokens=4)
     lp_b, ent_b = chunked_token_logprobs(hidden, weight, tokens, chunk_tokens=4, with_entropy=False)
     assert torch.equal(lp_a, lp_b) and (ent_a > 0).all() and not ent_b.any()
+
+
+def test_the_chunked_head_s_entropy_under_bf16_autocast_is_fp32():
+    # the head's product runs in bf16 under autocast (as the model's would); the entropy of those logits is fp32
+    gen = torch.Generator().manual_seed(1)
+    hidden, weight = torch.randn(6, 64, generator=gen), torch.randn(3000, 64, generator=gen)
+    tokens = torch.randint(0, 3000, (6,), generator=gen)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        _, entropy = chunked_token_logprobs(hidden, weight, tokens, chunk_tokens=4, with_entropy=True)
+        logits = torch.nn.functional.linear(hidden, weight).double()  # the same bf16 logits, then fp64
+    reference = -(torch.softmax(logits, -1) * torch.log_softmax(logits, -1)).sum(-1)
+    torch.testing.assert_close(entropy.double(), reference, rtol=0, atol=1e-5)

@@ -43,6 +43,8 @@ CROSS_MASK = [[1, 1, 0, 0], [1, 1, 1, 1]]
         ("token_mean", 16 / 6),  # (1+3+2+2+2+6) / 6 tokens = 2.6667
         ("seq_mean_token_mean", 2.5),  # ((1+3)/2 + (2+2+2+6)/4) / 2 = (2 + 3)/2
         ("seq_mean_token_sum_norm", 1.0),  # 16 / (2 sequences · L_max 8)
+        ("dapo", 16 / 6),  # TRL's dapo: Σ / the normaliser passed, here this batch's 6 tokens
+        ("bnpo", 16 / 6),  # TRL's bnpo: this micro-batch's token mean × n/N = 16/6 × 2/2
     ],
 )
 def test_aggregation_cross_check(mode, expected):
@@ -59,8 +61,6 @@ def test_aggregation_accepts_bool_mask():
 @pytest.mark.parametrize(
     ("alias", "canonical"),
     [
-        ("dapo", "token_mean"),  # TRL
-        ("bnpo", "token_mean"),  # TRL
         ("token-mean", "token_mean"),  # verl
         ("grpo", "seq_mean_token_mean"),  # TRL
         ("seq-mean-token-mean", "seq_mean_token_mean"),  # verl
@@ -69,6 +69,8 @@ def test_aggregation_accepts_bool_mask():
         ("token_mean", "token_mean"),
         ("seq_mean_token_mean", "seq_mean_token_mean"),
         ("seq_mean_token_sum_norm", "seq_mean_token_sum_norm"),
+        ("dapo", "dapo"),  # TRL's own normaliser (the caller passes it)
+        ("bnpo", "bnpo"),  # TRL's per-micro-batch token mean
     ],
 )
 def test_aliases_resolve(alias, canonical):
@@ -81,10 +83,18 @@ def test_aliases_resolve(alias, canonical):
 def test_alias_table_is_exactly_the_tested_one():
     # A new alias must come with a line in test_aliases_resolve.
     assert set(AGGREGATION_ALIASES) == {
-        "dapo", "bnpo", "token-mean", "grpo", "seq-mean-token-mean", "dr_grpo",
-        "seq-mean-token-sum-norm",
+        "token-mean", "grpo", "seq-mean-token-mean", "dr_grpo", "seq-mean-token-sum-norm",
     }  # fmt: skip
-    assert set(AGGREGATION_MODES) == {"token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"}
+    assert set(AGGREGATION_MODES) == {"token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm", "dapo", "bnpo"}
+
+
+def test_bnpo_is_each_micro_batch_s_own_token_mean_over_the_micro_batches():
+    # TRL's bnpo: (token mean of micro-batch 1 + token mean of micro-batch 2) / 2, not the token mean of all:
+    # rows [1, 3] (2 tokens) and [2, 2, 2, 6] (4 tokens) as two micro-batches of one row each:
+    # (4/2)·(1/2) + (12/4)·(1/2) = 1 + 1.5 = 2.5, where token_mean gives 16/6
+    loss, mask = _t(CROSS_LOSS), _t(CROSS_MASK)
+    parts = [aggregate(loss[i : i + 1], mask[i : i + 1], "bnpo", num_sequences=2) for i in range(2)]
+    torch.testing.assert_close(sum(parts), _t(2.5))
 
 
 @pytest.mark.parametrize("bad", ["mean", "sum", "token_sum", "seq-mean-token-sum", ""])
@@ -152,7 +162,8 @@ def _loss(weight, x, tokens, mask, old, ref, adv, mode, importance_level, **deno
     return aggregate(per_token, mask, mode, max_completion_length=L_MAX, **denominators)
 
 
-@pytest.mark.parametrize("mode", [*AGGREGATION_MODES, *AGGREGATION_ALIASES])
+# bnpo is the one mode whose value depends on the micro-batches (by TRL's definition): tested above
+@pytest.mark.parametrize("mode", [m for m in (*AGGREGATION_MODES, *AGGREGATION_ALIASES) if m != "bnpo"])
 @pytest.mark.parametrize("importance_level", ["token", "sequence"])
 def test_micro_batches_equal_one_batch(mode, importance_level):
     weight, x, tokens, mask, old, ref, adv = _policy_setup()

@@ -9,7 +9,7 @@ import torch
 
 from rlvr.core.logprobs import entropy_from_logits, token_logprobs
 from rlvr.core.losses import aggregate
-from rlvr.core.objective import policy_loss
+from rlvr.core.objective import entropy_bonus, policy_loss
 
 F64 = torch.float64
 NAN, INF = math.nan, math.inf
@@ -297,32 +297,26 @@ def test_beta_needs_ref_logprobs():
 # ---------------------------------------------------------------------------------------------
 
 
-def test_entropy_bonus_is_subtracted_on_sampled_tokens_only():
-    # On-policy (ρ = 1): ℓ_t = −A − c·H_t on sampled tokens; row 1 is an anchor (ψ = log: −A·logp, no
-    # bonus); padding (row 0, t = 2) holds junk entropy (inf) that must not reach the loss.
-    c = 0.5
-    logp = [[-1.0, -0.5, -0.2], [-2.0, -0.3, -0.4]]
-    entropy = [[1.2, 0.4, INF], [2.0, 3.0, 1.0]]
-    out = policy_loss(_t(logp), _t(logp), _t([1.0, 2.0]), _mask([2, 3], 3), is_anchor=torch.tensor([False, True]),
-                      entropy=_t(entropy), entropy_coef=c)
-    expected = [[-1.0 - 0.5 * 1.2, -1.0 - 0.5 * 0.4, 0.0],  # −1.6, −1.2
-                [-2.0 * -2.0, -2.0 * -0.3, -2.0 * -0.4]]  # anchor: 4.0, 0.6, 0.8 (no bonus)
-    torch.testing.assert_close(out.per_token, _t(expected))
+def test_entropy_bonus_is_the_sum_over_sampled_tokens_over_the_step_s_count():
+    # TRL's bonus: c · Σ_sampled H / (the optimiser step's sampled tokens), whatever the loss's aggregation.
+    # Row 1 is an anchor (not sampled: left out); padding (row 0, t = 2) holds junk entropy (inf) that must
+    # not reach it. Sampled: row 0, t = 0, 1 → 1.2 + 0.4 = 1.6; c = 0.5, 8 sampled tokens in the step → 0.1
+    entropy = _t([[1.2, 0.4, INF], [2.0, 3.0, 1.0]])
+    bonus = entropy_bonus(entropy, _mask([2, 3], 3), coef=0.5, num_tokens=8, is_anchor=torch.tensor([False, True]))
+    torch.testing.assert_close(bonus, _t(0.1))
 
 
-def test_zero_entropy_coef_reads_no_entropy_and_changes_nothing():
+def test_the_policy_loss_holds_no_entropy_term():
+    # the bonus is a term of its own (entropy_bonus): policy_loss takes no entropy at all
     logp = _t([[-1.0, -0.5]])
-    plain = policy_loss(logp, logp, _t([1.0]), _mask([2], 2))
-    off = policy_loss(logp, logp, _t([1.0]), _mask([2], 2), entropy=_t([[NAN, NAN]]), entropy_coef=0.0)
-    torch.testing.assert_close(off.per_token, plain.per_token, rtol=0, atol=0)
-    with pytest.raises(ValueError, match="entropy"):
-        policy_loss(logp, logp, _t([1.0]), _mask([2], 2), entropy_coef=0.01)
+    with pytest.raises(TypeError, match="entropy"):
+        policy_loss(logp, logp, _t([1.0]), _mask([2], 2), entropy=_t([[1.0, 1.0]]), entropy_coef=0.1)
 
 
 def test_entropy_bonus_gradient_equals_the_formula_by_autograd():
-    # Two positions of a 3-token vocabulary, logits z with grad. The loss under token_mean, by hand:
-    #   L = (1/2) Σ_t [−A·ρ_t − c·H(softmax(z_t))],  H(p) = −Σ_v p_v log p_v
-    # policy_loss + aggregate must give the same value and the same dL/dz as this formula.
+    # Two positions of a 3-token vocabulary, logits z with grad. The loss of a one-micro-batch step, by hand:
+    #   L = (1/2) Σ_t [−A·ρ_t] − c · (1/2) Σ_t H(softmax(z_t)),  H(p) = −Σ_v p_v log p_v
+    # policy_loss + aggregate − entropy_bonus must give the same value and the same dL/dz as this formula.
     f32 = torch.float32  # the trainer's log-prob dtype
     z = _t([[[1.0, 0.2, -0.5], [0.3, 0.3, 2.0]]], f32).requires_grad_()  # [1, 2, 3]
     tokens = torch.tensor([[0, 2]])
@@ -330,8 +324,8 @@ def test_entropy_bonus_gradient_equals_the_formula_by_autograd():
     logp = token_logprobs(z, tokens)  # [1, 2]
     entropy = entropy_from_logits(z)  # [1, 2], with grad
     mask = _mask([2], 2)
-    out = policy_loss(logp, logp.detach(), _t([a], f32), mask, entropy=entropy, entropy_coef=c)
-    loss = aggregate(out.per_token, mask, "token_mean")
+    out = policy_loss(logp, logp.detach(), _t([a], f32), mask)
+    loss = aggregate(out.per_token, mask, "token_mean") - entropy_bonus(entropy, mask, coef=c, num_tokens=2)
     (grad,) = torch.autograd.grad(loss, z, retain_graph=True)
 
     z_ref = z.detach().clone().requires_grad_()
@@ -345,6 +339,24 @@ def test_entropy_bonus_gradient_equals_the_formula_by_autograd():
     (grad_off,) = torch.autograd.grad(aggregate(policy_loss(logp, logp.detach(), _t([a], f32), mask).per_token,
                                                 mask, "token_mean"), z)
     assert (grad - grad_off).abs().max() > 1e-3
+
+
+def test_kl_ratio_weighting_is_value_neutral_on_policy_but_adds_the_ratio_gradient():
+    # TRL's use_bias_correction_kl: β·KL·ρ. On-policy ρ = 1 (value unchanged), but dρ/dlogp = ρ adds β·KL·∇logp:
+    # per token d(β·kl·ρ)/dlogp = β·(dkl/dlogp + kl), with kl = e^{ref−logp} − (ref−logp) − 1 and
+    # dkl/dlogp = 1 − e^{ref−logp}. logp = −1, ref = −0.5: kl = e^{0.5} − 0.5 − 1 = 0.148721, dkl = 1 − e^{0.5}
+    logp = _t([[-1.0]]).requires_grad_()
+    ref = _t([[-0.5]])
+    beta = 0.1
+    plain = policy_loss(logp, logp.detach(), _t([0.0]), _mask([1], 1), ref_logprobs=ref, beta=beta)
+    weighted = policy_loss(logp, logp.detach(), _t([0.0]), _mask([1], 1), ref_logprobs=ref, beta=beta,
+                           kl_ratio_weighted=True)
+    torch.testing.assert_close(weighted.per_token, plain.per_token)
+    (g_plain,) = torch.autograd.grad(plain.per_token.sum(), logp)
+    (g_weighted,) = torch.autograd.grad(weighted.per_token.sum(), logp)
+    kl = math.exp(0.5) - 0.5 - 1
+    torch.testing.assert_close(g_plain, _t([[beta * (1 - math.exp(0.5))]]))
+    torch.testing.assert_close(g_weighted, _t([[beta * (1 - math.exp(0.5) + kl)]]))
 
 
 # ---------------------------------------------------------------------------------------------

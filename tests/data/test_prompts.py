@@ -83,7 +83,7 @@ def test_render_prompt_uses_chat_template_with_generation_prompt():
 
 
 def test_render_prompt_without_chat_template():
-    message = "has no chat template; use a chat/instruct model, or set tokenizer.chat_template"
+    message = "has no chat template, which chat-format prompts .* need; .* set chat_template to a Jinja template"
     with pytest.raises(ValueError, match=message):
         render_prompt(_tokenizer(None), [{"role": "user", "content": "hi"}])
 

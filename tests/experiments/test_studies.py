@@ -30,6 +30,8 @@ sys.path.insert(0, str(EXPERIMENTS))
 import study as study_module
 from summarize import summarize_study
 
+from tests.helpers.metrics import comparable
+
 STUDIES = sorted(p.stem for p in EXPERIMENTS.glob("*.yaml"))
 PUBLISHED = [name for name in STUDIES if (RESULTS / name / "summary.md").exists()]
 # earlier runs kept as evidence (experiments/results/archive/README.md): <study>-<label>
@@ -153,7 +155,7 @@ def _metrics(run: Path) -> list[dict]:
 
 
 def _same_step(a: dict, b: dict) -> bool:
-    shared = [k for k in a.keys() & b.keys() if not k.startswith(("time/", "memory/", "perf/"))]  # not timings
+    shared = [k for k in comparable(a).keys() & comparable(b).keys()]  # not timings
     return all(a[k] == b[k] for k in shared)
 
 

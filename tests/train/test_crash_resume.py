@@ -18,6 +18,7 @@ import torch
 from safetensors.torch import load_file
 
 from rlvr.train.checkpoint import latest_checkpoint, list_checkpoints, load_trainer_state
+from tests.helpers.metrics import comparable
 
 from .conftest import tiny_overrides
 
@@ -52,7 +53,7 @@ def _final_weights(run) -> dict[str, torch.Tensor]:
 
 def _metrics(run) -> list[dict]:
     lines = (run / "metrics.jsonl").read_text().splitlines()
-    return [{k: v for k, v in json.loads(x).items() if not k.startswith(("time/", "perf/", "memory/"))}
+    return [comparable(json.loads(x))
             for x in lines]
 
 

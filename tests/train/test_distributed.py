@@ -22,15 +22,14 @@ from rlvr.train.update import rank_share
 
 from .conftest import tiny_overrides
 
-# GRPO with KL, two mini-batches (old log-probs), micro-batches of 3 (ranks run different
-# numbers of micro-batches) and DAPO's dynamic sampling on a reward that is uniform for about half
-# the prompts (the kept set is decided after the gather, over several rounds); DaGRPO with
-# anchors and pair masks; TA-GRPO with pools of 3 variants.
+# GRPO with KL, two mini-batches (old log-probs; the micro-batch size follows the processes, as TRL's
+# steps_per_generation) and DAPO's dynamic sampling on a reward that is uniform for about half the prompts
+# (the kept set is decided after the gather, over several rounds); DaGRPO with anchors and pair masks, its
+# micro-batches cut by a token budget (ranks run different numbers of them); TA-GRPO with pools of 3 variants.
 CONFIGS = {
-    "grpo": dict(beta=0.04, steps_per_generation=2, per_device_train_batch_size=3, dynamic_sampling=True,
-                 reward_funcs=["GATED"]),
+    "grpo": dict(beta=0.04, steps_per_generation=2, dynamic_sampling=True, reward_funcs=["GATED"]),
     "dagrpo": dict(algo="dagrpo", data="rg:chain_sum:size=32", reward_funcs=["accuracy", "LOWERCASE"],
-                   per_device_train_batch_size=5),
+                   max_tokens_per_micro_batch=30),
     "tagrpo": dict(algo="tagrpo", data="rg:chain_sum:size=16", num_rephrasings=2),
     "lora": dict(lora_r=4, beta=0.04),  # the reference is the (sharded) policy with adapters off
     "sft": dict(algo="sft", data="rg:chain_sum:size=32"),
@@ -127,8 +126,7 @@ def test_fsdp_checkpoint_resumes_in_one_process(tmp_path, lowercase_reward):
     one, split = tmp_path / "one", tmp_path / "split"
     make_trainer(build_config(_options("grpo", one, lowercase_reward))).train()
     _launch({**_options("grpo", split, lowercase_reward), "max_steps": 1}, "nproc=2", "parallelism=fsdp")
-    assert json.loads((split / "checkpoint-1" / "trainer_state.json").read_text())[
-        "optimizer_format"] == "fqn"
+    assert json.loads((split / "checkpoint-1" / "rlvr_state.json").read_text())["optimizer_format"] == "fqn"
     make_trainer(build_config({**_options("grpo", split, lowercase_reward), "resume": True})).train()
     a, b = _weights(one, 2), _weights(split, 2)
     for key in a:
@@ -164,7 +162,7 @@ def test_too_few_prompts_for_the_processes(tmp_path):
                            *_cli_args(tiny_overrides(tmp_path / "r", max_steps=1, prompts_per_step=1))],
                           check=False, capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode != 0
-    assert "prompts_per_step=1 is smaller than the 2 processes" in proc.stderr
+    assert "the 1 prompts of a step must share out evenly over the 2 processes" in proc.stderr
 
 
 

@@ -18,7 +18,7 @@ def test_a_run_with_top_k_min_p_repetition_penalty_and_entropy_bonus(tmp_path, l
                                       repetition_penalty=1.2, entropy_coef=0.01,
                                       chat_template_kwargs={"enable_thinking": False}))
     trainer = Trainer(cfg)
-    assert trainer.prompts.chat_template_kwargs == {"enable_thinking": False}  # prompts are rendered with them
+    assert trainer.prompts.format.chat_template_kwargs == {"enable_thinking": False}  # prompts are rendered with them
     before = {k: v.detach().clone() for k, v in trainer.policy.state_dict().items()}
     (metrics,) = trainer.train()
     # the sampler reports the policy's log softmax(logits / T), as the trainer computes: the warps

@@ -5,7 +5,8 @@ Recorded by ``tests/train/golden/record.py --write`` before the training step wa
 (issue 17), so a refactoring that changes a number fails here. On the machine that recorded them
 (same CPU model, torch, transformers, one thread) the comparison is exact and includes the weights'
 hash; on another machine float sums may differ at ~1e-7, so numbers are compared at rtol 1e-5 and
-the hash is not compared (the test says so in its output).
+the hash is not compared (the test says so in its output). Keys a run has and the recording has not
+(metrics added since, e.g. TRL's names) are not compared; a recorded key a run lacks is a change.
 """
 
 import json
@@ -34,8 +35,8 @@ def _differences(expected: dict, actual: dict, *, exact: bool) -> list[str]:
             out.append(f"{kind}: {len(got)} records, recorded {len(want)}")
             continue
         for i, (w, g) in enumerate(zip(want, got)):
-            for key in sorted(set(w) | set(g)):
-                if key not in w or key not in g or not _close(w[key], g[key], exact=exact):
+            for key in sorted(w):  # a key added since the recording is no changed number (TRL's metric names)
+                if key not in g or not _close(w[key], g[key], exact=exact):
                     out.append(f"{kind}[{i}][{key}]: {g.get(key, '<missing>')!r}, recorded {w.get(key, '<missing>')!r}")
     if exact and expected["weights_sha256"] != actual["weights_sha256"]:
         out.append("final weights differ (sha256)")
@@ -61,6 +62,11 @@ def test_golden_runs_reproduce_the_recorded_numbers(tmp_path):
 def test_the_comparison_catches_a_changed_number():
     recorded = json.loads((GOLDEN / "runs.json").read_text())["runs"]["grpo"]
     changed = json.loads(json.dumps(recorded))
+    changed["metrics"][1]["a new metric"] = 1.0
+    assert not _differences(recorded, changed, exact=True)  # added: nothing recorded changed
+    del changed["metrics"][1]["train/grad_norm"]
+    assert _differences(recorded, changed, exact=True)  # a recorded one gone is a change
+    changed["metrics"][1]["train/grad_norm"] = recorded["metrics"][1]["train/grad_norm"]
     changed["metrics"][1]["train/loss"] = recorded["metrics"][1]["train/loss"] * (1 + 1e-12)
     assert _differences(recorded, changed, exact=True)
     assert not _differences(recorded, changed, exact=False)

@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, TrainerState
 
 from rlvr.config import build_config
 from rlvr.models import load_policy
@@ -18,6 +18,7 @@ from rlvr.train.checkpoint_check import write_manifest
 from rlvr.train.checkpoint_files import TRAINING_FILES
 from rlvr.train.model_export import FINAL_RECORD
 from rlvr.train.trainer import Trainer
+from tests.helpers.metrics import comparable
 
 from .conftest import LOWERCASE_REWARD, tiny_overrides
 
@@ -42,7 +43,7 @@ def _metrics(run, *, strip=True):
     lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     if not strip:
         return lines
-    return [{k: v for k, v in m.items() if not k.startswith(("time/", "perf/", "memory/"))} for m in lines]
+    return [comparable(m) for m in lines]
 
 
 def _assert_weights_equal(loaded: torch.nn.Module, expected: dict[str, torch.Tensor]) -> None:
@@ -110,10 +111,14 @@ def test_trainer_state_has_log_history_equal_to_metrics_jsonl(two_steps):
     lines = _metrics(out, strip=False)
     assert [m["step"] for m in lines] == [1, 2]
     for step in (1, 2):
-        state = json.loads((out / f"checkpoint-{step}" / "trainer_state.json").read_text())
-        assert state["step"] == step
-        assert state["log_history"] == lines[:step]  # every key of each logged step, and its step
-        assert "sampler" in state and "group_counter" in state  # rlvr's own state is still there
+        folder = out / f"checkpoint-{step}"
+        state = TrainerState.load_from_json(str(folder / "trainer_state.json"))  # transformers reads it back
+        assert state.global_step == step  # optimiser steps: one per step here
+        history = [{k: v for k, v in entry.items() if k != "rlvr_step"} for entry in state.log_history]
+        assert history == lines[:step]  # every key of each logged step (TRL's names among them), and its step
+        assert {"loss", "reward", "learning_rate", "completions/mean_length"} <= set(state.log_history[0])
+        own = json.loads((folder / "rlvr_state.json").read_text())
+        assert own["step"] == step and "sampler" in own and "group_counter" in own  # rlvr's own state
 
 
 # ----------------------------------------------------------------------------- resume_from_checkpoint

@@ -167,9 +167,11 @@ def test_loss_settings_pass_through():
                  entropy_coef=0.01)
     assert plan.update.loss == LossSettings(
         epsilon=0.1, epsilon_high=0.3, dual_clip=3.0, importance_level="token", ratio_cap=None, beta=0.04,
-        anchor_psi="luffy", anchor_gamma=0.2, entropy_coef=0.01,
+        kl_ratio_weighted=False, anchor_psi="luffy", anchor_gamma=0.2,
     )
-    assert plan.update.beta == 0.04
+    assert plan.update.beta == 0.04 and plan.update.entropy_coef == 0.01
+    assert _plan(beta=0.04, use_bias_correction_kl=True).update.loss.kl_ratio_weighted is True
+    assert _plan(use_bias_correction_kl=True).update.loss.kl_ratio_weighted is False  # (no KL term: nothing to weight)
 
 
 def test_gspo_preset_is_sequence_level():
@@ -182,7 +184,7 @@ def test_loss_settings_match_policy_loss_signature():
     params = inspect.signature(policy_loss).parameters
     keyword_only = {name for name, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
     kwargs = _plan().update.loss.as_kwargs()
-    assert set(kwargs) == keyword_only - {"is_anchor", "ref_logprobs", "entropy", "is_weights"}
+    assert set(kwargs) == keyword_only - {"is_anchor", "ref_logprobs", "is_weights"}
     # And the objective accepts them as they are (beta = 0: no reference needed).
     lp = torch.zeros(1, 2)
     out = policy_loss(lp, lp, torch.ones(1), torch.ones(1, 2, dtype=torch.bool), **kwargs)

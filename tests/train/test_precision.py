@@ -73,6 +73,7 @@ def test_bf16_mixed_training_keeps_fp32_weights_and_a_small_logprob_mismatch(tmp
         assert metrics["rollout/logprob_mismatch"] < 1e-3  # sampled and scored under the same autocast
 
 
-def test_bf16_with_bf16_weights_is_refused():
-    with pytest.raises(ValueError, match="bf16.*dtype=float32 with bf16=true"):
-        build_config({"bf16": True, "dtype": "bfloat16"})
+def test_bf16_with_bf16_weights_is_taken_as_trl_recipes_write_it():
+    # open-r1's recipes set torch_dtype: bfloat16 and bf16: true: bf16 weights, and autocast that changes nothing
+    cfg = build_config({"bf16": True, "dtype": "bfloat16"})
+    assert cfg.model.bf16 and cfg.model.dtype == "bfloat16"

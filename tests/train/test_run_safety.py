@@ -18,6 +18,7 @@ from rlvr.train.checkpoint import checkpoint_dir, latest_checkpoint, list_checkp
 from rlvr.train.checkpoint_check import MANIFEST, checkpoint_problem
 from rlvr.train.run_folder import RunFolderBusy, RunFolderLock, new_run_folder
 from rlvr.train.trainer import Trainer
+from tests.helpers.metrics import comparable
 
 from .conftest import tiny_overrides
 
@@ -31,7 +32,7 @@ def _weights(folder):
 
 
 def _metrics(run):
-    return [{k: v for k, v in json.loads(x).items() if not k.startswith(("time/", "perf/", "memory/"))}
+    return [comparable(json.loads(x))
             for x in (run / "metrics.jsonl").read_text().splitlines()]
 
 

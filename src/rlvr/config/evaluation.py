@@ -6,9 +6,13 @@ from dataclasses import dataclass
 
 from rlvr.config.fields import _f, _fail
 
+EVAL_STRATEGIES = ("no", "steps", "epoch")
+
 
 @dataclass(frozen=True)
 class EvalConfig:
+    eval_strategy: str = _f("steps", "when to evaluate (TRL name): steps (every eval_steps and at the end) | epoch (at "
+                                     "the end of every epoch) | no")
     eval_steps: int = _f(0, "evaluate every K steps and at the end (0: never; K >= max_steps: only at the end)")
     eval_data: list[str] = _f([], "datasets to evaluate on (same forms as data=, or a benchmark name); "
                                   "needs eval_steps >= 1")
@@ -19,12 +23,21 @@ class EvalConfig:
     eval_max_completion_length: int | None = _f(None, "response budget (default: max_completion_length)")
     eval_limit: int | None = _f(None, "evaluate only the first N problems of each dataset")
 
+    @property
+    def enabled(self) -> bool:
+        return self.eval_strategy == "epoch" or (self.eval_strategy == "steps" and self.eval_steps > 0)
+
     def __post_init__(self) -> None:
+        if self.eval_strategy not in EVAL_STRATEGIES:
+            _fail("eval_strategy", self.eval_strategy, f"choose one of {EVAL_STRATEGIES}")
         if self.eval_steps < 0:
             _fail("eval_steps", self.eval_steps, "use 0 (off) or a positive interval")
-        if self.eval_steps and not self.eval_data:
+        if self.eval_strategy == "no" and (self.eval_steps or self.eval_data):
+            _fail("eval_strategy", "no", "evaluates nothing, so eval_steps/eval_data are unused: use eval_strategy=steps "
+                  "or epoch, or drop them")
+        if self.enabled and not self.eval_data:
             _fail("eval_data", self.eval_data, "name at least one dataset, e.g. eval_data=gsm8k-100")
-        if self.eval_data and not self.eval_steps:
+        if self.eval_strategy == "steps" and self.eval_data and not self.eval_steps:
             _fail("eval_steps", self.eval_steps, f"0 never evaluates, so eval_data={self.eval_data} is unused: set "
                   "eval_steps=K to evaluate every K steps and at the end (K >= max_steps: only at the end), or "
                   "drop eval_data (and run `rlvr eval` on the saved model)")

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlvr.config.batch import BatchShape, batch_shape
 from rlvr.config.dagrpo import DaGRPOConfig
 from rlvr.config.evaluation import EvalConfig
 from rlvr.config.fields import _check_finite, _fail
+from rlvr.config.origin import ConfigOrigin
 from rlvr.config.presets import PRESETS
 from rlvr.config.python_objects import PythonObjects
 from rlvr.config.sections import (
@@ -58,6 +61,9 @@ class ExperimentConfig:
     # reward callables and in-memory data from the Python API (the sections hold their labels); not
     # an option: not in config.yaml, --help or comparisons (rlvr.config.python_objects)
     python: PythonObjects = field(default_factory=PythonObjects, compare=False, repr=False)
+    # which keys the user wrote and which TRL names made the config TRL's (rlvr.config.origin): for the
+    # start-up line only, not an option
+    origin: ConfigOrigin = field(default_factory=ConfigOrigin, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         """Checks that read options of two sections (one section's own checks live in the section)."""
@@ -69,19 +75,23 @@ class ExperimentConfig:
         self._check_rollout_modes()
 
     def _check_batches(self) -> None:
-        o, a = self.optim, self.algorithm
-        responses = self.rollout.prompts_per_step * self.rollout.num_generations * self.tagrpo.responses_per_prompt_factor
-        if a.steps_per_generation > self.rollout.prompts_per_step:
-            _fail("steps_per_generation", a.steps_per_generation,
-                  f"mini-batches hold whole groups: use at most prompts_per_step={self.rollout.prompts_per_step}")
-        if o.per_device_train_batch_size is not None and o.gradient_accumulation_steps is not None:
-            per_step = o.per_device_train_batch_size * o.gradient_accumulation_steps
-            mini = responses // a.steps_per_generation
-            if per_step != mini:
-                _fail("gradient_accumulation_steps", o.gradient_accumulation_steps,
-                      f"per_device_train_batch_size x gradient_accumulation_steps = {per_step}, but each "
-                      f"optimiser step sees {mini} responses (prompts_per_step x num_generations / "
-                      "steps_per_generation); set only one of the two")
+        self.batch_shape(configured_world_size(self.run.nproc))
+
+    def batch_shape(self, world_size: int) -> BatchShape:
+        """The step's prompts, micro-batches and optimiser steps on ``world_size`` processes (rlvr.config.batch)."""
+        o = self.optim
+        shape = batch_shape(prompts_per_step=self.rollout.prompts_per_step, num_generations=self.rollout.num_generations,
+                            variants=self.tagrpo.responses_per_prompt_factor,
+                            per_device_train_batch_size=o.per_device_train_batch_size,
+                            gradient_accumulation_steps=o.gradient_accumulation_steps,
+                            steps_per_generation=self.algorithm.steps_per_generation, world_size=world_size)
+        pools = shape.prompts_per_step // world_size
+        if shape.optimizer_steps_per_pass > pools:
+            _fail("steps_per_generation", self.algorithm.steps_per_generation,
+                  f"{shape.optimizer_steps_per_pass} optimiser steps per pass, but each holds whole prompts and a "
+                  f"process has {pools} per step: use at most {pools} optimiser steps (steps_per_generation / "
+                  "gradient_accumulation_steps), or more prompts per step")
+        return shape
 
     def _check_algorithm(self) -> None:
         a, d = self.algorithm, self.dagrpo
@@ -118,6 +128,11 @@ class ExperimentConfig:
 
     def flat(self) -> dict[str, Any]:
         return {k: v for section in self.to_dict().values() for k, v in section.items()}
+
+
+def configured_world_size(nproc: int) -> int:
+    """The processes a run will have: torchrun's WORLD_SIZE in a launched process, else ``nproc``."""
+    return int(os.environ.get("WORLD_SIZE") or 0) or nproc
 
 
 FIELD_SECTION: dict[str, str] = {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import types
 import typing
 from typing import Any
@@ -10,10 +11,21 @@ import yaml
 
 from rlvr.config.experiment import FIELD_SECTION, SECTIONS, ExperimentConfig, unknown_key_error
 from rlvr.config.fields import _fail
+from rlvr.config.origin import ConfigOrigin
 from rlvr.config.presets import DEFAULTS, PRESETS
 from rlvr.config.python_objects import split_python_objects
-from rlvr.config.sections import AlgorithmConfig
-from rlvr.config.trl_names import translate_trl_keys
+from rlvr.config.sections import AlgorithmConfig, RolloutConfig
+from rlvr.config.tagrpo import TAGRPOConfig
+from rlvr.config.trl_names import (
+    ACCEPTED,
+    NOT_IMPLEMENTED,
+    RENAMED,
+    TRANSLATED,
+    TRL_BOOL_KEYS,
+    TRL_LIST_KEYS,
+    detect_preset,
+    translate_trl_keys,
+)
 
 # the words a boolean option takes after ``--flag`` (HfArgumentParser's); a bare ``--flag`` is true
 BOOL_WORDS = {"true": "true", "false": "false", "yes": "true", "no": "false", "1": "true", "0": "false"}
@@ -66,8 +78,10 @@ def parse_cli_value(key: str, raw: str) -> Any:
 
 
 def pairs_from_cli(tokens: list[str]) -> list[str]:
-    """Command-line options as ``key=value`` pairs: ``key=value``, ``--key value``, ``--key=value`` and,
-    for a boolean option, a bare ``--key`` (true) or ``--key false`` (TRL's HfArgumentParser forms).
+    """Command-line options as ``key=value`` pairs, in every form TRL's HfArgumentParser takes too:
+    ``key=value``, ``--key value``, ``--key=value``; for a boolean option a bare ``--key`` (true) or
+    ``--key false``; for a list option its values one after another (``--report_to tensorboard wandb``,
+    joined with commas).
 
     Dashes in names are underscores (``--max-steps`` is ``max_steps``).
     """
@@ -87,46 +101,99 @@ def pairs_from_cli(tokens: list[str]) -> list[str]:
             pairs.append(f"{key.replace('-', '_')}={raw}")
             continue
         key = name.replace("-", "_")
-        if key in FIELD_SECTION and _base_type(_field_type(key)) is bool:  # --bf16, --bf16 false
+        if _is_bool_key(key):  # --bf16, --bf16 false, --use_peft
             if i < len(tokens) and tokens[i].lower() in BOOL_WORDS:
                 pairs.append(f"{key}={BOOL_WORDS[tokens[i].lower()]}")
                 i += 1
             else:
                 pairs.append(f"{key}=true")
             continue
-        if i >= len(tokens) or tokens[i].startswith("--"):
+        values = []
+        while i < len(tokens) and _is_value(tokens[i]) and (not values or _is_list_key(key)):
+            values.append(tokens[i])
+            i += 1
+        if not values:
             raise ValueError(f"--{name} needs a value (e.g. --{name} VALUE or --{name}=VALUE)")
-        pairs.append(f"{key}={tokens[i]}")
-        i += 1
+        pairs.append(f"{key}={','.join(values)}")
     return pairs
+
+
+def _is_value(token: str) -> bool:
+    """A token that is an option's value, not the next option (``--key`` or ``key=value``)."""
+    if token.startswith("--"):
+        return False
+    key, sep, _ = token.partition("=")
+    return not (sep and key.replace("-", "_") in KNOWN_KEYS)
+
+
+KNOWN_KEYS = frozenset(FIELD_SECTION) | set(RENAMED) | set(TRANSLATED) | set(ACCEPTED) | set(NOT_IMPLEMENTED)
+
+
+def _is_bool_key(key: str) -> bool:
+    if key in FIELD_SECTION:
+        return _base_type(_field_type(key)) is bool
+    return key in TRL_BOOL_KEYS
+
+
+def _is_list_key(key: str) -> bool:
+    if key in FIELD_SECTION:
+        return _is_list(_field_type(key)) or key == "lora_target_modules"
+    return key in TRL_LIST_KEYS
 
 
 def build_config(overrides: dict[str, Any], *, apply_preset: bool = True) -> ExperimentConfig:
     """Build a validated config from flat overrides (presets applied under the overrides).
 
     TRL's names are taken (``model_name_or_path``, ``dataset_name``, ``use_peft``, ...) and TRL
-    options rlvr does not implement refused, all at once (``rlvr.config.trl_names``).
+    options rlvr does not implement refused, all at once (``rlvr.config.trl_names``); a config that
+    uses a name only TRL has gets TRL's defaults (``preset=trl``) unless it says ``preset=rlvr``.
     From Python, ``reward_funcs`` may hold callables and ``data`` a list of row dicts or a
     ``datasets.Dataset``: the config records their labels, ``cfg.python`` the objects
     (``rlvr.config.python_objects``).
     """
-    overrides = dict(overrides)
-    preset = overrides.pop("preset", "rlvr")
+    fields = set(FIELD_SECTION)
+    preset, trl_keys = detect_preset(overrides, fields)
     if preset not in DEFAULTS:
         _fail("preset", preset, f"choose one of {sorted(DEFAULTS)}")
-    overrides = translate_trl_keys(overrides, set(FIELD_SECTION))
+    overrides = translate_trl_keys(dict(overrides), fields)
+    generation_batch_size = overrides.pop("generation_batch_size", None)
     overrides, python = split_python_objects(overrides)
     for key in overrides:
-        if key not in FIELD_SECTION:
+        if key not in fields:
             raise unknown_key_error(key)
     algo = overrides.get("algo", AlgorithmConfig.algo)
     if algo not in PRESETS:
         _fail("algo", algo, f"choose one of {sorted(PRESETS)}")
-    merged = {**(DEFAULTS[preset] if apply_preset else {}), **(PRESETS[algo] if apply_preset else {}), **overrides}
+    defaults = {**DEFAULTS[preset], **PRESETS[algo]} if apply_preset else {"preset": preset}
+    merged = {**defaults, **overrides}
+    if generation_batch_size is not None:
+        merged["prompts_per_step"] = _prompts_from_generation_batch(generation_batch_size, merged, overrides)
     per_section: dict[str, dict[str, Any]] = {name: {} for name in SECTIONS}
     for key, value in merged.items():
         per_section[FIELD_SECTION[key]][key] = _coerce(key, value)
-    return ExperimentConfig(**{name: SECTIONS[name](**kw) for name, kw in per_section.items()}, python=python)
+    origin = ConfigOrigin(trl_keys=tuple(trl_keys), user_keys=frozenset(overrides))
+    return ExperimentConfig(**{name: SECTIONS[name](**kw) for name, kw in per_section.items()}, python=python,
+                            origin=origin)
+
+
+def _prompts_from_generation_batch(generation_batch_size: Any, merged: dict[str, Any], given: dict[str, Any]) -> int:
+    """TRL's generation_batch_size (completions per step) as rlvr's prompts_per_step (whole prompts)."""
+    if not isinstance(generation_batch_size, int) or isinstance(generation_batch_size, bool) or generation_batch_size < 1:
+        _fail("generation_batch_size", generation_batch_size, "use a positive number of completions per step")
+    if given.get("steps_per_generation") is not None:
+        _fail("generation_batch_size", generation_batch_size, "TRL takes generation_batch_size or "
+              "steps_per_generation, not both: drop one")
+    tagrpo = TAGRPOConfig(**{k: v for k, v in merged.items() if FIELD_SECTION[k] == "tagrpo"})
+    per_prompt = _coerce("num_generations", merged.get("num_generations", RolloutConfig.num_generations))
+    per_prompt *= tagrpo.responses_per_prompt_factor
+    if generation_batch_size % per_prompt:
+        _fail("generation_batch_size", generation_batch_size, f"completions per step must be whole prompts of "
+              f"{per_prompt} completions (num_generations; TRL's rule)")
+    prompts = generation_batch_size // per_prompt
+    if given.get("prompts_per_step") not in (None, prompts):
+        _fail("generation_batch_size", generation_batch_size, f"that is {prompts} prompts per step, but "
+              f"prompts_per_step={given['prompts_per_step']}: give one of the two")
+    return prompts
 
 
 def _field_type(key: str) -> Any:
@@ -214,15 +281,25 @@ def load_config(config_file: str | None, cli_pairs: list[str]) -> ExperimentConf
     """Resolve the experiment config from an optional YAML file and ``key=value`` pairs."""
     overrides: dict[str, Any] = {}
     if config_file:
-        overrides.update(flatten_yaml(_read_yaml_file(config_file), config_file))
+        doc = _read_yaml_file(config_file)
+        if isinstance(doc, dict) and "env" in doc:
+            _set_environment(doc.pop("env"), config_file)
+        overrides.update(flatten_yaml(doc, config_file))
     for pair in cli_pairs:
         if "=" not in pair:
             raise ValueError(f"expected key=value, got {pair!r} (e.g. max_steps=10)")
         key, raw = pair.split("=", 1)
         key = key.strip().lstrip("-").replace("-", "_")
-        known = key in FIELD_SECTION or key == "preset"
-        overrides[key] = parse_cli_value(key, raw) if key in FIELD_SECTION else (raw if known else _yaml_or_text(raw))
+        overrides[key] = parse_cli_value(key, raw) if key in FIELD_SECTION else _yaml_or_text(raw)
     return build_config(overrides)
+
+
+def _set_environment(env: Any, source: str) -> None:
+    """A recipe's ``env:`` mapping, set in the environment as TRL's parser does (``CUDA_VISIBLE_DEVICES: 0``)."""
+    if not isinstance(env, dict):
+        raise ValueError(f"{source}: `env` must be a mapping of environment variables to values, got {env!r}")
+    for name, value in env.items():
+        os.environ[str(name)] = str(value)
 
 
 def _yaml_or_text(raw: str) -> Any:

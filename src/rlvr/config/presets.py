@@ -1,7 +1,9 @@
-"""Presets: ``preset=`` (whose defaults to start from) and ``algo=`` (the defaults that differ from GRPO's).
+"""Presets: ``preset=`` (whose defaults and semantics: rlvr's or TRL's) and ``algo=`` (the defaults that
+differ from GRPO's).
 
 Resolution (later wins): field defaults <- ``preset`` <- ``algo`` preset <- YAML file <- command line.
-The user's own keys always win.
+The user's own keys always win. A config that uses a name only TRL has (``model_name_or_path``,
+``num_train_epochs``, ...) is TRL's unless it says ``preset: rlvr`` (``rlvr.config.trl_names.detect_preset``).
 """
 
 from __future__ import annotations
@@ -28,22 +30,43 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-# preset=trl: TRL GRPOConfig's (1.16) defaults for what changes the numbers of a run, for like-for-like
-# comparisons; docs/training.md ("From TRL") lists every default where rlvr and TRL differ, and why.
-# Not here: TRL's bf16=True and gradient_checkpointing=True (hardware choices; rlvr's defaults are for
-# CPUs) and its batch shape (generation_batch_size = per_device_train_batch_size x processes x
-# steps_per_generation completions: 1 prompt of 8 at its defaults on one device).
+# preset=trl: every default of TRL 1.16's GRPOConfig / ModelConfig (and transformers' TrainingArguments)
+# where rlvr's own differs. docs/training.md ("From TRL") lists them with rlvr's values and why rlvr
+# differs; the start-up line of a TRL config names those the user did not set (`defaults_line`).
 TRL_DEFAULTS: dict[str, Any] = {
+    "preset": "trl",
     "learning_rate": 1e-6,
     "adam_beta2": 0.999,  # transformers' TrainingArguments
     "lr_scheduler_type": "linear",
-    "instruction": None,  # TRL appends nothing to the prompt
-    "answer_extraction": "boxed",
-    "max_completion_length": 512,
+    "seed": 42,  # transformers' TrainingArguments
+    "max_steps": -1,  # then num_train_epochs decides
+    "num_train_epochs": 3.0,
+    "prompts_per_step": None,  # TRL's: per_device_train_batch_size x processes x steps_per_generation / G
+    "per_device_train_batch_size": 8,
+    "gradient_accumulation_steps": 1,
+    "loss_type": "dapo",  # TRL's dapo: its own normaliser (rlvr.core.losses.aggregate)
     "advantage_eps": 1e-4,  # TRL: (r - mean) / (std + 1e-4)
+    "use_bias_correction_kl": True,  # (only with beta > 0)
+    "max_completion_length": 512,
+    "bf16": True,
+    "gradient_checkpointing": True,
+    "instruction": None,  # TRL appends nothing to the prompt
+    # TRL has no default reward; with preset=trl the bare `accuracy` is open-r1's, so rlvr's own default
+    # reward is named explicitly
+    "reward_funcs": ["rlvr:accuracy"],
+    "answer_extraction": "boxed",
+    "truncation": "left",  # TRL's tokenizer cut prompts over max_prompt_length from the left
+    "save_steps": 500,
+    "save_total_limit": None,
+    "log_completions": False,
+    "lora_alpha": 32,  # TRL's ModelConfig (LoRA only with use_peft: true)
+    "lora_dropout": 0.05,
+    "lora_target_modules": None,  # PEFT's default modules for the architecture
+    "disable_dropout": False,
 }
-DEFAULTS: dict[str, dict[str, Any]] = {"rlvr": {}, "trl": TRL_DEFAULTS}
-# ``preset`` is read while the config is built, not kept: config.yaml holds the values it chose
-PRESET_HELP = ("whose defaults to start from: rlvr | trl (TRL GRPOConfig's: learning_rate 1e-6, adam_beta2 0.999, "
-               "linear schedule, no instruction, boxed extraction, 512 tokens, advantage_eps 1e-4; "
-               "docs/training.md 'From TRL')")
+RLVR_DEFAULTS: dict[str, Any] = {"preset": "rlvr"}
+DEFAULTS: dict[str, dict[str, Any]] = {"rlvr": RLVR_DEFAULTS, "trl": TRL_DEFAULTS}
+PRESET_HELP = ("whose defaults and semantics: rlvr | trl (TRL 1.16's GRPOConfig defaults: learning_rate 1e-6, "
+               "epochs, 8 completions per device, bf16, string prompts as raw text, ...). A config using a name "
+               "only TRL has (model_name_or_path, num_train_epochs, ...) is trl unless it says preset=rlvr; "
+               "docs/training.md 'From TRL'")

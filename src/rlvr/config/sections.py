@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from rlvr.config.fields import _f, _fail
 from rlvr.config.presets import PRESETS
 from rlvr.core.names import ADVANTAGE_ESTIMATOR_NAMES, IMPORTANCE_LEVELS, SCALE_REWARDS, resolve_aggregation
-from rlvr.data.prompts import DEFAULT_INSTRUCTION
+from rlvr.data.prompts import AUTO_INSTRUCTION
 from rlvr.rewards.extract import EXTRACTION_MODES
 from rlvr.rollout.names import ROLLOUT_ENGINES
 
@@ -22,8 +22,14 @@ DEFAULT_DATA = "rg:chain_sum:size=1000:seed=0:min_terms=2:max_terms=2:min_digits
 
 @dataclass(frozen=True)
 class ModelConfig:
-    model: str = _f("smollm2-135m", "policy: alias (smollm2-135m, tiny-random), local path or Hub id")
-    dtype: str = _f("float32", "parameter dtype: float32 | bfloat16")
+    model: str = _f("smollm2-135m", "policy: alias (smollm2-135m, tiny-random), local path or Hub id "
+                                    "(TRL: model_name_or_path)")
+    dtype: str = _f("float32", "parameter dtype: float32 | bfloat16 | auto (the checkpoint's own) (TRL: dtype, "
+                               "torch_dtype)")
+    attn_implementation: str | None = _f(None, "attention kernel passed to from_pretrained (sdpa, eager, "
+                                               "flash_attention_2, ...); one this machine cannot run falls back to "
+                                               "sdpa with a warning (same attention, another kernel); null: "
+                                               "transformers' default (TRL name)")
     device: str = _f("auto", "auto (cuda if available, else cpu) | cpu | cuda | cuda:N")
     trust_remote_code: bool = _f(False, "allow model code from the Hub (off: safetensors + built-in code only)")
     allow_pickle_weights: bool = _f(False, "also load *.bin/*.pt pickle weights (unpickling can run arbitrary code: "
@@ -31,22 +37,24 @@ class ModelConfig:
     lora_r: int = _f(0, "LoRA rank; 0 trains all parameters")
     lora_alpha: int = _f(16, "LoRA alpha")
     lora_dropout: float = _f(0.0, "LoRA dropout")
-    lora_target_modules: str = _f("all-linear", "PEFT target_modules (comma list or all-linear)")
+    lora_target_modules: str | None = _f("all-linear", "PEFT target_modules (comma list or all-linear; null: PEFT's "
+                                                        "default for the architecture, TRL's default)")
     save_merged_model: bool = _f(False, "LoRA: also save the merged full model (W + s*B*A, loadable without peft) in "
                                         "each checkpoint's and output_dir's merged/ (off: the adapter only)")
     bf16: bool = _f(False, "bf16 mixed precision: bf16 compute (autocast) with fp32 master weights, gradients and "
-                           "AdamW states (dtype=bfloat16 instead stores the weights in bf16)")
+                           "AdamW states (dtype=bfloat16 stores the weights in bf16; with both, as TRL recipes often "
+                           "set, autocast changes nothing)")
     gradient_checkpointing: bool = _f(False, "activation checkpointing: each decoder layer keeps only its input and is "
                                              "recomputed in the backward (less memory, ~1 more forward; exact)")
+    disable_dropout: bool = _f(True, "rlvr always runs the policy without dropout (so the on-policy ratio is exactly "
+                                     "1); false (TRL's default) only adds a start-up warning when the model or "
+                                     "LoRA has a dropout probability > 0 that is therefore not applied (TRL name)")
 
     def __post_init__(self) -> None:
-        if self.dtype not in ("float32", "bfloat16", "fp32", "bf16"):
-            _fail("dtype", self.dtype, "use float32 or bfloat16")
+        if self.dtype not in ("float32", "bfloat16", "fp32", "bf16", "auto"):
+            _fail("dtype", self.dtype, "use float32, bfloat16 or auto (the checkpoint's own dtype)")
         if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device):
             _fail("device", self.device, "use auto, cpu, cuda or cuda:N")
-        if self.bf16 and self.dtype in ("bfloat16", "bf16"):
-            _fail("bf16", self.bf16, "dtype=bfloat16 already stores the weights in bf16; for mixed precision keep "
-                  "dtype=float32 with bf16=true, for the smallest memory use dtype=bfloat16 alone")
         if self.save_merged_model and self.lora_r == 0:
             _fail("save_merged_model", True, "only a LoRA run (lora_r > 0) has an adapter to merge; full fine-tuning "
                   "already saves the full model")
@@ -60,13 +68,28 @@ class ModelConfig:
 class DataConfig:
     data: str = _f(DEFAULT_DATA, "training data: rg:NAME[:k=v...], gsm8k-100, FILE.jsonl|.json|.parquet (verl's parquet "
                                  "rows as they are), or a Hub dataset id (from Python also a list of row dicts or a "
-                                 "datasets.Dataset)")
-    system_prompt: str | None = _f(None, "system message prepended to every prompt (none by default)")
-    instruction: str | None = _f(DEFAULT_INSTRUCTION, "text appended to each question (null: none)")
+                                 "datasets.Dataset) (TRL: dataset_name, dataset_config, dataset_train_split)")
+    dataset_prompt_column: str | None = _f(None, "the column holding the question (open-r1's name; null: prompt, else "
+                                                 "question, else problem). With preset=trl a string question then "
+                                                 "becomes a chat [system_prompt?, user], as open-r1's grpo.py builds it")
+    system_prompt: str | None = _f(None, "system message prepended to every chat prompt that has none (none by default)")
+    instruction: str | None = _f(AUTO_INSTRUCTION, "text appended to each question. auto: rlvr's step-by-step \\boxed{} "
+                                                   "instruction, added only to plain-string questions that carry no "
+                                                   "instruction of their own (chat-format prompts and questions that "
+                                                   "already mention \\boxed, #### or a final answer are never "
+                                                   "rewritten); null: none; other text: appended to every question")
+    chat_template: str | None = _f(None, "a Jinja chat template that replaces the tokenizer's (open-r1's name); null: the "
+                                         "tokenizer's own")
     chat_template_kwargs: dict | None = _f(None, "extra variables for the chat template, passed to "
                                                  "apply_chat_template wherever a prompt is rendered (training, "
                                                  "evaluation), e.g. {enable_thinking: false} for Qwen3; null: none")
-    shuffle: bool = _f(True, "shuffle prompts each epoch (seeded)")
+    shuffle: bool = _f(True, "shuffle prompts each epoch (seeded) (TRL: shuffle_dataset)")
+
+    def __post_init__(self) -> None:
+        for name in ("system_prompt", "instruction", "chat_template", "dataset_prompt_column"):
+            value = getattr(self, name)
+            if value is not None and not value.strip():
+                _fail(name, value, "give non-empty text, or null for none")
 
 
 TRUNCATION_MODES = ("error", "drop", "left")
@@ -74,7 +97,10 @@ TRUNCATION_MODES = ("error", "drop", "left")
 
 @dataclass(frozen=True)
 class RolloutConfig:
-    prompts_per_step: int = _f(4, "B: prompts per training step (TRL: generation_batch_size / num_generations; verl: data.train_batch_size)")
+    prompts_per_step: int | None = _f(4, "B: prompts per training step (verl: data.train_batch_size; TRL: "
+                                         "generation_batch_size / num_generations). null (preset=trl's default): "
+                                         "per_device_train_batch_size x processes x steps_per_generation / "
+                                         "num_generations, as TRL computes it")
     num_generations: int = _f(8, "G: responses per prompt (verl: rollout.n)")
     max_completion_length: int = _f(40, "max new tokens per response (verl: data.max_response_length)")
     max_prompt_length: int | None = _f(None, "most prompt tokens, chat template included (verl: data.max_prompt_length); "
@@ -104,7 +130,7 @@ class RolloutConfig:
                                        "importance-sampling correction accounts for the lag (docs/training.md)")
 
     def __post_init__(self) -> None:
-        if self.prompts_per_step < 1:
+        if self.prompts_per_step is not None and self.prompts_per_step < 1:
             _fail("prompts_per_step", self.prompts_per_step, "need at least 1 prompt per step")
         if self.num_generations < 2:
             _fail("num_generations", self.num_generations, "group-relative advantages need G >= 2")
@@ -172,17 +198,28 @@ class AlgorithmConfig:
     advantage_estimator: str = _f("grpo", "grpo | rloo (verl: algorithm.adv_estimator)")
     scale_rewards: str = _f("group", "group | batch | none (verl: norm_adv_by_std_in_grpo)")
     advantage_eps: float = _f(1e-6, "epsilon added to the std (verl 1e-6; TRL 1e-4); >= 0 (a negative one is refused)")
-    loss_type: str = _f("token_mean", "token_mean | seq_mean_token_mean | seq_mean_token_sum_norm, or TRL dapo/grpo/dr_grpo (verl: loss_agg_mode)")
+    loss_type: str = _f("token_mean", "verl's token_mean | seq_mean_token_mean | seq_mean_token_sum_norm (verl: "
+                                      "loss_agg_mode), or TRL's dapo | grpo | dr_grpo | bnpo with TRL's normalisers "
+                                      "(docs/training.md, 'Conventions')")
     epsilon: float = _f(0.2, "lower clip range (verl: clip_ratio_low)")
     epsilon_high: float | None = _f(None, "upper clip range, default = epsilon (verl: clip_ratio_high; DAPO 0.28)")
     dual_clip: float | None = _f(None, "dual-clip constant c for A<0 (verl: clip_ratio_c = 3.0); null disables")
     importance_sampling_level: str = _f("token", "token | sequence (GSPO)")
     beta: float = _f(0.0, "KL coefficient (k3 estimator); 0 loads no reference model (verl: kl_loss_coef)")
-    entropy_coef: float = _f(0.0, "entropy bonus: the loss gets - entropy_coef x the policy's mean entropy on its "
-                                  "own response tokens (aggregated as the loss; anchors excluded); 0: off "
-                                  "(verl: actor.entropy_coeff)")
+    use_bias_correction_kl: bool = _f(False, "multiply the per-token KL by the (differentiable) importance ratio, "
+                                             "TRL's unbiased reverse-KL gradient (DeepSeek-V3.2); it changes the "
+                                             "gradient even on-policy. TRL name; TRL's default true (preset=trl), "
+                                             "rlvr's false (verl's k3 KL loss)")
+    entropy_coef: float = _f(0.0, "entropy bonus, TRL's: the loss gets - entropy_coef x the policy's entropy averaged "
+                                  "over each micro-batch's sampled response tokens, divided by the micro-batches of "
+                                  "the optimiser step (whatever loss_type; anchors excluded); 0: off. verl's "
+                                  "actor.entropy_coeff aggregates with loss_agg_mode instead")
     num_iterations: int = _f(1, "mu: passes over each rollout batch (verl: ppo_epochs)")
-    steps_per_generation: int = _f(1, "optimiser steps per rollout batch per pass (mini-batches; groups never split)")
+    steps_per_generation: int | None = _f(None, "micro-batches (of per_device_train_batch_size completions) each process "
+                                                "makes of one step's completions, TRL's meaning: optimiser steps per "
+                                                "pass = steps_per_generation / gradient_accumulation_steps; groups "
+                                                "are never split. null: gradient_accumulation_steps, or (rlvr, with "
+                                                "per_device_train_batch_size) what covers the step")
     mask_truncated_completions: bool = _f(False, "exclude responses that hit max_completion_length from the loss")
     dynamic_sampling: bool = _f(False, "DAPO: drop uniform-reward groups and refill from new prompts")
     max_num_gen_batches: int = _f(4, "dynamic sampling: at most this many generation rounds per step (verl name)")
@@ -210,7 +247,7 @@ class AlgorithmConfig:
         if self.advantage_eps < 0:
             _fail("advantage_eps", self.advantage_eps,
                   "use eps >= 0 (e.g. 1e-6): a negative eps can flip the sign of advantages of groups with std < |eps|")
-        if self.num_iterations < 1 or self.steps_per_generation < 1 or self.max_num_gen_batches < 1:
+        if self.num_iterations < 1 or (self.steps_per_generation or 1) < 1 or self.max_num_gen_batches < 1:
             _fail("num_iterations/steps_per_generation/max_num_gen_batches",
                   (self.num_iterations, self.steps_per_generation, self.max_num_gen_batches), "each must be >= 1")
 
@@ -231,16 +268,27 @@ class OptimConfig:
     weight_decay: float = _f(0.0, "AdamW weight decay")
     adam_beta1: float = _f(0.9, "AdamW beta1")
     adam_beta2: float = _f(0.99, "AdamW beta2")
+    adam_epsilon: float = _f(1e-8, "AdamW epsilon")
     max_grad_norm: float = _f(1.0, "clip the global gradient norm (logged pre-clip); 0 disables (< 0 is refused)")
-    lr_scheduler_type: str = _f("constant_with_warmup", "transformers scheduler name: constant_with_warmup, linear, cosine, ...")
+    lr_scheduler_type: str = _f("constant_with_warmup", "transformers scheduler name: constant_with_warmup, linear, cosine, "
+                                                        "cosine_with_min_lr, ...")
+    lr_scheduler_kwargs: dict | None = _f(None, "the scheduler's own arguments, as transformers takes them, e.g. "
+                                                "{min_lr_rate: 0.1} for cosine_with_min_lr (TRL name)")
     warmup_ratio: float = _f(0.0, "fraction of optimiser steps spent warming up")
-    per_device_train_batch_size: int | None = _f(None, "responses per forward/backward micro-batch (default: the whole mini-batch)")
+    warmup_steps: float = _f(0, "optimiser steps spent warming up; below 1, a fraction of the run (transformers 5's "
+                                "meaning, which replaces warmup_ratio)")
+    per_device_train_batch_size: int | None = _f(None, "completions per forward/backward micro-batch on each process, "
+                                                       "TRL's meaning (with gradient_accumulation_steps it sets the "
+                                                       "optimiser batch; preset=trl: 8, and it sets the step's size). "
+                                                       "null: what steps_per_generation leaves (the whole step)")
     max_tokens_per_micro_batch: int | None = _f(None, "pack micro-batches up to this many padded response tokens "
                                                       "instead of a fixed row count (verl: ppo_max_token_len_per_gpu "
                                                       "with use_dynamic_bsz); with per_device_train_batch_size both apply")
     lm_head_chunk_tokens: int = _f(0, "log-probs from the last hidden states this many tokens at a time, so no "
                                       "[n, T, V] logits exist (exact; 1024 bounds a Qwen block to 0.6 GB; 0: plain logits)")
-    gradient_accumulation_steps: int | None = _f(None, "micro-batches per optimiser step (default: derived)")
+    gradient_accumulation_steps: int | None = _f(None, "micro-batches per optimiser step (TRL's meaning; preset=trl: 1). "
+                                                       "null: every micro-batch of the step (one optimiser step per "
+                                                       "pass), or 1 when steps_per_generation is given")
 
     def __post_init__(self) -> None:
         if self.optim not in OPTIMIZERS:
@@ -251,6 +299,10 @@ class OptimConfig:
             _fail("max_grad_norm", self.max_grad_norm, "use a positive norm such as 1.0, or 0 to disable clipping")
         if not 0 <= self.warmup_ratio < 1:
             _fail("warmup_ratio", self.warmup_ratio, "use a fraction in [0, 1)")
+        if self.warmup_steps < 0 or (self.warmup_steps >= 1 and not float(self.warmup_steps).is_integer()):
+            _fail("warmup_steps", self.warmup_steps, "use a whole number of optimiser steps, or a fraction below 1")
+        if self.warmup_steps and self.warmup_ratio:
+            _fail("warmup_steps", self.warmup_steps, "warmup_ratio is set too: give one of the two")
         if self.lm_head_chunk_tokens < 0:
             _fail("lm_head_chunk_tokens", self.lm_head_chunk_tokens, "use 0 (plain logits) or a chunk such as 1024")
         for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "max_tokens_per_micro_batch"):
@@ -263,11 +315,26 @@ class OptimConfig:
 TRACKER_NAMES = ("none", "tensorboard", "wandb", "trackio", "mlflow")
 
 
+PRESET_NAMES = ("rlvr", "trl")
+SAVE_STRATEGIES = ("steps", "epoch", "no")
+LOG_LEVELS = ("passive", "debug", "info", "warning", "error", "critical")
+HUB_STRATEGIES = ("end", "every_save", "checkpoint", "all_checkpoints")
+
+
 @dataclass(frozen=True)
 class RunConfig:
+    preset: str = _f("rlvr", "whose defaults and semantics: rlvr | trl (TRL 1.16's: its defaults, its batch and "
+                             "step arithmetic, string prompts as raw text). Set by itself to trl when the config "
+                             "uses a name only TRL has (model_name_or_path, num_train_epochs, ...) unless given; "
+                             "docs/training.md 'From TRL'")
     output_dir: str | None = _f(None, "run directory (default runs/<algo>-<time>)")
-    max_steps: int = _f(16, "training steps (one rollout batch each)")
+    max_steps: int = _f(16, "training steps (one rollout batch each; preset=trl: TRL's optimiser steps); -1: "
+                            "num_train_epochs decides")
+    num_train_epochs: float | None = _f(None, "with max_steps=-1: passes over the training prompts, as TRL counts "
+                                              "them (TRL name; preset=trl's default 3)")
     seed: int = _f(0, "seed for data order, sampling and initialisation, in [0, 2**63 - 1]")
+    save_strategy: str = _f("steps", "steps (every save_steps) | epoch (at the end of every epoch) | no (only the "
+                                     "last step's checkpoint, which the final model comes from) (TRL name)")
     save_steps: int = _f(50, "checkpoint every K steps and at the end (0: only at the end); bounds what a crash "
                              "loses to K steps (Ctrl-C and SIGTERM save at once)")
     save_total_limit: int | None = _f(2, "keep the newest K checkpoints (null: all)")
@@ -291,10 +358,32 @@ class RunConfig:
                                         "comma list; each needs its package (pip install 'rlvr[wandb]') (TRL name)")
     run_name: str | None = _f(None, "the run's name in the trackers (default: the output_dir folder's name) (TRL name)")
     logging_dir: str | None = _f(None, "TensorBoard event folder (default output_dir/runs) (TRL name)")
+    log_level: str = _f("passive", "rlvr's log level: debug | info | warning | error | critical; passive: info "
+                                   "(TRL name)")
+    push_to_hub: bool = _f(False, "upload the final model (and, with hub_strategy, checkpoints) to the Hugging Face Hub "
+                                  "at hub_model_id; refused at start-up when offline or without a token (TRL name)")
+    hub_model_id: str | None = _f(None, "owner/name of the Hub repository (default: the output_dir folder's name) "
+                                        "(TRL name)")
+    hub_strategy: str = _f("every_save", "push_to_hub: end (the final model) | every_save | checkpoint | "
+                                         "all_checkpoints (also each checkpoint as it is saved) (TRL name)")
+    hub_private_repo: bool | None = _f(None, "push_to_hub: create the repository private (null: the Hub's default) "
+                                             "(TRL name)")
 
     def __post_init__(self) -> None:
-        if self.max_steps < 1:
-            _fail("max_steps", self.max_steps, "train for at least 1 step")
+        if self.preset not in PRESET_NAMES:
+            _fail("preset", self.preset, f"choose one of {PRESET_NAMES}")
+        if self.max_steps == -1:
+            if self.num_train_epochs is None or not self.num_train_epochs > 0:
+                _fail("num_train_epochs", self.num_train_epochs, "max_steps=-1 trains for num_train_epochs epochs: "
+                      "set num_train_epochs > 0 (e.g. 1), or set max_steps")
+        elif self.max_steps < 1:
+            _fail("max_steps", self.max_steps, "train for at least 1 step (or -1 with num_train_epochs)")
+        if self.save_strategy not in SAVE_STRATEGIES:
+            _fail("save_strategy", self.save_strategy, f"choose one of {SAVE_STRATEGIES}")
+        if self.log_level not in LOG_LEVELS:
+            _fail("log_level", self.log_level, f"choose one of {LOG_LEVELS}")
+        if self.hub_strategy not in HUB_STRATEGIES:
+            _fail("hub_strategy", self.hub_strategy, f"choose one of {HUB_STRATEGIES}")
         if not 0 <= self.seed <= MAX_SEED:
             _fail("seed", self.seed, f"use an integer in [0, 2**63 - 1 = {MAX_SEED}] (torch.manual_seed "
                                      "overflows past 64 bits), e.g. seed=0")

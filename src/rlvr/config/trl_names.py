@@ -1,19 +1,26 @@
-"""TRL's option names in rlvr: a TRL ``GRPOConfig`` / ``ModelConfig`` / ``ScriptArguments`` YAML runs.
+"""TRL's option names in rlvr: a TRL (``trl grpo``) or open-r1 (``open_r1/grpo.py``) recipe runs as written.
 
-Every key of a TRL recipe is one of four kinds (docs/training.md, "From TRL"):
+Every key of such a recipe (``GRPOConfig``, ``ModelConfig``, ``ScriptArguments``, the transformers
+``TrainingArguments`` keys recipes carry, open-r1's ``GRPOConfig``/``GRPOScriptArguments`` additions)
+is one of five kinds (docs/training.md, "From TRL"):
 
-- **the same name** in rlvr (``learning_rate``, ``beta``, ``num_generations``, ``bf16``, ...): nothing to do;
-- **renamed** (:data:`RENAMED`, and the composite ones in :func:`translate_trl_keys`): ``model_name_or_path``
-  is ``model``; ``dataset_name`` + ``dataset_config`` + ``dataset_train_split`` make one ``data`` spec;
-  ``use_peft`` turns ``lora_r`` on or off as TRL does; ``use_vllm: true`` is ``rollout_engine=vllm``;
-- **accepted** (:data:`ACCEPTED`): keys whose value asks for what rlvr always does (``push_to_hub:
-  false``, ``remove_unused_columns: false``, ``logging_steps``: rlvr writes every step); any other value
-  is refused with what rlvr does;
-- **not implemented** (:data:`NOT_IMPLEMENTED`, the rest of TRL's names): refused, all of them in one
-  error, a line each, with the nearest rlvr option where there is one.
+- **the same name** in rlvr (``learning_rate``, ``beta``, ``num_generations``, ``bf16``, ``max_steps``,
+  ``num_train_epochs``, ``save_strategy``, ``system_prompt``, ``chat_template``, ...): nothing to do;
+- **renamed** (:data:`RENAMED`): ``model_name_or_path`` is ``model``, ``delta`` is ``dual_clip``, ...;
+- **translated** (:func:`translate_trl_keys`): ``dataset_name`` + ``dataset_config`` + ``dataset_train_split``
+  make one ``data`` spec; ``use_peft`` turns ``lora_r`` on or off as TRL does; ``use_vllm`` is
+  ``rollout_engine=vllm``; ``generation_batch_size`` fixes the prompts per step; ``eval_strategy`` with
+  ``eval_steps`` and ``dataset_test_split`` is evaluation during training; ``use_liger_kernel: true`` is
+  rlvr's own chunked LM head; ``resume_from_checkpoint: true`` is ``resume=true``;
+- **accepted** (:data:`ACCEPTED`): keys whose value asks for what rlvr does anyway (``logging_steps``:
+  rlvr writes every step; ``remove_unused_columns: false``); another value is refused with what rlvr does;
+- **not implemented** (:data:`NOT_IMPLEMENTED`): taken at TRL's own default (which is the plain behaviour
+  rlvr has), refused otherwise, all of a file's such keys in one error, a line each, with the nearest
+  rlvr option.
 
-Values TRL spells differently are mapped too (``scale_rewards: true`` is ``group``; ``loss_type: dapo``
-is an alias rlvr's aggregation already knows). Plain Python, no torch: ``import rlvr.config`` stays light.
+A config that uses any name of the last four kinds is TRL's (:func:`detect_preset`): it gets TRL's
+defaults and semantics (``rlvr.config.presets.TRL_DEFAULTS``) unless it says ``preset: rlvr``.
+Plain Python, no torch: ``import rlvr.config`` stays light.
 """
 
 from __future__ import annotations
@@ -28,67 +35,122 @@ RENAMED = {
     "num_completions_to_print": "num_completions_to_log",
     "activation_checkpointing": "gradient_checkpointing",  # transformers 5's new name
     "vllm_importance_sampling_cap": "vllm_importance_sampling_clip_max",  # TRL's name before 1.6
+    # TRL caps the ratio of the unclipped term at delta; for A < 0 that is verl's dual clip at c = delta and
+    # for A > 0 the clipped term already wins (tests/conformance/test_trl_loss.py runs TRL's loss on both)
+    "delta": "dual_clip",
 }
+
+# TRL keys that rlvr honours through a translation (translate_trl_keys)
+TRANSLATED = ("dataset_name", "dataset_config", "dataset_train_split", "dataset_test_split", "use_peft",
+              "use_vllm", "generation_batch_size", "use_liger_kernel", "do_eval")
+
+_ANY = (lambda v: True, "")
+_LOGGING = "rlvr writes every step's metrics (metrics.jsonl, trackers): TRL's logging interval does not apply"
 
 # TRL key -> (does this value ask for what rlvr does?, what rlvr does)
 ACCEPTED: dict[str, tuple[Any, str]] = {
-    "push_to_hub": (lambda v: v is False, "rlvr does not push to the Hub"),
-    "hub_model_id": (lambda v: v is None, "rlvr does not push to the Hub"),
     "do_train": (lambda v: v is True, "rlvr train always trains"),
-    "do_eval": (lambda v: v is False, "evaluation during training is eval_steps/eval_data"),
-    "eval_strategy": (lambda v: v == "no", "evaluation during training is eval_steps/eval_data"),
-    "logging_strategy": (lambda v: v == "steps", "rlvr logs every step"),
-    "logging_steps": (lambda v: isinstance(v, (int, float)) and v > 0, "rlvr logs every step"),
-    "logging_first_step": (lambda v: isinstance(v, bool), "rlvr logs every step"),
-    "save_strategy": (lambda v: v == "steps", "rlvr saves every save_steps steps"),
+    "logging_strategy": (lambda v: v in ("steps", "epoch"), _LOGGING),
+    "logging_steps": (lambda v: isinstance(v, (int, float)) and v > 0, _LOGGING),
+    "logging_first_step": (lambda v: isinstance(v, bool), _LOGGING),
     "remove_unused_columns": (lambda v: v is False, "every dataset column reaches the reward functions"),
-    "disable_dropout": (lambda v: v is True, "rlvr always runs the policy without dropout (eval mode)"),
     "model_revision": (lambda v: v in (None, "main"), "rlvr loads the default revision"),
-    "attn_implementation": (lambda v: v in (None, "sdpa"), "rlvr uses transformers' default (sdpa)"),
-    "gradient_checkpointing_kwargs": (lambda v: v in (None, {}, {"use_reentrant": False}),
-                                      "gradient_checkpointing is non-reentrant"),
-    "use_liger_kernel": (lambda v: v is False, "rlvr's own chunked head is lm_head_chunk_tokens"),
+    # both give the same gradients; rlvr's activation checkpointing is non-reentrant
+    "gradient_checkpointing_kwargs": (lambda v: v is None or (isinstance(v, dict) and set(v) <= {"use_reentrant"}),
+                                      "activation checkpointing takes no other arguments"),
     "ddp_find_unused_parameters": (lambda v: v in (None, False), "every parameter gets a gradient"),
     "dataset_streaming": (lambda v: v is False, "rlvr loads the whole dataset"),
-    "use_peft": (lambda v: isinstance(v, bool), ""),  # translated below
-    "use_vllm": (lambda v: isinstance(v, bool), ""),  # translated below
-    "dataset_name": (lambda v: isinstance(v, str), ""),  # translated below
-    "dataset_config": (lambda v: v is None or isinstance(v, str), ""),
-    "dataset_train_split": (lambda v: isinstance(v, str), ""),
-    # transformers 5: a float below 1 is a ratio of the run (translated below), a count is not supported
-    "warmup_steps": (lambda v: isinstance(v, (int, float)) and 0 <= v < 1, "use warmup_ratio, a fraction of the run"),
+    "hub_token": (lambda v: v is None, ("a token in a config file ends up in config.yaml: set the HF_TOKEN "
+                                       "environment variable instead")),
+    "per_device_eval_batch_size": _ANY,  # rlvr's evaluation batches by its own memory budget; the result is the same
+    "dataloader_num_workers": _ANY,  # rlvr has no dataloader: the prompts are in memory
+    "dataloader_pin_memory": _ANY,
+    "save_only_model": (lambda v: v is False, "rlvr's checkpoints keep the optimiser state, so a run resumes exactly"),
+    "log_on_each_node": _ANY,
+    "disable_tqdm": (lambda v: isinstance(v, bool), "rlvr's progress bar is progress_bar"),
+    # open-r1's GRPOConfig / GRPOScriptArguments additions
+    "benchmarks": (lambda v: not v, "rlvr evaluates with eval_data / `rlvr eval`"),
+    "callbacks": (lambda v: not v, "rlvr's callbacks come from Python (make_trainer(cfg, callbacks=[...]))"),
+    "hub_model_revision": (lambda v: v in (None, "main"), "rlvr pushes to the main revision"),
+    "overwrite_hub_revision": (lambda v: v is False, "rlvr pushes to the main revision"),
+    "push_to_hub_revision": (lambda v: v is False, "rlvr pushes to the main revision"),
+    "wandb_log_unique_prompts": (lambda v: isinstance(v, bool), "rlvr logs samples to samples.jsonl"),
+    "wandb_entity": (lambda v: v is None, "set WANDB_ENTITY in the environment (open-r1 sets it from this key)"),
+    "wandb_project": (lambda v: v is None, "set WANDB_PROJECT in the environment (open-r1 sets it from this key)"),
+    "wandb_run_group": (lambda v: v is None, "set WANDB_RUN_GROUP in the environment (open-r1 sets it from this key)"),
+    # open-r1's reward parameters: rlvr's open-r1 rewards use open-r1's defaults (rlvr.rewards.open_r1)
+    "cosine_min_value_wrong": (lambda v: v == 0.0, "the cosine reward uses open-r1's defaults"),
+    "cosine_max_value_wrong": (lambda v: v == -0.5, "the cosine reward uses open-r1's defaults"),
+    "cosine_min_value_correct": (lambda v: v == 0.5, "the cosine reward uses open-r1's defaults"),
+    "cosine_max_value_correct": (lambda v: v == 1.0, "the cosine reward uses open-r1's defaults"),
+    "cosine_max_len": (lambda v: v == 1000, "the cosine reward uses open-r1's defaults"),
+    "repetition_n_grams": (lambda v: v == 3, "the repetition_penalty reward uses open-r1's defaults"),
+    "repetition_max_penalty": (lambda v: v == -1.0, "the repetition_penalty reward uses open-r1's defaults"),
+    "max_completion_len": (lambda v: v == 16384, "the soft_overlong_punishment reward uses open-r1's defaults"),
+    "soft_punish_cache": (lambda v: v == 4096, "the soft_overlong_punishment reward uses open-r1's defaults"),
+    "code_language": (lambda v: v == "python", "open-r1's code rewards are not available in rlvr"),
 }
 
-# TRL names rlvr does not implement -> the nearest rlvr option (or None)
-NOT_IMPLEMENTED: dict[str, str | None] = {
+# TRL names rlvr does not implement -> (TRL's default, which is rlvr's plain behaviour; the nearest rlvr option)
+NOT_IMPLEMENTED: dict[str, tuple[Any, str | None]] = {
     # GRPOConfig
-    "model_init_kwargs": None, "router_aux_loss_coef": None, "cast_lm_head_to_fp32": None,
-    "num_generations_eval": "eval_n", "ds3_gather_for_generation": "parallelism", "pad_to_multiple_of": None,
-    "generation_batch_size": "prompts_per_step", "generation_kwargs": None, "cache_implementation": None,
-    "vllm_model_impl": None, "vllm_structured_outputs_regex": None,
-    "delta": "dual_clip", "sapo_temperature_neg": None, "sapo_temperature_pos": None, "vespo_k_pos": None,
-    "vespo_lambda_pos": None, "vespo_k_neg": None, "vespo_lambda_neg": None,
-    "multi_objective_aggregation": "reward_weights", "sync_ref_model": "beta", "ref_model_mixup_alpha": None,
-    "ref_model_sync_steps": None, "top_entropy_quantile": None, "use_adaptive_entropy": None,
-    "entropy_coef_min": None, "entropy_coef_max": None, "entropy_coef_delta": None, "entropy_target": None,
-    "max_tool_calling_iterations": None,
-    "off_policy_mask_threshold": None, "use_bias_correction_kl": None, "log_multimodal": None,
-    "log_unique_prompts": None,
-    "log_completions_hub_repo": None, "use_transformers_continuous_batching": None,
-    "transformers_continuous_batching_config": None, "use_transformers_paged": None,
+    "model_init_kwargs": (None, "dtype, attn_implementation"), "router_aux_loss_coef": (None, None),
+    "cast_lm_head_to_fp32": (False, None), "num_generations_eval": (None, "eval_n"),
+    "ds3_gather_for_generation": (True, "parallelism"), "pad_to_multiple_of": ("auto", None),
+    "generation_kwargs": (None, "temperature, top_p, top_k, min_p, repetition_penalty"),
+    "cache_implementation": (None, None), "vllm_model_impl": ("vllm", None),
+    "vllm_structured_outputs_regex": (None, None),
+    "sapo_temperature_neg": (1.05, None), "sapo_temperature_pos": (1.0, None), "vespo_k_pos": (2.0, None),
+    "vespo_lambda_pos": (3.0, None), "vespo_k_neg": (3.0, None), "vespo_lambda_neg": (2.0, None),
+    "multi_objective_aggregation": ("sum_then_normalize", "reward_weights"), "sync_ref_model": (False, "beta"),
+    "ref_model_mixup_alpha": (0.6, None), "ref_model_sync_steps": (512, None),
+    "top_entropy_quantile": (1.0, None), "use_adaptive_entropy": (False, "entropy_coef"),
+    "entropy_coef_min": (0.0, None), "entropy_coef_max": (1.0, None), "entropy_coef_delta": (0.005, None),
+    "entropy_target": (0.2, None), "max_tool_calling_iterations": (None, None),
+    "off_policy_mask_threshold": (None, None), "log_multimodal": (True, None), "log_unique_prompts": (False, None),
+    "log_completions_hub_repo": (None, None), "use_transformers_continuous_batching": (False, "rollout_engine"),
+    "transformers_continuous_batching_config": (None, None), "use_transformers_paged": (False, "rollout_engine"),
     # ModelConfig
-    "lora_target_parameters": "lora_target_modules", "lora_modules_to_save": None, "lora_task_type": None,
-    "use_rslora": None, "use_dora": None, "load_in_8bit": "dtype", "load_in_4bit": "dtype",
-    "bnb_4bit_quant_type": None, "use_bnb_nested_quant": None, "bnb_4bit_quant_storage": None,
-    # ScriptArguments (trl/scripts/utils.py, trl/scripts/grpo.py)
-    "dataset_test_split": "eval_data", "ignore_bias_buffers": None, "reward_model_name_or_path": "reward_funcs",
+    "lora_target_parameters": (None, "lora_target_modules"), "lora_modules_to_save": (None, None),
+    "lora_task_type": ("CAUSAL_LM", None), "use_rslora": (False, None), "use_dora": (False, None),
+    "load_in_8bit": (False, "dtype"), "load_in_4bit": (False, "dtype"), "bnb_4bit_quant_type": ("nf4", None),
+    "use_bnb_nested_quant": (False, None), "bnb_4bit_quant_storage": (None, None),
+    # ScriptArguments (trl/scripts/utils.py, trl/scripts/grpo.py; open-r1's)
+    "ignore_bias_buffers": (False, None), "reward_model_name_or_path": (None, "reward_funcs"),
+    "dataset_mixture": (None, "data"),
     # transformers TrainingArguments keys TRL recipes carry
-    "num_train_epochs": "max_steps", "fp16": "bf16", "tf32": None,
-    "per_device_eval_batch_size": None, "save_only_model": None,
-    "lr_scheduler_kwargs": "lr_scheduler_type", "dataloader_num_workers": None, "deepspeed": "parallelism",
-    "fsdp": "parallelism", "fsdp_config": "parallelism", "torch_compile": None, "label_names": None,
-    "log_level": None, "hub_strategy": None, "hub_private_repo": None, "max_length": "max_prompt_length",
+    "fp16": (False, "bf16"), "tf32": (None, None), "deepspeed": (None, "parallelism"), "fsdp": (None, "parallelism"),
+    "fsdp_config": (None, "parallelism"), "torch_compile": (False, None), "label_names": (None, None),
+    "max_length": (None, "max_prompt_length"), "auto_find_batch_size": (False, "max_tokens_per_micro_batch"),
 }
+
+# TRL-only keys of type bool: a bare ``--use_peft`` on the command line is true (HfArgumentParser's form)
+TRL_BOOL_KEYS = frozenset({
+    "use_peft", "use_vllm", "use_liger_kernel", "do_eval", "do_train", "logging_first_step", "remove_unused_columns",
+    "dataset_streaming", "save_only_model", "disable_tqdm", "overwrite_hub_revision", "push_to_hub_revision",
+    "wandb_log_unique_prompts", "load_in_4bit", "load_in_8bit", "use_rslora", "use_dora", "fp16", "tf32",
+    "torch_compile", "sync_ref_model", "use_adaptive_entropy", "log_unique_prompts", "log_multimodal",
+    "use_transformers_paged", "use_transformers_continuous_batching", "cast_lm_head_to_fp32",
+    "ds3_gather_for_generation", "ignore_bias_buffers", "auto_find_batch_size", "ddp_find_unused_parameters",
+    "dataloader_pin_memory", "log_on_each_node", "use_bnb_nested_quant",
+})
+# TRL keys that take a list (``--benchmarks a b``), besides rlvr's own list options and lora_target_modules
+TRL_LIST_KEYS = frozenset({"benchmarks", "callbacks", "lora_modules_to_save", "lora_target_parameters", "label_names"})
+
+
+def trl_only_keys(keys, rlvr_fields: set[str]) -> list[str]:
+    """The keys that only TRL (or transformers, or open-r1) has: the ones that make a config TRL's."""
+    known = set(RENAMED) | set(TRANSLATED) | set(ACCEPTED) | set(NOT_IMPLEMENTED)
+    return [key for key in keys if key not in rlvr_fields and key in known]
+
+
+def detect_preset(overrides: dict[str, Any], rlvr_fields: set[str]) -> tuple[str, list[str]]:
+    """(preset, the TRL-only keys that chose it): ``preset`` as given, else trl when a TRL-only name is used."""
+    trl_keys = trl_only_keys(overrides, rlvr_fields)
+    given = overrides.get("preset")
+    if given is not None:
+        return given, trl_keys
+    return ("trl" if trl_keys else "rlvr"), trl_keys
 
 
 def translate_trl_keys(overrides: dict[str, Any], rlvr_fields: set[str]) -> dict[str, Any]:
@@ -100,33 +162,86 @@ def translate_trl_keys(overrides: dict[str, Any], rlvr_fields: set[str]) -> dict
             out[key] = value
         elif key in RENAMED:
             out[RENAMED[key]] = value
+        elif key in TRANSLATED:
+            continue  # below
         elif key in ACCEPTED:
             honoured, what = ACCEPTED[key]
             if not honoured(value):
                 problems.append(f"{key}: {value!r} is not supported ({what}); remove the key")
         elif key in NOT_IMPLEMENTED:
-            near = NOT_IMPLEMENTED[key]
-            problems.append(f"{key}: a TRL option rlvr does not implement; remove it"
-                            + (f" (nearest rlvr option: {near})" if near else ""))
+            default, near = NOT_IMPLEMENTED[key]
+            if value != default:
+                problems.append(f"{key}: {value!r}: a TRL option rlvr does not implement (only TRL's default "
+                                f"{default!r}); remove it" + (f" (nearest rlvr option: {near})" if near else ""))
         else:
             out[key] = value  # not a TRL name: the unknown-key error (with suggestions) comes later
-    if "dataset_name" in trl and "data" not in overrides:
-        spec = trl["dataset_name"]
-        if trl.get("dataset_train_split") not in (None, "train"):
-            spec += f":split={trl['dataset_train_split']}"
-        if trl.get("dataset_config"):
-            spec += f":config={trl['dataset_config']}"
-        out["data"] = spec
-    if "use_peft" in trl:  # TRL's lora_r (default 16) only counts with use_peft: true
-        out["lora_r"] = (overrides.get("lora_r") or 16) if trl["use_peft"] else 0
-    if trl.get("use_vllm") and "rollout_engine" not in overrides:
-        out["rollout_engine"] = "vllm"
-    if "warmup_steps" in trl and "warmup_ratio" not in overrides:
-        out["warmup_ratio"] = trl["warmup_steps"]
-    if isinstance(out.get("scale_rewards"), bool):  # TRL's older boolean form
-        out["scale_rewards"] = "group" if out["scale_rewards"] else "none"
-    if isinstance(out.get("lora_target_modules"), list):
-        out["lora_target_modules"] = ",".join(out["lora_target_modules"])
+    problems += _translate(trl, overrides, out)
     if problems:
         raise ValueError("TRL options rlvr does not take (docs/training.md, 'From TRL'):\n  " + "\n  ".join(problems))
     return out
+
+
+def _translate(trl: dict[str, Any], overrides: dict[str, Any], out: dict[str, Any]) -> list[str]:
+    """Fill ``out`` with what the TRANSLATED keys of ``trl`` mean; return the values refused."""
+    problems = []
+    if "dataset_name" in trl and "data" not in overrides:
+        out["data"] = _hub_spec(trl["dataset_name"], trl.get("dataset_train_split", "train"), trl.get("dataset_config"))
+    if "use_peft" in trl:  # TRL's lora_r (default 16) only counts with use_peft: true
+        out["lora_r"] = (overrides.get("lora_r") or 16) if _truthy(trl["use_peft"]) else 0
+    if _truthy(trl.get("use_vllm")) and "rollout_engine" not in overrides:
+        out["rollout_engine"] = "vllm"
+    elif "use_vllm" in trl and not _truthy(trl["use_vllm"]) and overrides.get("rollout_engine") == "vllm":
+        problems.append("use_vllm: false contradicts rollout_engine=vllm; remove one")
+    if "generation_batch_size" in trl and trl["generation_batch_size"] is not None:
+        out["generation_batch_size"] = trl["generation_batch_size"]  # resolved with num_generations (parsing)
+    if _truthy(trl.get("use_liger_kernel")) and "lm_head_chunk_tokens" not in overrides:
+        out["lm_head_chunk_tokens"] = 1024  # liger's fused linear + loss: rlvr's chunked LM head, also exact
+    problems += _translate_eval(trl, overrides, out)
+    if isinstance(out.get("scale_rewards"), bool) or str(out.get("scale_rewards")).lower() in ("true", "false"):
+        out["scale_rewards"] = "group" if _truthy(out["scale_rewards"]) else "none"  # TRL's older boolean form
+    if isinstance(out.get("lora_target_modules"), list):
+        out["lora_target_modules"] = ",".join(out["lora_target_modules"])
+    resume = out.get("resume_from_checkpoint")
+    if isinstance(resume, bool) or str(resume).lower() in ("true", "false"):  # TRL: true = the newest checkpoint
+        out.pop("resume_from_checkpoint")
+        if _truthy(resume):
+            out["resume"] = True
+    return problems
+
+
+def _translate_eval(trl: dict[str, Any], overrides: dict[str, Any], out: dict[str, Any]) -> list[str]:
+    """TRL's evaluation as rlvr's: ``eval_strategy`` steps (every ``eval_steps``, default ``logging_steps``) or
+    epoch, on ``dataset_test_split`` of ``dataset_name`` unless ``eval_data`` names the data (pass@k)."""
+    strategy = str(overrides.get("eval_strategy", "no")).lower()
+    if strategy == "no":
+        if _truthy(trl.get("do_eval")) and not overrides.get("eval_steps"):
+            return [("do_eval: true without eval_strategy: TRL's trainer then evaluates nothing during training; set "
+                    "eval_strategy: steps (with eval_steps) to evaluate on the test split, or remove do_eval")]
+        return []
+    if not trl:  # an rlvr config: its eval options are its own
+        return []
+    if strategy == "steps" and "eval_steps" not in overrides:
+        out["eval_steps"] = int(overrides.get("logging_steps") or 10)  # TRL: eval_steps defaults to logging_steps
+    if "eval_data" not in overrides:
+        if "dataset_name" not in trl:
+            return [("eval_strategy: evaluates on the dataset's test split, but the data is not a Hub dataset "
+                    "(dataset_name): set eval_data=FILE or a dataset spec")]
+        split = trl.get("dataset_test_split", "test")
+        out["eval_data"] = [_hub_spec(trl["dataset_name"], split, trl.get("dataset_config"))]
+    return []
+
+
+def _hub_spec(name: str, split: str | None, config: str | None) -> str:
+    spec = name
+    if split not in (None, "train"):
+        spec += f":split={split}"
+    if config:
+        spec += f":config={config}"
+    return spec
+
+
+def _truthy(value: Any) -> bool:
+    """A TRL boolean as YAML or the command line gives it (True, "true", "1", ...)."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "yes", "1")
+    return bool(value)

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import torch
 
+from rlvr.core.logprobs import softmax_entropy
+
 DEFAULT_CHUNK_TOKENS = 1024  # [1024, 151936] fp32 = 0.6 GB per block at Qwen's vocabulary
 
 
@@ -75,7 +77,7 @@ class _ChunkedHead(torch.autograd.Function):
             lse = torch.logsumexp(s, dim=-1)  # [c]
             logprobs[start:stop] = s.gather(-1, tokens[start:stop, None]).squeeze(-1) - lse
             if with_entropy:
-                entropy[start:stop] = lse - torch.linalg.vecdot(torch.softmax(s, dim=-1), s)
+                entropy[start:stop] = softmax_entropy(s, lse)
             lse_all[start:stop] = lse
         ctx.save_for_backward(hidden, weight, bias, tokens, lse_all, entropy)
         ctx.temperature, ctx.chunk = temperature, chunk

@@ -119,9 +119,13 @@ def aggregate(
 ) -> torch.Tensor:
     """Reduce a per-token loss to a scalar by a named mode.
 
-    - ``token_mean``: Σ_{i,t} m·ℓ / Σ m (TRL "dapo", verl "token-mean").
+    - ``token_mean``: Σ_{i,t} m·ℓ / Σ m (verl "token-mean").
     - ``seq_mean_token_mean``: (1/N) Σ_i (Σ_t m·ℓ / Σ_t m) (TRL "grpo").
     - ``seq_mean_token_sum_norm``: Σ_{i,t} m·ℓ / (N · L_max) (Dr. GRPO as in TRL).
+    - ``dapo`` (TRL's): Σ_{i,t} m·ℓ / ``num_tokens``, where the caller passes TRL's normaliser, the
+      step's tokens ÷ its optimiser steps per pass (the same as token_mean with one optimiser step).
+    - ``bnpo`` (TRL's): this micro-batch's own token mean, times n / ``num_sequences`` (1/A with
+      A equal micro-batches, as TRL divides by gradient_accumulation_steps).
 
     Under gradient accumulation or data parallelism pass the *global* denominators
     (``num_tokens`` = response tokens in the whole optimiser batch, ``num_sequences`` = its
@@ -146,9 +150,12 @@ def aggregate(
     masked = per_token * m
     if num_sequences is None:
         num_sequences = per_token.shape[0]
-    if mode == "token_mean":
+    if mode in ("token_mean", "dapo"):
         denom = m.sum() if num_tokens is None else num_tokens
         return masked.sum() / _at_least_one(denom, per_token)
+    if mode == "bnpo":
+        share = per_token.shape[0] / _at_least_one(num_sequences, per_token)
+        return masked.sum() / _at_least_one(m.sum(), per_token) * share
     if mode == "seq_mean_token_mean":
         per_seq = masked.sum(-1) / m.sum(-1).clamp(min=1)  # [N]
         return per_seq.sum() / _at_least_one(num_sequences, per_token)

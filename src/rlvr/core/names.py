@@ -13,12 +13,13 @@ SCALE_REWARDS = ("group", "batch", "none")
 IMPORTANCE_LEVELS = ("token", "sequence")
 # vllm_importance_sampling_mode values (TRL's): the sampler/trainer correction, rlvr.core.importance
 IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
-AGGREGATION_MODES = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm")
+# token_mean, seq_mean_token_mean, seq_mean_token_sum_norm: verl's loss_agg_mode; dapo and bnpo: TRL's token
+# means, whose normalisers differ from verl's token-mean under several optimiser steps or micro-batches
+AGGREGATION_MODES = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm", "dapo", "bnpo")
 
-# TRL's loss_type names and verl's loss_agg_mode names for the same reductions.
+# TRL's loss_type names and verl's loss_agg_mode names for the same reductions (TRL's grpo and dr_grpo
+# compute what these do with equal micro-batches, which TRL always has).
 AGGREGATION_ALIASES = {
-    "dapo": "token_mean",
-    "bnpo": "token_mean",
     "token-mean": "token_mean",
     "grpo": "seq_mean_token_mean",
     "seq-mean-token-mean": "seq_mean_token_mean",

@@ -1,16 +1,18 @@
-"""The policy objective of every algorithm here, per token, in one pure function.
+"""The policy objective of every algorithm here, per token, in one pure function, and the entropy bonus.
 
     ℓ_t = w_t · clipped_surrogate(log π_θ, log π_old, A)  sampled responses (PPO clip, GSPO, truncated IS)
         = −A · ψ(π_θ(a_t))                                 anchors (expert responses): no ratio, never clipped
-        + β · KL_k3(log π_θ, log π_ref)                    when β > 0
-        − c · H_t                                           sampled responses, when entropy_coef c > 0
+        + β · KL_k3(log π_θ, log π_ref) [· ρ_t]            when β > 0 (· ρ_t: TRL's use_bias_correction_kl)
 
 GRPO, Dr. GRPO, DAPO, GSPO, RLOO differ only in the advantages and the keyword settings; DaGRPO's
 anchors are the ``is_anchor`` rows; TA-GRPO's choice of prompts is made before (which log-probs are
-passed). The caller reduces ℓ with :func:`rlvr.core.losses.aggregate`, so the entropy bonus
-(TRL's ``entropy_coef``, DaGRPO's optional entropy bonus) is −c × the aggregated entropy, with the
-loss's own denominators. w_t is the sampler/trainer importance weight (``rlvr.core.importance``;
-1 without the correction): as in TRL it weights the policy term only, before β·KL is added.
+passed). The caller reduces ℓ with :func:`rlvr.core.losses.aggregate`. w_t is the sampler/trainer
+importance weight (``rlvr.core.importance``; 1 without the correction): as in TRL it weights the
+policy term only, before β·KL is added.
+
+The entropy bonus (TRL's ``entropy_coef``) is a term of its own, :func:`entropy_bonus`: −c × the mean
+entropy over the optimiser step's sampled tokens, whatever the loss's aggregation — TRL's definition
+(L = L_policy − c·H).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from rlvr.core.kl import kl_k3
-from rlvr.core.losses import anchor_surrogate, clipped_surrogate
+from rlvr.core.losses import anchor_surrogate, clipped_surrogate, log_ratio
 
 
 @dataclass
@@ -30,6 +32,9 @@ class PolicyLoss:
     per_token: torch.Tensor  # [N, T], zero at masked positions
     clipped_tokens: torch.Tensor  # scalar: masked tokens whose gradient the clip removed (anchors never)
     kl_sum: torch.Tensor | None  # scalar: Σ of the per-token KL over the mask (None when β = 0)
+    kl: torch.Tensor | None = None  # [N, T] the per-token KL, detached (None when β = 0)
+    low_clipped: torch.Tensor | None = None  # [N, T] bool: ρ < 1 − ε_low with A < 0 (TRL's clip_ratio/low)
+    high_clipped: torch.Tensor | None = None  # [N, T] bool: ρ > 1 + ε_high with A > 0 (clip_ratio/high)
 
 
 def policy_loss(
@@ -46,10 +51,9 @@ def policy_loss(
     importance_level: str = "token",
     ratio_cap: float | None = None,
     beta: float = 0.0,
+    kl_ratio_weighted: bool = False,
     anchor_psi: str = "log",
     anchor_gamma: float = 0.1,
-    entropy: torch.Tensor | None = None,
-    entropy_coef: float = 0.0,
     is_weights: torch.Tensor | None = None,
 ) -> PolicyLoss:
     """Per-token policy loss with clipping, anchor rows and the KL penalty.
@@ -61,23 +65,22 @@ def policy_loss(
         mask: [N, T] bool, True on the response tokens that are trained on.
         is_anchor: [N] bool, rows that are expert responses (None: none are).
         ref_logprobs: [N, T] log π_ref, required when ``beta > 0``.
-        entropy: [N, T] H(π_θ(·|prefix)) at each position (with grad), required when ``entropy_coef > 0``.
-        entropy_coef: c of the entropy bonus −c·H_t (0: off, and ``entropy`` is not read).
+        kl_ratio_weighted: multiply the KL by the importance ratio ρ_t = π_θ/π_old (with its gradient;
+            sequence level: the sequence's ratio), TRL's ``use_bias_correction_kl``; anchors: ρ = 1.
         is_weights: [N, T] detached sampler/trainer importance weights w_t of the sampled rows' clipped
-            term (None: 1). TRL multiplies its per-token policy loss by them before adding β·KL, and its
-            entropy bonus is a separate term: neither the KL, the entropy bonus nor the anchors' term is
-            weighted here either.
+            term (None: 1). TRL multiplies its per-token policy loss by them before adding β·KL: neither
+            the KL nor the anchors' term is weighted here either.
 
     Convention: anchors keep their tokens out of ``clipped_tokens``; the KL is added to anchor rows
-    too (it is a penalty on the policy, whatever the response); the entropy bonus is not (it keeps
-    the policy's own sampling broad; an anchor is not sampled from it), but anchor tokens still count
-    in the aggregation's denominators, as for the rest of the loss.
+    too (it is a penalty on the policy, whatever the response).
     """
     per_token, clipped = clipped_surrogate(
         logprobs, old_logprobs, advantages, mask,
         epsilon=epsilon, epsilon_high=epsilon_high, dual_clip=dual_clip,
         importance_level=importance_level, ratio_cap=ratio_cap,
     )  # [N, T]
+    low, high = clip_regions(logprobs.detach(), old_logprobs, advantages, mask, epsilon=epsilon,
+                             epsilon_high=epsilon_high, importance_level=importance_level, is_anchor=is_anchor)
     if is_weights is not None:
         per_token = per_token * is_weights.detach()
     if is_anchor is not None:  # computed for every row and selected: no host sync on is_anchor.any()
@@ -85,16 +88,53 @@ def policy_loss(
         anchor_loss = anchor_surrogate(logprobs, advantages, mask, psi=anchor_psi, gamma=anchor_gamma)
         per_token = torch.where(anchor, anchor_loss, per_token)
         clipped = clipped & ~anchor
-    kl_sum = None
+    kl_sum = kl_detached = None
     if beta > 0:
         if ref_logprobs is None:
             raise ValueError("beta > 0 needs ref_logprobs (log-probs of the reference policy)")
         kl = kl_k3(logprobs, ref_logprobs, mask)  # [N, T]
+        kl_detached = kl.detach()
+        kl_sum = kl_detached[mask].sum()
+        if kl_ratio_weighted:
+            ratio = log_ratio(logprobs, old_logprobs, mask, importance_level=importance_level).exp()  # [N, T]
+            if is_anchor is not None:
+                ratio = torch.where(is_anchor.unsqueeze(-1), torch.ones_like(ratio), ratio)
+            kl = kl * ratio
+            kl_detached = kl.detach()  # TRL logs the weighted KL
         per_token = per_token + beta * kl
-        kl_sum = kl.detach()[mask].sum()
-    if entropy_coef > 0:
-        if entropy is None:
-            raise ValueError("entropy_coef > 0 needs entropy (the policy's per-token entropy, with grad)")
-        sampled = mask.bool() if is_anchor is None else mask.bool() & ~is_anchor.unsqueeze(-1)  # [N, T]
-        per_token = per_token - entropy_coef * torch.where(sampled, entropy, torch.zeros_like(entropy))
-    return PolicyLoss(per_token, clipped.sum(), kl_sum)
+    return PolicyLoss(per_token, clipped.sum(), kl_sum, kl_detached, low, high)
+
+
+def clip_regions(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, *,
+                 epsilon: float, epsilon_high: float | None, importance_level: str = "token",
+                 is_anchor: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """TRL's clip statistics per token: (ρ < 1 − ε_low and A < 0, ρ > 1 + ε_high and A > 0), [N, T] bool each,
+    False at masked positions and on anchor rows (they have no ratio)."""
+    epsilon_high = epsilon if epsilon_high is None else epsilon_high
+    ratio = log_ratio(logprobs, old_logprobs, mask, importance_level=importance_level).exp()  # [N, T]
+    adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages
+    keep = mask.bool() if is_anchor is None else mask.bool() & ~is_anchor.unsqueeze(-1)
+    return (ratio < 1 - epsilon) & (adv < 0) & keep, (ratio > 1 + epsilon_high) & (adv > 0) & keep
+
+
+def entropy_bonus(entropy: torch.Tensor, mask: torch.Tensor, *, coef: float, num_tokens: float | torch.Tensor,
+                  is_anchor: torch.Tensor | None = None) -> torch.Tensor:
+    """TRL's entropy bonus, this micro-batch's share, to subtract from its loss: c · Σ_{sampled} H / num_tokens.
+
+    Summed over the micro-batches of an optimiser step this is c × the mean entropy over the step's sampled
+    tokens: a token mean whatever the loss's aggregation, as TRL's (L = L_policy − c·H).
+
+    Args:
+        entropy: [N, T] H(π_θ(·|prefix)) at each position (with grad).
+        mask: [N, T] the tokens trained on.
+        coef: c (entropy_coef).
+        num_tokens: the sampled tokens of the whole optimiser step (every micro-batch and rank).
+        is_anchor: [N] rows that are expert responses: not sampled from the policy, so left out.
+
+    Convention: TRL takes each micro-batch's own mean and divides by the accumulation steps; with one
+    micro-batch per step (TRL's default) that is this, with several it depends on which completions share
+    one (TRL shuffles them), while this does not.
+    """
+    sampled = mask.bool() if is_anchor is None else mask.bool() & ~is_anchor.unsqueeze(-1)  # [N, T]
+    kept = torch.where(sampled, entropy, torch.zeros_like(entropy))  # padding may hold junk (inf): never 0·inf
+    return coef * kept.sum() / torch.as_tensor(num_tokens, dtype=entropy.dtype, device=entropy.device).clamp(min=1)

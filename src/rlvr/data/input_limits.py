@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rlvr.data.prompts import prompt_messages, render_prompt
+from rlvr.data.prompts import PromptFormat
 
 TOKEN_SLACK = 8  # tokens a tokenizer may add that cover no byte (sentencepiece's leading "▁")
 _SHOWN = 3  # offending rows named in the message
@@ -44,10 +44,10 @@ class LengthCheck:
 
 
 def template_bytes(tokenizer: Any, *, system_prompt: str | None, instruction: str | None,
-                   chat_template_kwargs: dict | None = None) -> int:
+                   chat_template_kwargs: dict | None = None, raw_strings: bool = False) -> int:
     """UTF-8 bytes of the rendered prompt for an empty question: what the template adds to each row."""
-    messages = prompt_messages("", system_prompt=system_prompt, instruction=instruction)
-    return len(render_prompt(tokenizer, messages, chat_template_kwargs=chat_template_kwargs).encode("utf-8"))
+    return PromptFormat(system_prompt=system_prompt, instruction=instruction, chat_template_kwargs=chat_template_kwargs,
+                        raw_strings=raw_strings).template_bytes(tokenizer)
 
 
 def prompt_budget(*, max_positions: int | None, max_completion_length: int, max_prompt_length: int | None) -> int | None:

@@ -1,18 +1,42 @@
-"""Turn a row's prompt into chat messages and render them with the model's chat template.
+"""A row's prompt as the model sees it: chat messages through the chat template, or raw text.
 
-String prompt → [system?] + one user message "<prompt>\\n\\n<instruction>".
-Message-list prompt → a copy; the system prompt is prepended only when the list has no system
-message (the dataset's own system message wins), and the instruction is appended after a blank
-line to the *last* user message.
+:class:`PromptFormat` holds the few choices, made once at start-up (``rlvr.train.trainer``):
+
+- **chat prompts** (a list of {role, content} messages, as verl's rows and TRL's conversational
+  datasets give them) go through the tokenizer's chat template. They are never rewritten: rlvr's
+  default instruction is not added, and ``system_prompt`` only fills a missing system message. An
+  instruction the user wrote in the config (``instruction=...``) is appended to the last user message.
+- **plain-string prompts** become one user message (after ``system_prompt``, if any) when the format
+  uses the chat template, or are fed as raw text (``raw_strings``): TRL's way with a string prompt,
+  and the only way for a base model whose tokenizer has no chat template. Raw text is tokenised as
+  TRL does, ``tokenizer(text)`` (special tokens such as a BOS added); rendered chat text without
+  them (the template holds its own).
+- **the instruction**: ``auto`` (rlvr's default) appends :data:`DEFAULT_INSTRUCTION` only to a
+  plain-string question that carries no instruction of its own (:func:`carries_instruction`: it
+  mentions ``\\boxed``, ``####`` or a final answer); ``None`` appends nothing (TRL's way); other text
+  is appended to every question.
+
 `None` means "no system prompt" / "no instruction"; an empty string is rejected, so a config typo
 cannot silently drop the instruction.
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from typing import Any
 
 DEFAULT_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+AUTO_INSTRUCTION = "auto"  # the config's default: DEFAULT_INSTRUCTION where the question asks for no format itself
+
+# A question that says how to give its answer: verl's `Let's think step by step and output the final
+# answer after "####".` / `... within \boxed{}.`, or any text asking for a boxed or final answer.
+_OWN_INSTRUCTION = re.compile(r"\\boxed|####|final answer", re.IGNORECASE)
+
+
+def carries_instruction(text: str) -> bool:
+    """The question already tells the model how to give its answer (\\boxed, ####, "final answer")."""
+    return bool(_OWN_INSTRUCTION.search(text))
 
 
 def _check_optional_text(value: str | None, name: str) -> None:
@@ -26,12 +50,23 @@ def _with_instruction(content: str, instruction: str | None) -> str:
     return content if instruction is None else f"{content}\n\n{instruction}"
 
 
+def instruction_for(prompt: str | list[dict], instruction: str | None) -> str | None:
+    """The instruction appended to this prompt: ``auto`` resolves per prompt (None for chat prompts and
+    questions that carry their own); None is none; other text is the user's, for every prompt."""
+    if instruction != AUTO_INSTRUCTION:
+        return instruction
+    if isinstance(prompt, str) and not carries_instruction(prompt):
+        return DEFAULT_INSTRUCTION
+    return None
+
+
 def prompt_messages(
     prompt: str | list[dict], *, system_prompt: str | None, instruction: str | None
 ) -> list[dict]:
-    """Chat messages for one prompt; the input is never modified."""
+    """Chat messages for one prompt; the input is never modified (``instruction`` may be ``auto``)."""
     _check_optional_text(system_prompt, "system_prompt")
     _check_optional_text(instruction, "instruction")
+    instruction = instruction_for(prompt, instruction)
     if isinstance(prompt, str):
         messages = [{"role": "user", "content": _with_instruction(prompt, instruction)}]
         if system_prompt is not None:
@@ -58,6 +93,10 @@ _RENDER_ARGUMENTS = ("conversation", "tokenize", "add_generation_prompt", "retur
                      "continue_final_message")
 
 
+def has_chat_template(tokenizer: Any) -> bool:
+    return getattr(tokenizer, "chat_template", None) is not None
+
+
 def render_prompt(tokenizer: Any, messages: list[dict], *, chat_template_kwargs: dict | None = None) -> str:
     """The prompt text the model sees: the tokenizer's chat template with a generation prompt.
 
@@ -69,12 +108,54 @@ def render_prompt(tokenizer: Any, messages: list[dict], *, chat_template_kwargs:
     if clash:
         raise ValueError(f"chat_template_kwargs sets {clash}, which rlvr sets itself when rendering a prompt; "
                          "remove them (give only the template's own variables, e.g. enable_thinking)")
-    if getattr(tokenizer, "chat_template", None) is None:
+    if not has_chat_template(tokenizer):
         name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
         raise ValueError(
-            f"tokenizer {name!r} has no chat template; use a chat/instruct model, or set "
-            "tokenizer.chat_template to a Jinja template before training"
+            f"tokenizer {name!r} has no chat template, which chat-format prompts (lists of messages) and "
+            "system_prompt need; give the questions as plain strings (fed as raw text, as TRL does), set "
+            "chat_template to a Jinja template, or use a chat/instruct model"
         )
     text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **extra)
     assert isinstance(text, str), f"apply_chat_template(tokenize=False) returned {type(text).__name__}"
     return text
+
+
+@dataclass(frozen=True)
+class PromptFormat:
+    """How every prompt of a run becomes token ids (see the module docstring).
+
+    ``raw_strings``: plain-string prompts are fed as raw text (TRL's way; a tokenizer without a chat
+    template) instead of one user message through the chat template.
+    """
+
+    system_prompt: str | None = None
+    instruction: str | None = AUTO_INSTRUCTION
+    chat_template_kwargs: dict | None = None
+    raw_strings: bool = False
+
+    def __post_init__(self) -> None:
+        _check_optional_text(self.system_prompt, "system_prompt")
+        _check_optional_text(self.instruction, "instruction")
+        if self.raw_strings and self.system_prompt is not None:
+            raise ValueError("system_prompt needs the chat template, but plain-string prompts are fed as raw text "
+                             "here; drop system_prompt, or use a tokenizer with a chat template")
+
+    def text(self, tokenizer: Any, prompt: str | list[dict]) -> str:
+        """The prompt text: the rendered chat, or the raw question (with its instruction, if any)."""
+        if isinstance(prompt, str) and self.raw_strings:
+            return _with_instruction(prompt, instruction_for(prompt, self.instruction))
+        messages = prompt_messages(prompt, system_prompt=self.system_prompt, instruction=self.instruction)
+        return render_prompt(tokenizer, messages, chat_template_kwargs=self.chat_template_kwargs)
+
+    def token_ids(self, tokenizer: Any, prompt: str | list[dict]) -> list[int]:
+        """The prompt's token ids, as TRL builds them: ``tokenizer(text)`` for raw text (BOS and the like
+        added), the rendered chat without added special tokens (its template holds them)."""
+        raw = isinstance(prompt, str) and self.raw_strings
+        return tokenizer(self.text(tokenizer, prompt), add_special_tokens=raw)["input_ids"]
+
+    def template_bytes(self, tokenizer: Any) -> int:
+        """UTF-8 bytes the format adds around an empty question (the length check's bound)."""
+        if self.raw_strings:
+            return len((instruction_for("", self.instruction) or "").encode("utf-8")) + 2
+        messages = prompt_messages("", system_prompt=self.system_prompt, instruction=self.instruction)
+        return len(render_prompt(tokenizer, messages, chat_template_kwargs=self.chat_template_kwargs).encode("utf-8"))

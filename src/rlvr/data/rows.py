@@ -252,6 +252,30 @@ def reward_columns(row: dict) -> dict[str, Any]:
     return columns
 
 
+def select_prompt_column(rows: list[dict], column: str, source: str) -> list[dict]:
+    """Rows whose prompt is taken from ``column`` (open-r1's ``dataset_prompt_column``) instead of the first of
+    prompt / question / problem; ValueError naming the first row without it."""
+    out = []
+    for index, row in enumerate(rows):
+        if column not in row:
+            raise ValueError(f"{_where(index, source, row.get('id'))}: dataset_prompt_column={column!r} is not one of its "
+                             f"columns {sorted(k for k in row if k not in INTERNAL_FIELDS)}; name the question's column")
+        out.append({**row, "prompt": _prompt({column: row[column]}, _where(index, source, row.get("id")))})
+    return out
+
+
+def as_chat(rows: list[dict], system_prompt: str | None) -> list[dict]:
+    """Plain-string prompts as the chat open-r1's grpo.py builds (``make_conversation``): [system?, user].
+
+    Chat prompts are left as they are (open-r1 would nest them in a user message; a chat is already one).
+    """
+    def chat(prompt: str) -> list[dict]:
+        system = [{"role": "system", "content": system_prompt}] if system_prompt is not None else []
+        return [*system, {"role": "user", "content": prompt}]
+
+    return [{**row, "prompt": chat(row["prompt"])} if isinstance(row["prompt"], str) else row for row in rows]
+
+
 def normalize_rows(rows: Iterable[dict], source: str) -> list[dict]:
     """Normalize every row; reject an empty dataset and duplicate ids (naming both rows)."""
     normalized: list[dict] = []

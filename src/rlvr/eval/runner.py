@@ -8,7 +8,7 @@
         append one line per problem (flushed: an interrupted run resumes where it stopped)
     summary over every problem → <out> (JSON, atomic), printed as a table
 
-Prompts are built exactly as in training (rlvr.data.prompt_messages + the tokenizer's chat
+Prompts are built exactly as in training (rlvr.data.PromptFormat: the tokenizer's chat
 template, same default instruction), so a trained policy is evaluated on the format it learned.
 A verifier timeout scores the sample wrong and is counted (``timeouts``).
 
@@ -33,9 +33,10 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from rlvr.data import DEFAULT_INSTRUCTION, load_rows, prompt_messages, render_prompt
+from rlvr.data import AUTO_INSTRUCTION, PromptFormat, load_rows
 from rlvr.data.benchmarks import BENCHMARKS, benchmark_spec, load_benchmark
-from rlvr.data.input_limits import check_lengths, template_bytes
+from rlvr.data.input_limits import check_lengths
+from rlvr.data.prompts import has_chat_template
 from rlvr.eval.passk import mean_pass_at_k
 from rlvr.eval.problems_file import ProblemsFile, problems_path
 from rlvr.eval.seeding import row_seed
@@ -119,19 +120,21 @@ def dtype_name(dtype) -> str:
 def result_settings(*, model_name: str, dtype: str, n: int, temperature: float, top_p: float,
                     max_completion_length: int, seed: int, instruction: str | None, system_prompt: str | None,
                     greedy: bool, answer_extraction: str, diversity: bool,
-                    chat_template_kwargs: dict | None = None) -> dict:
+                    chat_template_kwargs: dict | None = None, raw_strings: bool = False) -> dict:
     """Everything that changes a problem's result: the problems file's header, compared on resume.
 
     Not in it: k (pass@k is recomputed from the counts), batch_size (row seeds make samples independent
     of it), limit (it selects problems, it does not change one), the device (last-bit float
     differences only, as batch size), and the data (each record carries its row's fingerprint).
-    ``chat_template_kwargs`` is in it only when given, so files written before it existed resume.
+    ``chat_template_kwargs`` and ``raw_strings`` are in it only when given, so files written before they
+    existed resume.
     """
     settings = {"model": model_name, "dtype": dtype, "n": n, "temperature": temperature, "top_p": top_p,
                 "max_completion_length": max_completion_length, "seed": seed, "instruction": instruction,
                 "system_prompt": system_prompt, "greedy": greedy, "answer_extraction": answer_extraction,
                 "diversity": diversity}
-    return settings | ({"chat_template_kwargs": dict(chat_template_kwargs)} if chat_template_kwargs else {})
+    settings |= {"chat_template_kwargs": dict(chat_template_kwargs)} if chat_template_kwargs else {}
+    return settings | ({"raw_strings": True} if raw_strings else {})
 
 
 def problem_fingerprint(row: dict) -> str:
@@ -178,8 +181,7 @@ class _ChunkEvaluator:
         self.device = str(next(model.parameters()).device)
 
     def prompt_ids(self, row: dict) -> list[int]:
-        return prompt_ids(self.tokenizer, row, system_prompt=self.s["system_prompt"], instruction=self.s["instruction"],
-                          chat_template_kwargs=self.s.get("chat_template_kwargs"))
+        return self.s["format"].token_ids(self.tokenizer, row["prompt"])
 
     def _texts(self, prompts: list[list[int]], seeds: list[int] | None, sampling: Sampling) -> list[str]:
         completions = self.engine.generate(prompts, sampling=sampling, row_seeds=seeds,
@@ -292,7 +294,7 @@ def evaluate(
     top_p: float,
     max_completion_length: int,
     out_path: str | os.PathLike,
-    instruction: str | None = DEFAULT_INSTRUCTION,
+    instruction: str | None = AUTO_INSTRUCTION,
     system_prompt: str | None = None,
     greedy: bool = False,
     answer_extraction: str = DEFAULT_EXTRACTION,
@@ -304,6 +306,7 @@ def evaluate(
     model_name: str | None = None,
     log_samples: bool = False,
     chat_template_kwargs: dict | None = None,
+    raw_strings: bool = False,
 ) -> dict:
     """Evaluate ``model`` on each dataset; write ``out_path`` (JSON) and return the same dict.
 
@@ -314,7 +317,8 @@ def evaluate(
         n: samples per problem; ks: the k of each pass@k (each ≤ n).
         temperature, top_p, max_completion_length: sampling settings (temperature 0 = greedy).
         out_path: summary JSON; per-problem results go to ``<out_path>.problems.jsonl``.
-        instruction, system_prompt: prompt format, as in training (None = none).
+        instruction, system_prompt: prompt format, as in training (None = none; ``auto``: rlvr's instruction
+            for plain-string questions that carry none, rlvr.data.prompts).
         greedy: also score one temperature-0 response per problem (``greedy_accuracy``).
         answer_extraction: 'boxed' or 'flexible' (also the last number), see rlvr.rewards.extract_answer.
         seed: sampling seed; problem p's sample j uses row_seed(seed, dataset, p's id, j).
@@ -328,6 +332,8 @@ def evaluate(
             read what a score is made of. A resumed evaluation logs the problems it runs.
         chat_template_kwargs: extra chat-template variables (e.g. {"enable_thinking": False}), as in
             training (``chat_template_kwargs``).
+        raw_strings: feed plain-string questions as raw text (as training does with preset=trl); a
+            tokenizer without a chat template always does.
 
     Raises:
         ValueError: a bad setting, an output that cannot be written, an unknown or unloadable dataset,
@@ -342,9 +348,11 @@ def evaluate(
         datasets = {spec: list(rows)[:limit] for spec, rows in specs.items()}
     else:
         datasets = load_eval_datasets(specs, limit=limit)
+    raw_strings = raw_strings or not has_chat_template(tokenizer)
+    prompt_format = PromptFormat(system_prompt=system_prompt, instruction=instruction,
+                                 chat_template_kwargs=chat_template_kwargs, raw_strings=raw_strings)
     _check_input_lengths(model, tokenizer, datasets, max_completion_length=max_completion_length,
-                         instruction=instruction, system_prompt=system_prompt,
-                         chat_template_kwargs=chat_template_kwargs)
+                         prompt_format=prompt_format)
     model_name = model_name or _model_name(model)
     settings = {"n": n, "k": ks, "temperature": temperature, "top_p": top_p,
                 "max_completion_length": max_completion_length, "seed": seed, "instruction": instruction,
@@ -355,11 +363,11 @@ def evaluate(
         model_name=model_name, dtype=dtype_name(next(model.parameters()).dtype), n=n, temperature=temperature,
         top_p=top_p, max_completion_length=max_completion_length, seed=seed, instruction=instruction,
         system_prompt=system_prompt, greedy=greedy, answer_extraction=answer_extraction, diversity=diversity,
-        chat_template_kwargs=chat_template_kwargs)
+        chat_template_kwargs=chat_template_kwargs, raw_strings=raw_strings)
     per_call = max(1, batch_size // n)
     with VerifierPool(num_workers=VERIFIER_WORKERS, timeout_s=VERIFIER_TIMEOUT_S) as pool, \
             ProblemsFile(problems_path(out_path), fingerprint) as record:
-        chunk_evaluator = _ChunkEvaluator(model, tokenizer, pool, fingerprint, batch_size)
+        chunk_evaluator = _ChunkEvaluator(model, tokenizer, pool, fingerprint | {"format": prompt_format}, batch_size)
         for spec, rows in datasets.items():
             todo = [row for row in rows if not record.done(spec, row["id"], problem_fingerprint(row))]
             with tqdm(total=len(rows), initial=len(rows) - len(todo), desc=spec, disable=not progress) as bar:
@@ -380,17 +388,14 @@ def evaluate(
 
 
 def _check_input_lengths(model, tokenizer, datasets: dict[str, list[dict]], *, max_completion_length: int,
-                         instruction: str | None, system_prompt: str | None,
-                         chat_template_kwargs: dict | None = None) -> None:
+                         prompt_format: PromptFormat) -> None:
     """Refuse, before any generation, rows whose prompt plus ``max_completion_length`` exceed the
     model's positions (rlvr.data.input_limits: the row's index, id and the fix)."""
     max_positions = position_limit(model, tokenizer)
-    per_row = template_bytes(tokenizer, system_prompt=system_prompt, instruction=instruction,
-                             chat_template_kwargs=chat_template_kwargs)
+    per_row = prompt_format.template_bytes(tokenizer)
 
     def tokenize(row: dict) -> list[int]:
-        return prompt_ids(tokenizer, row, system_prompt=system_prompt, instruction=instruction,
-                          chat_template_kwargs=chat_template_kwargs)
+        return prompt_format.token_ids(tokenizer, row["prompt"])
 
     for spec, rows in datasets.items():
         check_lengths(rows, tokenize, max_positions=max_positions, max_completion_length=max_completion_length,
@@ -398,8 +403,9 @@ def _check_input_lengths(model, tokenizer, datasets: dict[str, list[dict]], *, m
 
 
 def prompt_ids(tokenizer, row: dict, *, system_prompt: str | None, instruction: str | None,
-               chat_template_kwargs: dict | None = None) -> list[int]:
-    """The chat-formatted prompt tokens of ``row``, exactly as the evaluation generates from them."""
-    messages = prompt_messages(row["prompt"], system_prompt=system_prompt, instruction=instruction)
-    text = render_prompt(tokenizer, messages, chat_template_kwargs=chat_template_kwargs)
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
+               chat_template_kwargs: dict | None = None, raw_strings: bool = False) -> list[int]:
+    """The prompt tokens of ``row``, exactly as the evaluation generates from them."""
+    prompt_format = PromptFormat(system_prompt=system_prompt, instruction=instruction,
+                                 chat_template_kwargs=chat_template_kwargs,
+                                 raw_strings=raw_strings or not has_chat_template(tokenizer))
+    return prompt_format.token_ids(tokenizer, row["prompt"])

@@ -39,33 +39,52 @@ DTYPES: dict[str, torch.dtype] = {
 _HUB_ID = re.compile(r"[\w][\w.-]*(/[\w][\w.-]*)?")
 
 
-def parse_dtype(dtype: str) -> torch.dtype:
-    """'float32'/'fp32' → torch.float32, 'bfloat16'/'bf16' → torch.bfloat16; else ValueError."""
+def parse_dtype(dtype: str) -> torch.dtype | str:
+    """'float32'/'fp32' → torch.float32, 'bfloat16'/'bf16' → torch.bfloat16, 'auto' (the checkpoint's own
+    dtype, as transformers reads it) stays 'auto'; else ValueError."""
+    if isinstance(dtype, str) and dtype.lower() == "auto":
+        return "auto"
     if not isinstance(dtype, str) or dtype.lower() not in DTYPES:
-        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+        raise ValueError(f"dtype must be one of {sorted([*DTYPES, 'auto'])}, got {dtype!r}")
     return DTYPES[dtype.lower()]
 
 
 def _load_pretrained(
-    source: str, *, dtype: torch.dtype, trust_remote_code: bool, use_safetensors: bool | None
+    source: str, *, dtype: torch.dtype | str, trust_remote_code: bool, use_safetensors: bool | None,
+    attn_implementation: str | None = None,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
-    model = AutoModelForCausalLM.from_pretrained(
-        source, dtype=dtype, trust_remote_code=trust_remote_code, use_safetensors=use_safetensors
-    )
+    kwargs = dict(dtype=dtype, trust_remote_code=trust_remote_code, use_safetensors=use_safetensors)
+    if attn_implementation is None:
+        return AutoModelForCausalLM.from_pretrained(source, **kwargs), tokenizer
+    try:
+        model = AutoModelForCausalLM.from_pretrained(source, attn_implementation=attn_implementation, **kwargs)
+    except (ImportError, ValueError) as error:  # e.g. flash_attention_2 without flash-attn, or on a CPU
+        logger.warning("attn_implementation=%s is not available here (%s); using transformers' default (sdpa): "
+                       "the same attention, another kernel", attn_implementation, " ".join(str(error).split())[:200])
+        model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
     return model, tokenizer
 
 
-def _load_tiny_random(*, dtype: torch.dtype, seed: int) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+def _load_tiny_random(*, dtype: torch.dtype | str, seed: int,
+                      attn_implementation: str | None = None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     model, tokenizer = tiny_random_model_and_tokenizer(seed)
-    return model.to(dtype), tokenizer
+    if attn_implementation is not None:
+        try:
+            model.set_attn_implementation(attn_implementation)
+        except (ImportError, ValueError) as error:
+            logger.warning("attn_implementation=%s is not available here (%s); keeping sdpa", attn_implementation,
+                           " ".join(str(error).split())[:200])
+    return (model if dtype == "auto" else model.to(dtype)), tokenizer
 
 
-def _load_smollm2(*, dtype: torch.dtype, seed: int) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    return _load_pretrained(str(smollm2_path()), dtype=dtype, trust_remote_code=False, use_safetensors=True)
+def _load_smollm2(*, dtype: torch.dtype | str, seed: int,
+                  attn_implementation: str | None = None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    return _load_pretrained(str(smollm2_path()), dtype=dtype, trust_remote_code=False, use_safetensors=True,
+                            attn_implementation=attn_implementation)
 
 
-# Alias → loader; all take (*, dtype, seed). `seed` only matters for random models.
+# Alias → loader; all take (*, dtype, seed, attn_implementation). `seed` only matters for random models.
 ALIASES: dict[str, Callable[..., tuple[PreTrainedModel, PreTrainedTokenizerBase]]] = {
     "smollm2-135m": _load_smollm2,
     "tiny-random": _load_tiny_random,
@@ -138,15 +157,20 @@ def load_policy(
     trust_remote_code: bool = False,
     seed: int = 0,
     allow_pickle_weights: bool = False,
+    attn_implementation: str | None = None,
+    chat_template: str | None = None,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """(model, tokenizer) from an alias in ALIASES, a local HF folder, or a Hub id.
 
     Args:
         name_or_path: 'smollm2-135m', 'tiny-random', a folder with config.json, or 'owner/name'.
-        dtype: 'float32'/'fp32' or 'bfloat16'/'bf16'.
+        dtype: 'float32'/'fp32', 'bfloat16'/'bf16' or 'auto' (the checkpoint's own).
         trust_remote_code: passed to transformers for local folders and Hub ids.
         seed: weights seed for random aliases ('tiny-random'); ignored otherwise.
         allow_pickle_weights: also accept *.bin pickle weights (safetensors only by default).
+        attn_implementation: transformers' attention kernel (None: its default); one that cannot run here
+            (flash_attention_2 on a CPU) falls back to the default with a warning.
+        chat_template: a Jinja template that replaces the tokenizer's (open-r1's ``chat_template``).
     """
     torch_dtype = parse_dtype(dtype)
     if not isinstance(name_or_path, (str, os.PathLike)) or not str(name_or_path).strip():
@@ -157,7 +181,7 @@ def load_policy(
     name = str(name_or_path)
     use_safetensors = None if allow_pickle_weights else True
     if name in ALIASES:
-        model, tokenizer = ALIASES[name](dtype=torch_dtype, seed=seed)
+        model, tokenizer = ALIASES[name](dtype=torch_dtype, seed=seed, attn_implementation=attn_implementation)
     elif (path := Path(name).expanduser()).exists():
         if not path.is_dir():
             raise ValueError(f"{path} is a file; pass the folder that holds config.json and the weights")
@@ -168,6 +192,7 @@ def load_policy(
                 dtype=torch_dtype,
                 trust_remote_code=trust_remote_code,
                 use_safetensors=use_safetensors,
+                attn_implementation=attn_implementation,
             )
         except OSError as error:
             raise _local_failure(path, error, allow_pickle_weights) from error
@@ -179,10 +204,13 @@ def load_policy(
     else:
         try:
             model, tokenizer = _load_pretrained(
-                name, dtype=torch_dtype, trust_remote_code=trust_remote_code, use_safetensors=use_safetensors
+                name, dtype=torch_dtype, trust_remote_code=trust_remote_code, use_safetensors=use_safetensors,
+                attn_implementation=attn_implementation,
             )
         except OSError as error:
             raise _hub_failure(name, error) from error
+    if chat_template is not None:
+        tokenizer.chat_template = chat_template
     _prepare_for_rollouts(model, tokenizer)
     return model, tokenizer
 
@@ -273,3 +301,26 @@ def copy_for_reference(model: torch.nn.Module) -> torch.nn.Module:
     reference.eval()
     reference.requires_grad_(False)
     return reference
+
+
+def dropout_probabilities(model: torch.nn.Module) -> dict[str, float]:
+    """The dropout probabilities > 0 a model would apply in train mode: its config's ``*dropout*`` /
+    ``*_pdrop`` values and its dropout layers (LoRA's included), by name."""
+    found: dict[str, float] = {}
+    config = getattr(model, "config", None)
+    for key, value in (vars(config).items() if config is not None else ()):
+        if ("dropout" in key or key.endswith("_pdrop")) and isinstance(value, float) and value > 0:
+            found[f"config.{key}"] = value
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Dropout) and module.p > 0:
+            found.setdefault(type(module).__name__ if not name else name.rsplit(".", 1)[-1], module.p)
+    return found
+
+
+def warn_unapplied_dropout(model: torch.nn.Module) -> None:
+    """disable_dropout=false (TRL's default): say which dropout rlvr does not apply, if any."""
+    found = dropout_probabilities(model)
+    if found:
+        shown = ", ".join(f"{name}={p:g}" for name, p in list(found.items())[:4])
+        logger.warning("disable_dropout=false, but rlvr runs the policy without dropout (so the on-policy ratio is "
+                       "exactly 1), as TRL does with disable_dropout=true: %s not applied", shown)

@@ -65,9 +65,11 @@ def tiny_byte_tokenizer() -> PreTrainedTokenizerFast:
     return tokenizer
 
 
-def tiny_random_model_and_tokenizer(seed: int = 0) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
+def tiny_random_model_and_tokenizer(seed: int = 0, *, max_positions: int = 1024
+                                    ) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
     """A 2-layer random Llama (fp32, train mode) and its byte-level tokenizer; same seed ⇒ same weights.
 
+    ``max_positions``: the positions it takes (the weights do not depend on it: rotary positions).
     Convention: initialised by transformers' own init under `torch.manual_seed(seed)` inside
     `torch.random.fork_rng`, so the caller's global RNG state is untouched.
     """
@@ -83,7 +85,7 @@ def tiny_random_model_and_tokenizer(seed: int = 0) -> tuple[LlamaForCausalLM, Pr
         num_attention_heads=4,
         num_key_value_heads=2,
         intermediate_size=128,
-        max_position_embeddings=1024,
+        max_position_embeddings=max_positions,
         tie_word_embeddings=True,
         bos_token_id=None,
         eos_token_id=eos_id,

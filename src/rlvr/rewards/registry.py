@@ -1,11 +1,19 @@
 """Reward functions by name, and their weighted combination per completion.
 
-``resolve_reward`` turns a config string into a callable: a built-in name (``BUILTIN_REWARDS``),
+``resolve_reward`` turns a config string into a callable: a reward name (below),
 ``package.module:function``, ``package.module.function`` (``trl.rewards.accuracy_reward``),
 ``path/to/file.py:function``, or any of these after ``verl:`` for a verl ``compute_score``
 (wrapped by ``VerlScore``, called once per response; a function whose signature takes
 ``solution_str`` and ``ground_truth`` and no ``completions`` is wrapped without the prefix).
 A callable (the Python API) is taken as it is, with the same verl detection.
+
+Reward names, by the config's dialect (``names``): ``accuracy`` and ``format`` are rlvr's built-ins
+(``BUILTIN_REWARDS``: the verifier's accuracy, the boxed format) under ``names="rlvr"`` and open-r1's
+under ``names="trl"`` (a TRL/open-r1 recipe's ``[accuracy, format, tag_count]`` means open-r1's);
+``rlvr:accuracy``/``rlvr:format`` and ``open-r1:<name>`` (or ``open_r1:<name>``) say which in both.
+In both dialects, open-r1's other names (``rlvr.rewards.open_r1``: ``tag_count``, ``cosine``, ...)
+and the four of TRL's ``trl/scripts/grpo.py`` (``TRL_SCRIPT_REWARDS``, from ``trl.rewards``) need
+no prefix. A dotted module is looked for in the working directory too, as TRL's script does.
 ``combine_rewards`` calls each function once per batch (``async def`` ones concurrently on one
 event loop, ``rlvr.rewards.async_calls``) and sums the weighted values, TRL-style:
 
@@ -29,6 +37,7 @@ import importlib.util
 import logging
 import math
 import numbers
+import os
 import sys
 import threading
 import zlib
@@ -38,6 +47,7 @@ from pathlib import Path
 from rlvr.rewards import async_calls
 from rlvr.rewards.extract import DEFAULT_EXTRACTION
 from rlvr.rewards.math_rewards import MathAccuracy, format_reward
+from rlvr.rewards.open_r1 import OPEN_R1_CODE_REWARDS, OPEN_R1_REWARDS, open_r1_reward
 from rlvr.rewards.reward_function import RewardFunction
 from rlvr.rewards.verl_score import VerlScore, is_verl_compute_score
 
@@ -47,6 +57,9 @@ RewardFn = RewardFunction  # the contract (rlvr.rewards.reward_function)
 MAX_ABS_REWARD = 1e12  # larger values are treated like inf: counted in <name>/nonfinite, dropped
 MAX_ABS_WEIGHT = 1e6  # so that a weighted sum of rewards can never overflow
 VERL_PREFIX = "verl:"  # verl:path/to/file.py:compute_score, verl:package.module.compute_score
+RLVR_PREFIX = "rlvr:"  # rlvr:accuracy, rlvr:format: rlvr's built-ins in either dialect
+OPEN_R1_PREFIXES = ("open-r1:", "open_r1:")  # open-r1:accuracy: open-r1's reward in either dialect
+NAME_DIALECTS = ("rlvr", "trl")  # what a bare `accuracy`/`format` means: rlvr's built-in or open-r1's
 _SPEC_FORMS = ("a custom 'package.module:function', 'package.module.function' or 'path/to/file.py:function' "
                "(a verl compute_score: the same after 'verl:')")
 
@@ -57,6 +70,17 @@ BUILTIN_REWARDS: dict[str, Callable[[object, str], RewardFn]] = {
 }
 
 
+# TRL 1.16 trl/scripts/grpo.py's registry: name -> its reward, built from the trl.rewards module
+TRL_SCRIPT_REWARDS: dict[str, Callable[[object], RewardFn]] = {
+    "accuracy_reward": lambda trl_rewards: trl_rewards.accuracy_reward,
+    "reasoning_accuracy_reward": lambda trl_rewards: trl_rewards.reasoning_accuracy_reward,
+    "think_format_reward": lambda trl_rewards: trl_rewards.think_format_reward,
+    # the lengths TRL's script builds it with
+    "get_soft_overlong_punishment": lambda trl_rewards: trl_rewards.get_soft_overlong_punishment(
+        max_completion_len=1280, soft_punish_cache=256),
+}
+
+
 def _require_pool(pool):
     if pool is None:
         raise ValueError("the `accuracy` reward needs a VerifierPool; "
@@ -64,45 +88,94 @@ def _require_pool(pool):
     return pool
 
 
-def resolve_reward(spec, pool=None, *, answer_extraction: str = DEFAULT_EXTRACTION) -> RewardFn:
+def resolve_reward(spec, pool=None, *, answer_extraction: str = DEFAULT_EXTRACTION, names: str = "rlvr") -> RewardFn:
     """The reward callable named by ``spec``.
 
     Args:
-        spec: ``accuracy`` | ``format`` | ``package.module:function`` | ``package.module.function`` |
+        spec: a reward name (module docstring) | ``rlvr:accuracy`` | ``rlvr:format`` |
+            ``open-r1:<name>`` | ``package.module:function`` | ``package.module.function`` |
             ``path/to/file.py:function`` | ``verl:`` + one of the custom forms | a callable.
-        pool: the ``VerifierPool`` handed to built-ins that verify (``accuracy``).
-        answer_extraction: ``boxed`` | ``flexible``, for built-ins that extract answers; custom
+        pool: the ``VerifierPool`` handed to rlvr's built-ins that verify (``accuracy``).
+        answer_extraction: ``boxed`` | ``flexible``, for rlvr's built-ins that extract answers; other
             functions are returned as they are (a verl ``compute_score`` wrapped in ``VerlScore``).
+        names: the config's dialect, ``rlvr`` | ``trl``: whether a bare ``accuracy``/``format`` is
+            rlvr's built-in or open-r1's.
 
     Raises:
-        ValueError: unknown name, missing module/file/attribute (message lists the valid forms).
+        ValueError: unknown name, an open-r1 code reward, a TRL name without trl installed, missing
+            module/file/attribute (the message lists the valid names and forms).
         TypeError: the named object is not callable.
     """
+    if names not in NAME_DIALECTS:
+        raise ValueError(f"names must be one of {NAME_DIALECTS}, got {names!r}")
     if callable(spec) and not isinstance(spec, str):
         return VerlScore(spec) if is_verl_compute_score(spec) else spec
     if not isinstance(spec, str) or not spec.strip():
         raise TypeError(f"a reward spec must be a non-empty string or a callable, got {spec!r}")
     spec = spec.strip()
-    if spec in BUILTIN_REWARDS:
-        return BUILTIN_REWARDS[spec](pool, answer_extraction)
+    named = _named_reward(spec, pool, answer_extraction, names)
+    if named is not None:
+        return named
     if spec.startswith("python:"):  # rlvr.config.python_objects' label of a callable given from Python
         raise ValueError(f"reward {spec!r} was a Python callable given to build_config; it cannot be imported by "
                          "that name: pass the callable again from Python, or give a module or file spec")
     if spec.startswith(VERL_PREFIX):
-        fn = _custom(spec[len(VERL_PREFIX):].strip())
+        fn = _custom(spec[len(VERL_PREFIX):].strip(), names)
         return fn if isinstance(fn, VerlScore) else VerlScore(fn)
-    fn = _custom(spec)
+    fn = _custom(spec, names)
     return VerlScore(fn) if is_verl_compute_score(fn) else fn
 
 
-def _custom(spec: str):
+def _named_reward(spec: str, pool, answer_extraction: str, names: str):
+    """The reward a (prefixed) name stands for in dialect ``names``; None when ``spec`` is not a name."""
+    if spec.startswith(RLVR_PREFIX):
+        name = spec[len(RLVR_PREFIX):].strip()
+        if name not in BUILTIN_REWARDS:
+            raise ValueError(f"unknown rlvr reward {spec!r}; valid: "
+                             f"{', '.join(RLVR_PREFIX + n for n in BUILTIN_REWARDS)}")
+        return BUILTIN_REWARDS[name](pool, answer_extraction)
+    for prefix in OPEN_R1_PREFIXES:
+        if spec.startswith(prefix):
+            return open_r1_reward(spec[len(prefix):].strip())
+    if spec in BUILTIN_REWARDS:
+        return BUILTIN_REWARDS[spec](pool, answer_extraction) if names == "rlvr" else open_r1_reward(spec)
+    if spec in OPEN_R1_REWARDS or spec in OPEN_R1_CODE_REWARDS:
+        return open_r1_reward(spec)
+    if spec in TRL_SCRIPT_REWARDS:
+        return _trl_script_reward(spec)
+    return None
+
+
+def _trl_script_reward(name: str) -> RewardFn:
+    """The reward TRL's ``trl/scripts/grpo.py`` registers as ``name``, from ``trl.rewards``."""
+    try:
+        trl_rewards = importlib.import_module("trl.rewards")
+    except ImportError as exc:
+        raise ValueError(f"reward {name!r} is TRL's trl.rewards.{name}, but trl is not "
+                         f"installed ({exc}); install it (pip install trl) or choose another reward") from exc
+    return TRL_SCRIPT_REWARDS[name](trl_rewards)
+
+
+def _valid_names(names: str) -> str:
+    """The reward names of dialect ``names``, by owner, for error messages."""
+    other_open_r1 = ", ".join(n for n in OPEN_R1_REWARDS if n not in BUILTIN_REWARDS)
+    builtins = ", ".join(BUILTIN_REWARDS)
+    if names == "rlvr":
+        owned = (f"{builtins} (rlvr's; open-r1's are open-r1:accuracy, open-r1:format), "
+                 f"{other_open_r1} (open-r1's)")
+    else:
+        owned = f"{builtins}, {other_open_r1} (open-r1's; rlvr's are rlvr:accuracy, rlvr:format)"
+    return f"{owned}, {', '.join(TRL_SCRIPT_REWARDS)} (TRL's)"
+
+
+def _custom(spec: str, names: str = "rlvr"):
     """The callable a custom spec names: ``module:attr``, ``file.py:attr`` or ``package.module.attr``."""
     if ":" in spec:
         target, name = spec.rsplit(":", 1)
     elif "." in spec.strip(".") and not spec.endswith(".py"):
         target, name = spec.rsplit(".", 1)
     else:
-        raise ValueError(f"unknown reward {spec!r}; valid: {', '.join(sorted(BUILTIN_REWARDS))}, or {_SPEC_FORMS}")
+        raise ValueError(f"unknown reward {spec!r}; valid names ({names}): {_valid_names(names)}; or {_SPEC_FORMS}")
     module = _load_file(target) if target.endswith(".py") else _load_module(target)
     fn = getattr(module, name, None)
     if fn is None:
@@ -114,6 +187,7 @@ def _custom(spec: str):
 
 
 def _load_module(module_name: str):
+    _search_working_directory()
     try:
         return importlib.import_module(module_name)
     except ImportError as exc:
@@ -121,7 +195,21 @@ def _load_module(module_name: str):
             raise ValueError(f"reward module {module_name!r} imports {exc.name!r}, which is not installed "
                              f"({exc}); install it in this environment, or remove the import") from exc
         raise ValueError(f"cannot import reward module {module_name!r} ({exc}); install it or "
-                         "put it on PYTHONPATH, or use 'path/to/file.py:function'") from exc
+                         "put it on PYTHONPATH or in the working directory, or use 'path/to/file.py:function'") from exc
+
+
+def _search_working_directory() -> None:
+    """Put the working directory first on ``sys.path`` unless it is on it, as TRL's grpo script does.
+
+    So ``my_rewards.my_fn`` finds ``my_rewards.py`` in the working directory also under the ``rlvr``
+    console script, whose ``sys.path`` lacks it (``python -m``/``-c`` have it, as ``""`` or the path).
+    """
+    try:
+        cwd = os.getcwd()
+    except OSError:  # the working directory was deleted: nothing there to find
+        return
+    if not any(isinstance(entry, str) and os.path.abspath(entry or os.curdir) == cwd for entry in sys.path):
+        sys.path.insert(0, cwd)
 
 
 def _load_file(path_str: str):

@@ -3,9 +3,10 @@
 Layout (``checkpoint_files.py``), as transformers'/TRL's: ``<output_dir>/checkpoint-10/`` holds the
 model in Hugging Face format at its top (safetensors, config.json, generation_config.json, the
 tokenizer; a LoRA run: the adapter), loadable as it is by ``AutoModelForCausalLM.from_pretrained``,
-and beside it ``optimizer.pt``, ``scheduler.pt``, ``rng.pt`` and ``trainer_state.json`` (step,
-data position, counters, and ``log_history``: the metrics.jsonl lines up to the step, as in
-transformers' TrainerState). At the end of training the final model is put at ``output_dir``
+and beside it ``optimizer.pt``, ``scheduler.pt``, ``rng.pt``, ``rlvr_state.json`` (step, data position,
+counters) and ``trainer_state.json``, a transformers ``TrainerState`` (``TrainerState.load_from_json``
+reads it): ``global_step`` in optimiser steps and ``log_history``, the metrics.jsonl lines up to the step
+with TRL's metric names among rlvr's. At the end of training the final model is put at ``output_dir``
 itself (``model_export.py``). Old run folders (``checkpoints/step-000010/model/``) still resume.
 
 Atomicity: everything is written into ``.tmp-checkpoint-10``, each file fsynced, then the folder is
@@ -15,6 +16,7 @@ always complete; a crash leaves at most a ``.tmp-*`` folder, which is deleted on
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import logging
@@ -30,6 +32,7 @@ from rlvr.train.checkpoint_check import write_manifest
 from rlvr.train.checkpoint_files import (
     BASE_MODEL,
     OLD_ROOT,
+    STATE_FILE,
     checkpoint_dir,
     checkpoint_step,
     fsync_dir,
@@ -61,6 +64,7 @@ def save_checkpoint(
     scheduler,
     trainer_state: dict[str, Any],
     keep_last: int | None,
+    hf_state: dict[str, Any] | None = None,
     model_state: dict[str, torch.Tensor] | None = None,
     optimizer_state: dict[str, Any] | None = None,
     merged_model: bool = False,
@@ -70,6 +74,8 @@ def save_checkpoint(
     ``model_state``/``optimizer_state``: full state dicts gathered from a sharded (FSDP2) model;
     the optimiser's is then keyed by parameter name (``trainer_state["optimizer_format"] = "fqn"``).
     ``merged_model``: LoRA's ``save_merged_model``, the merged full model in ``merged/``.
+    ``trainer_state``: rlvr's state (``rlvr_state.json``); ``hf_state``: transformers' TrainerState as a
+    dict (``trainer_state.json``; :func:`hf_trainer_state`).
     """
     root = output_dir
     root.mkdir(parents=True, exist_ok=True)
@@ -86,7 +92,9 @@ def save_checkpoint(
             trainer_state = {**trainer_state, "optimizer_format": "fqn"}
         torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
         torch.save(rng_state(), tmp / "rng.pt")
-        (tmp / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2), encoding="utf-8")
+        (tmp / STATE_FILE).write_text(json.dumps(trainer_state, indent=2), encoding="utf-8")
+        (tmp / "trainer_state.json").write_text(json.dumps(hf_state or hf_trainer_state(step), indent=2,
+                                                           sort_keys=True) + "\n", encoding="utf-8")
         write_manifest(tmp)  # sizes and checksums: a resume can tell a damaged checkpoint (checkpoint_check.py)
         fsync_tree(tmp)
         if final.exists():  # re-saving the same step (e.g. after a resume): replace it whole
@@ -137,7 +145,21 @@ def latest_checkpoint(output_dir: Path) -> Path | None:
 
 
 def load_trainer_state(path: Path) -> dict[str, Any]:
-    return json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
+    """rlvr's state of a checkpoint (step, data position, counters)."""
+    return json.loads((path / STATE_FILE).read_text(encoding="utf-8"))
+
+
+def hf_trainer_state(global_step: int, *, max_steps: int = 0, epoch: float | None = None,
+                     num_train_epochs: float = 0, log_history: list[dict] | None = None, save_steps: int = 0,
+                     train_batch_size: int | None = None, num_input_tokens_seen: int = 0) -> dict[str, Any]:
+    """A transformers ``TrainerState`` as the dict ``trainer_state.json`` holds (every field, so
+    ``TrainerState.load_from_json`` reads it back). Steps are optimiser steps, as transformers counts."""
+    from transformers import TrainerState
+
+    state = TrainerState(epoch=epoch, global_step=global_step, max_steps=max_steps, logging_steps=1,
+                         save_steps=save_steps, train_batch_size=train_batch_size, num_train_epochs=num_train_epochs,
+                         num_input_tokens_seen=num_input_tokens_seen, log_history=list(log_history or []))
+    return dataclasses.asdict(state)
 
 
 def load_training_state(path: Path, *, optimizer, scheduler, model=None) -> None:

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import torch
 
-from rlvr.train.checkpoint_files import MANIFEST, model_folder
+from rlvr.train.checkpoint_files import MANIFEST, STATE_FILE, model_folder
 
-REQUIRED = ("optimizer.pt", "scheduler.pt", "rng.pt", "trainer_state.json")
+REQUIRED = ("optimizer.pt", "scheduler.pt", "rng.pt", STATE_FILE, "trainer_state.json")
 
 
 def write_manifest(folder: Path) -> None:
@@ -51,9 +51,9 @@ def checkpoint_problem(folder: Path) -> str | None:
             if _crc32(path) != digest:
                 return f"{name} differs from what was saved (checksum)"
     try:
-        json.loads((folder / "trainer_state.json").read_text(encoding="utf-8"))["step"]
+        json.loads((folder / STATE_FILE).read_text(encoding="utf-8"))["step"]
     except (ValueError, KeyError, UnicodeDecodeError):
-        return "trainer_state.json unreadable"
+        return f"{STATE_FILE} unreadable"
     return _weights_problem(weights)
 
 

@@ -6,7 +6,8 @@ The layout is transformers'/TRL's, so ``AutoModelForCausalLM.from_pretrained`` a
     <output_dir>/
       config.json, model.safetensors, generation_config.json, tokenizer files   the final model
       checkpoint-20/   the model at step 20, the same files at the top, and beside them
-                       optimizer.pt, scheduler.pt, rng.pt, trainer_state.json, manifest.json
+                       optimizer.pt, scheduler.pt, rng.pt, rlvr_state.json (rlvr's state), trainer_state.json
+                       (transformers' TrainerState), manifest.json
       base_model/      LoRA on a model with no folder or Hub id (tiny-random): the frozen base
                        that adapter_config.json's base_model_name_or_path names
       merged/          LoRA with save_merged_model=true: base + adapter merged (also in each checkpoint)
@@ -26,7 +27,8 @@ from pathlib import Path
 CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 OLD_ROOT, OLD_STEP = "checkpoints", re.compile(r"^step-(\d+)$")  # the layout before issue 19
 MANIFEST = "manifest.json"
-TRAINING_FILES = ("optimizer.pt", "scheduler.pt", "rng.pt", "trainer_state.json", MANIFEST)
+STATE_FILE = "rlvr_state.json"  # rlvr's state of the run; trainer_state.json is transformers' TrainerState
+TRAINING_FILES = ("optimizer.pt", "scheduler.pt", "rng.pt", STATE_FILE, "trainer_state.json", MANIFEST)
 BASE_MODEL, MERGED = "base_model", "merged"
 
 

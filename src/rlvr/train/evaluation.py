@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlvr.data import PromptFormat
 from rlvr.eval.runner import evaluate, load_eval_datasets
 
 logger = logging.getLogger(__name__)
@@ -32,9 +33,7 @@ class TrainingEval:
     top_p: float
     max_completion_length: int
     limit: int | None
-    instruction: str | None  # the training prompt template, so both ask the same way
-    system_prompt: str | None
-    chat_template_kwargs: dict | None  # the training template's variables too
+    prompt_format: PromptFormat  # the training one (template or raw text, instruction), so both ask the same way
     answer_extraction: str
     seed: int
     model_name: str
@@ -48,10 +47,10 @@ class TrainingEval:
         result = evaluate(
             policy, tokenizer, list(self.datasets), n=self.n, ks=list(self.ks), temperature=self.temperature,
             top_p=self.top_p, max_completion_length=self.max_completion_length,
-            out_path=output_dir / "eval" / f"step-{step:06d}.json", instruction=self.instruction,
-            system_prompt=self.system_prompt, answer_extraction=self.answer_extraction, seed=self.seed,
+            out_path=output_dir / "eval" / f"step-{step:06d}.json", instruction=self.prompt_format.instruction,
+            system_prompt=self.prompt_format.system_prompt, answer_extraction=self.answer_extraction, seed=self.seed,
             limit=self.limit, progress=False, model_name=f"{self.model_name} (step {step})",
-            chat_template_kwargs=self.chat_template_kwargs,
+            chat_template_kwargs=self.prompt_format.chat_template_kwargs, raw_strings=self.prompt_format.raw_strings,
         )
         metrics = {
             f"eval/{name}/pass@{k}": value

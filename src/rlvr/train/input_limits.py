@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from rlvr.data.input_limits import LengthCheck, check_lengths, template_bytes
+from rlvr.data.input_limits import LengthCheck, check_lengths
+from rlvr.data.prompts import PromptFormat
 from rlvr.models.loading import position_limit
 
 
@@ -19,9 +20,7 @@ def check_training_lengths(
     source: str,
     max_completion_length: int,
     max_prompt_length: int | None,
-    system_prompt: str | None,
-    instruction: str | None,
-    chat_template_kwargs: dict | None = None,
+    prompt_format: PromptFormat,
     policy,
     tokenizer,
     engine,
@@ -33,6 +32,5 @@ def check_training_lengths(
         rows, tokenize, source=source, refuse=refuse,
         max_positions=position_limit(policy, tokenizer, engine=engine),
         max_completion_length=max_completion_length, max_prompt_length=max_prompt_length,
-        template_bytes=template_bytes(tokenizer, system_prompt=system_prompt, instruction=instruction,
-                                      chat_template_kwargs=chat_template_kwargs),
+        template_bytes=prompt_format.template_bytes(tokenizer),
     )

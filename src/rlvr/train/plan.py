@@ -11,7 +11,10 @@ so a reader auditing a combination (TA-GRPO × DaGRPO × DAPO, say) reads this m
 - **advantages**: the estimator, or DaGRPO's masked pairwise form and its settings;
 - **update**: the loss settings handed to ``rlvr.core.objective.policy_loss``, the batch layout, and
   whether the sampler/trainer importance-sampling correction is on (:class:`ISCorrection`);
-- **mode**: reinforcement learning, or supervised fine-tuning on the anchors (``algo=sft``).
+- **mode**: reinforcement learning, or supervised fine-tuning on the anchors (``algo=sft``);
+- **batch and length**: the step's prompts, micro-batches and optimiser steps as TRL computes them
+  (``rlvr.config.batch``), and how many steps the run takes (:func:`run_length`: ``max_steps``, or
+  ``num_train_epochs`` over the data as TRL counts them).
 
 Which reward decides "correct" is the reward functions' business (``Rewarder.correctness``).
 """
@@ -19,9 +22,11 @@ Which reward decides "correct" is the reward functions' business (``Rewarder.cor
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 from rlvr.config import ExperimentConfig
+from rlvr.config.batch import BatchShape
 from rlvr.rollout.sampling import Sampling
 
 QUESTION = "question"  # score on q_0, the original question
@@ -79,9 +84,9 @@ class LossSettings:
     importance_level: str
     ratio_cap: float | None  # TA-GRPO's truncated IS cap on π(o|q_0)/π_old(o|q_j)
     beta: float
+    kl_ratio_weighted: bool  # TRL's use_bias_correction_kl: the KL term times the (differentiable) ratio
     anchor_psi: str
     anchor_gamma: float
-    entropy_coef: float  # the entropy bonus on sampled tokens (0: off; the update then needs no entropy grad)
 
     def as_kwargs(self) -> dict:
         return dataclasses.asdict(self)
@@ -103,11 +108,11 @@ class UpdateSettings:
     aggregation: str
     max_completion_length: int  # L_max of seq_mean_token_sum_norm
     num_iterations: int  # μ
-    num_minibatches: int  # optimiser steps per pass (steps_per_generation)
-    per_device_train_batch_size: int | None
-    gradient_accumulation_steps: int | None
+    num_minibatches: int  # optimiser steps per pass (steps_per_generation / gradient_accumulation_steps)
+    per_device_train_batch_size: int  # completions per micro-batch on each process
     max_tokens_per_micro_batch: int | None  # padded response tokens per micro-batch (None: rows only)
     mask_truncated: bool
+    entropy_coef: float  # TRL's entropy bonus (rlvr.core.objective.entropy_bonus; 0: off, no entropy gradient)
     max_grad_norm: float  # 0: no clipping
     temperature: float
     needs_old_logprobs: bool  # else old = logp.detach(): the ratio is exactly 1
@@ -123,6 +128,7 @@ class UpdateSettings:
 @dataclass(frozen=True)
 class StepPlan:
     mode: str  # rl | sft
+    batch: BatchShape  # B, micro-batches, optimiser steps per pass (rlvr.config.batch)
     rollout: RolloutSettings
     prompts: ScoringPrompts
     advantages: AdvantageSettings
@@ -133,13 +139,15 @@ class StepPlan:
     num_completions_to_log: int
 
 
-def compile_plan(cfg: ExperimentConfig) -> StepPlan:
-    """The decisions of :class:`StepPlan` for a validated config."""
+def compile_plan(cfg: ExperimentConfig, *, world_size: int = 1) -> StepPlan:
+    """The decisions of :class:`StepPlan` for a validated config, on ``world_size`` processes."""
     a, d, t, r = cfg.algorithm, cfg.dagrpo, cfg.tagrpo, cfg.rollout
+    batch = cfg.batch_shape(world_size)
     return StepPlan(
         mode="sft" if a.algo == "sft" else "rl",
+        batch=batch,
         rollout=RolloutSettings(
-            prompts_per_step=r.prompts_per_step,
+            prompts_per_step=batch.prompts_per_step,
             responses_per_prompt=r.num_generations * (t.responses_per_prompt_factor if t.equal_sampling else 1),
             rephrased=t.enabled, pooled=t.pooled, max_completion_length=r.max_completion_length,
             sampling=Sampling(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, min_p=r.min_p,
@@ -157,7 +165,7 @@ def compile_plan(cfg: ExperimentConfig) -> StepPlan:
             contrast=d.contrast if d.pair_masking else "reward",
             anchor_in_stats=d.anchor_in_stats, report_pairs=d.enabled,
         ),
-        update=update_settings(cfg),
+        update=update_settings(cfg, batch),
         tagrpo_metrics=t.enabled,
         diversity_every=t.diversity_steps, diversity_groups=t.diversity_groups,
         num_completions_to_log=cfg.run.num_completions_to_log,
@@ -173,26 +181,25 @@ def scoring_prompts(ratio_anchor: str) -> ScoringPrompts:
     }[ratio_anchor]
 
 
-def update_settings(cfg: ExperimentConfig) -> UpdateSettings:
+def update_settings(cfg: ExperimentConfig, batch: BatchShape) -> UpdateSettings:
     a, t, o = cfg.algorithm, cfg.tagrpo, cfg.optim
     truncated_is = t.enabled and t.ratio_anchor == "truncated_is"
     loss = LossSettings(
         epsilon=a.epsilon, epsilon_high=a.epsilon_high, dual_clip=a.dual_clip,
         importance_level=a.importance_sampling_level, ratio_cap=t.truncated_is_cap if truncated_is else None,
-        beta=a.beta, anchor_psi=cfg.dagrpo.anchor_psi, anchor_gamma=cfg.dagrpo.anchor_gamma,
-        entropy_coef=a.entropy_coef,
+        beta=a.beta, kl_ratio_weighted=a.use_bias_correction_kl and a.beta > 0,
+        anchor_psi=cfg.dagrpo.anchor_psi, anchor_gamma=cfg.dagrpo.anchor_gamma,
     )
     return UpdateSettings(
         loss=loss, aggregation=a.aggregation, max_completion_length=cfg.rollout.max_completion_length,
-        num_iterations=a.num_iterations, num_minibatches=a.steps_per_generation,
-        per_device_train_batch_size=o.per_device_train_batch_size,
-        gradient_accumulation_steps=o.gradient_accumulation_steps,
+        num_iterations=a.num_iterations, num_minibatches=batch.optimizer_steps_per_pass,
+        per_device_train_batch_size=batch.micro_batch,
         max_tokens_per_micro_batch=o.max_tokens_per_micro_batch,
-        mask_truncated=a.mask_truncated_completions, max_grad_norm=o.max_grad_norm,
+        mask_truncated=a.mask_truncated_completions, entropy_coef=a.entropy_coef, max_grad_norm=o.max_grad_norm,
         temperature=cfg.rollout.temperature,
         # the ratio can differ from 1 only after an update (μ > 1 or several mini-batches), or when the
         # behaviour policy sees another prompt than the policy (truncated IS: q_j vs q_0)
-        needs_old_logprobs=a.num_iterations > 1 or a.steps_per_generation > 1 or truncated_is,
+        needs_old_logprobs=a.num_iterations > 1 or batch.optimizer_steps_per_pass > 1 or truncated_is,
         head_chunk=o.lm_head_chunk_tokens,
         autocast="bfloat16" if cfg.model.bf16 else None,
         is_correction=is_correction(cfg),
@@ -211,3 +218,40 @@ def is_correction(cfg: ExperimentConfig) -> ISCorrection | None:
         return None
     return ISCorrection(mode=v.vllm_importance_sampling_mode, clip_min=v.vllm_importance_sampling_clip_min,
                         clip_max=v.vllm_importance_sampling_clip_max)
+
+
+@dataclass(frozen=True)
+class RunLength:
+    """How long the run is, in rlvr's steps (one rollout batch each), and how TRL would count it."""
+
+    steps: int  # training steps of the run
+    steps_per_epoch: int  # steps per pass over the prompts (TRL: dataset rows // prompts per step)
+    optimizer_steps_per_step: int  # μ × optimiser steps per pass (TRL counts max_steps and global_step in these)
+
+
+def run_length(cfg: ExperimentConfig, batch: BatchShape, num_rows: int) -> RunLength:
+    """The run's steps: ``max_steps`` (preset=trl: TRL's optimiser steps, a whole number of rlvr steps), or
+    ``num_train_epochs`` (``max_steps=-1``) epochs of ``num_rows // B`` steps, as TRL's sampler and
+    transformers' Trainer count them: optimiser steps = ceil(epochs × steps per epoch × k), k optimiser
+    steps per rlvr step; rlvr runs the whole steps that cover them.
+
+    Convention: TRL drops an epoch's last prompts that do not fill a step; rlvr's sampler carries them
+    into the next step (a stream of epochs), so with num_rows % B != 0 the prompts differ at epoch ends.
+    """
+    k = cfg.algorithm.num_iterations * batch.optimizer_steps_per_pass
+    per_epoch = num_rows // batch.prompts_per_step
+    if cfg.run.max_steps == -1:
+        if per_epoch == 0:
+            raise ValueError(f"num_train_epochs={cfg.run.num_train_epochs}: the data has {num_rows} prompts, fewer "
+                             f"than one step's {batch.prompts_per_step}, so an epoch has no step (TRL would train "
+                             "nothing); use more data, fewer prompts per step, or set max_steps")
+        optimizer_steps = math.ceil(cfg.run.num_train_epochs * per_epoch * k)
+        return RunLength(steps=math.ceil(optimizer_steps / k), steps_per_epoch=per_epoch, optimizer_steps_per_step=k)
+    steps = cfg.run.max_steps
+    if cfg.run.preset == "trl":  # TRL's max_steps counts optimiser steps
+        if steps % k:
+            raise ValueError(f"max_steps={steps}: with preset=trl max_steps counts optimiser steps as TRL does, and each "
+                             f"step here makes {k} (num_iterations x steps_per_generation / "
+                             f"gradient_accumulation_steps): use a multiple of {k}, e.g. {k * max(1, steps // k)}")
+        steps //= k
+    return RunLength(steps=steps, steps_per_epoch=max(1, per_epoch), optimizer_steps_per_step=k)

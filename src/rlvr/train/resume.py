@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from rlvr.train.checkpoint_check import checkpoint_problem, newest_intact
-from rlvr.train.checkpoint_files import checkpoint_step, list_checkpoints, run_folder_of
+from rlvr.train.checkpoint_files import STATE_FILE, checkpoint_step, list_checkpoints, run_folder_of
 
 logger = logging.getLogger(__name__)
 
@@ -78,11 +78,11 @@ def _checked_checkpoint(path: str) -> Path:
     if not folder.exists():
         raise ValueError(f"resume_from_checkpoint={path} does not exist; pass a checkpoint folder of a run, "
                          "OUTPUT_DIR/checkpoint-N, or resume=true (with output_dir) for its newest checkpoint")
-    if checkpoint_step(folder) is None or not (folder / "trainer_state.json").is_file():
+    if checkpoint_step(folder) is None or not (folder / STATE_FILE).is_file():
         inside = [p.name for p in list_checkpoints(folder)] if folder.is_dir() else []
         hint = (f"it is a run folder: pass one of its checkpoints ({', '.join(inside)}), or output_dir={path} "
                 "resume=true for the newest" if inside else
-                "pass a checkpoint-N folder written by `rlvr train` (it holds trainer_state.json, optimizer.pt "
+                f"pass a checkpoint-N folder written by `rlvr train` (it holds {STATE_FILE}, optimizer.pt "
                 "and the model)")
         raise ValueError(f"resume_from_checkpoint={path} is not an rlvr checkpoint; {hint}")
     return folder

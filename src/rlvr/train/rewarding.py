@@ -60,13 +60,15 @@ class Rewarder:
     def __init__(self, reward_funcs: list, reward_weights: list[float] | None, *,
                  verifier_workers: int, verifier_timeout: float, answer_extraction: str,
                  max_reward_error_frac: float = 0.5, reward_timeout: float | None = None,
-                 max_steps: int | None = None, tokenizer=None):
+                 max_steps: int | None = None, tokenizer=None, names: str = "rlvr"):
         """``reward_funcs``: specs (``resolve_reward``) or callables; ``tokenizer`` gives the
-        ``completion_ids`` of texts scored without them (DaGRPO's anchors)."""
+        ``completion_ids`` of texts scored without them (DaGRPO's anchors); ``names``: the config's preset,
+        whose reward names apply (``accuracy`` is open-r1's with preset=trl)."""
         self.pool = VerifierPool(num_workers=verifier_workers, timeout_s=verifier_timeout)
         self.state = TrainerState(global_step=0, max_steps=max_steps or 0)  # reward functions' trainer_state
         self.tokenizer = tokenizer
-        self.funcs = [resolve_reward(spec, self.pool, answer_extraction=answer_extraction) for spec in reward_funcs]
+        self.funcs = [resolve_reward(spec, self.pool, answer_extraction=answer_extraction, names=names)
+                      for spec in reward_funcs]
         self.names = logged_names(self.funcs)  # what metrics call them: rewards/<name>_mean, <name>/errors
         # the reward that says "correct": the first function declaring it (the built-in accuracy does); None:
         # a response is correct when its total reward is > 0

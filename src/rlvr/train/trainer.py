@@ -25,11 +25,13 @@ import torch
 
 from rlvr import threads
 from rlvr.config import ExperimentConfig
+from rlvr.config.origin import defaults_line
 from rlvr.data import PromptSampler, load_python_rows, load_rows
 from rlvr.eval import group_diversity
 from rlvr.models import apply_lora, copy_for_reference, eos_token_ids, load_policy
 from rlvr.models.checkpointing import enable_activation_checkpointing
 from rlvr.models.embedding import require_embedding_packages
+from rlvr.models.loading import warn_unapplied_dropout
 from rlvr.rollout import build_engine
 from rlvr.train import checkpoint as ckpt
 from rlvr.train.advantages import compute_advantages
@@ -42,14 +44,15 @@ from rlvr.train.experience import Experience
 from rlvr.train.fsdp import full_state_dicts, full_weights, is_sharded
 from rlvr.train.grad_spikes import GradSpikes
 from rlvr.train.group_ids import GroupIds
+from rlvr.train.hub import HubPush
 from rlvr.train.input_limits import check_training_lengths
 from rlvr.train.interrupts import StopOnSignal, TrainingInterrupted
 from rlvr.train.metrics import PhaseTimer, sample_records, step_metrics
 from rlvr.train.model_export import export_final_model
 from rlvr.train.optimizer import build_optimizer, build_scheduler
-from rlvr.train.plan import compile_plan
+from rlvr.train.plan import compile_plan, run_length
 from rlvr.train.progress import Progress, memory_metrics
-from rlvr.train.prompt_builder import PromptBuilder
+from rlvr.train.prompt_builder import PromptBuilder, chat_rows, prompt_format, question_rows
 from rlvr.train.reference import AdapterOffReference
 from rlvr.train.rephrasings import attach_rephrasings
 from rlvr.train.resume import check_logged_steps, check_resumable_config, resume_checkpoint, resume_output_dir
@@ -60,6 +63,7 @@ from rlvr.train.run_files import JsonlLog, write_config
 from rlvr.train.run_folder import RunFolderLock, check_not_foreign, mark_run_folder, new_run_folder
 from rlvr.train.stopping import TrainingStopped
 from rlvr.train.trackers import Trackers, open_trackers, require_trackers
+from rlvr.train.trl_metrics import SAMPLING_METRICS, trl_rollout_metrics, trl_update_metrics
 from rlvr.train.update import PolicyUpdate, UpdateResult
 
 logger = logging.getLogger(__name__)
@@ -82,6 +86,15 @@ def resolve_device(name: str, *, local_rank: int | None = None) -> torch.device:
     return torch.device(name)
 
 
+def async_lag_warning(async_generation: bool, is_correction) -> str | None:
+    """The start-up warning for one-step-off-policy samples trained on without the importance correction."""
+    if not async_generation or is_correction is not None:
+        return None
+    return ("async_generation=true with vllm_importance_sampling_correction=false: each step trains on responses "
+            "sampled by the weights of the step before, as if they were the current policy's (the ratio is not "
+            "corrected for the lag); set the correction on (its default with vLLM) unless that is what you want")
+
+
 @dataclass
 class StepResult:
     """What one training step produced: its metrics line, sample records, rollout and update."""
@@ -100,6 +113,7 @@ class Trainer:
         ``transformers.TrainerCallback`` objects, called on rank 0 (``callbacks.py``)."""
         self.cfg = cfg
         self.user_callbacks = list(callbacks)
+        HubPush.check(cfg.run)  # push_to_hub offline or without a token: refused before any folder is made
         self.dist = init_distributed(timeout_s=cfg.run.ddp_timeout)
         self._check_world()
         name = resume_output_dir(cfg.run.output_dir, cfg.run.resume_from_checkpoint)  # unset: the checkpoint's run
@@ -119,28 +133,37 @@ class Trainer:
         """Everything but the run folder: data, model, engine, rewards, the phases, optimiser, logs."""
         self._check_output_dir()
         require_trackers(cfg.run.report_to)  # a missing tracker package fails now, with the pip command
+        hub = HubPush.from_config(cfg.run, self.output_dir) if self.dist.is_main else None  # offline: refused now
         torch.manual_seed(cfg.run.seed)
-        self.plan = compile_plan(cfg)  # the decisions of a step, made once
+        self.plan = compile_plan(cfg, world_size=self.dist.world_size)  # the decisions of a step, made once
         self.rows = self._load_rows()
-        if cfg.eval.eval_steps and self.dist.is_main:
+        self.length = run_length(cfg, self.plan.batch, len(self.rows))  # max_steps, or epochs of the data
+        self.max_steps = self.length.steps
+        if self.dist.is_main:
+            self._log_start(cfg)
+        if cfg.eval.enabled and self.dist.is_main:
             training_overlap(self.rows, list(cfg.eval.eval_data), limit=cfg.eval.eval_limit)
+        m = cfg.model
         self.policy, self.tokenizer = load_policy(
-            cfg.model.model, dtype=cfg.model.dtype, trust_remote_code=cfg.model.trust_remote_code, seed=cfg.run.seed,
-            allow_pickle_weights=cfg.model.allow_pickle_weights,
+            m.model, dtype=m.dtype, trust_remote_code=m.trust_remote_code, seed=cfg.run.seed,
+            allow_pickle_weights=m.allow_pickle_weights, attn_implementation=m.attn_implementation,
+            chat_template=cfg.data.chat_template,
         )
-        if cfg.model.lora_r > 0:
-            targets = cfg.model.lora_target_modules
+        if m.lora_r > 0:
+            targets = m.lora_target_modules
             self.policy = apply_lora(
-                self.policy, r=cfg.model.lora_r, alpha=cfg.model.lora_alpha, dropout=cfg.model.lora_dropout,
-                target_modules=targets if targets == "all-linear" else [t.strip() for t in targets.split(",")],
+                self.policy, r=m.lora_r, alpha=m.lora_alpha, dropout=m.lora_dropout,
+                target_modules=targets if targets in (None, "all-linear") else [t.strip() for t in targets.split(",")],
             )
-        self.device = resolve_device(cfg.model.device, local_rank=self.dist.local_rank if self.dist.enabled else None)
+        if not m.disable_dropout and self.dist.is_main:
+            warn_unapplied_dropout(self.policy)
+        self.device = resolve_device(m.device, local_rank=self.dist.local_rank if self.dist.enabled else None)
         self.policy.to(self.device)
         if self.device.type == "cpu" and self.dist.is_main:
             logger.info("CPU: %d torch threads; %s", torch.get_num_threads(), threads.applied())
         self.policy.eval()  # no dropout: the on-policy ratio is exactly 1
         self.ref_model = self._reference_model()  # (a copy made before checkpointing wraps the policy's layers)
-        if cfg.model.gradient_checkpointing:
+        if m.gradient_checkpointing:
             enable_activation_checkpointing(self.policy)
         self.train_model = wrap_policy(self.policy, self.dist, cfg.run.parallelism, self.device,  # DDP/FSDP2
                                        compute_dtype=self.plan.update.autocast)
@@ -148,9 +171,8 @@ class Trainer:
         self.engine = build_engine(engine, self.policy, pad_token_id=self.tokenizer.pad_token_id,
                                    eos_token_ids=eos_token_ids(self.policy, self.tokenizer), **options)
         self.dist.barrier()  # vllm_mode=server: rank 0 has pushed the weights (version 1) before any rank samples
-        self.prompts = PromptBuilder(self.tokenizer, system_prompt=cfg.data.system_prompt,
-                                     instruction=cfg.data.instruction, rephrased=self.plan.rollout.rephrased,
-                                     chat_template_kwargs=cfg.data.chat_template_kwargs)
+        self.prompt_format = prompt_format(cfg, self.tokenizer, self.rows, log=self.dist.is_main)  # template or raw
+        self.prompts = PromptBuilder(self.tokenizer, self.prompt_format, rephrased=self.plan.rollout.rephrased)
         self._apply_length_limits()  # before anything is generated
         self.sampler = PromptSampler(self.rows, seed=cfg.run.seed, shuffle=cfg.data.shuffle)
         self.group_ids = GroupIds()
@@ -163,7 +185,8 @@ class Trainer:
         self.rewarder = Rewarder([cfg.python.reward(spec) for spec in r.reward_funcs], r.reward_weights,
                                  verifier_workers=r.verifier_workers, verifier_timeout=r.verifier_timeout,
                                  answer_extraction=r.answer_extraction, max_reward_error_frac=r.max_reward_error_frac,
-                                 reward_timeout=r.reward_timeout, max_steps=cfg.run.max_steps, tokenizer=self.tokenizer)
+                                 reward_timeout=r.reward_timeout, max_steps=self.max_steps, tokenizer=self.tokenizer,
+                                 names=cfg.run.preset)
         if self.dist.is_main:
             self.rewarder.check_golds(self.rows, cfg.data.data)  # one warning when most golds are not math
         if cfg.tagrpo.diversity_steps:
@@ -181,7 +204,9 @@ class Trainer:
         self.grad_spikes = GradSpikes(factor=cfg.run.grad_spike_factor)
         self.skipped_in_a_row = 0  # optimiser steps since the last finite one
         self.trackers = Trackers({})  # report_to's are opened by rank 0 when the run starts (train)
-        self.callbacks = Callbacks(self.user_callbacks, output_dir=self.output_dir, max_steps=cfg.run.max_steps,
+        self.hub = hub
+        self.num_tokens = 0  # prompt + completion tokens seen (TRL's num_tokens; kept in checkpoints)
+        self.callbacks = Callbacks(self.user_callbacks, output_dir=self.output_dir, max_steps=self.max_steps,
                                    objects={"model": self.policy, "processing_class": self.tokenizer,
                                             "optimizer": self.optimizer, "lr_scheduler": self.scheduler})
 
@@ -202,7 +227,7 @@ class Trainer:
                 dagrpo_counts = self.dagrpo.process(groups) if self.dagrpo is not None else None
             rollout.add(self.dist, groups, reward_counts, dagrpo_counts)  # every rank's groups; DAPO's filter
         self.rewarder.check_failures(step, rollout.reward_counts)  # a function that keeps failing stops the run
-        if step < self.cfg.run.max_steps:  # async_generation: step+1's round is sampled during this update
+        if step < self.max_steps:  # async_generation: step+1's round is sampled during this update
             self.rollouts.start(step + 1, seed=RolloutResult(self.plan.rollout, step + 1).seed)
         advantages, advantage_metrics, update = None, {}, None
         if rollout.kept:
@@ -239,7 +264,25 @@ class Trainer:
         if every and step % every == 0:
             texts = [[g.policy_samples.texts[i] for i in g.policy_samples.on_policy] for g in rollout.generated[:count]]
             metrics["rollout/diversity"] = group_diversity(texts, device=str(self.device))
-        return metrics
+        return metrics | self._trl_metrics(step, rollout, update, metrics)
+
+    def _trl_metrics(self, step: int, rollout: RolloutResult, update: UpdateResult | None, metrics: dict) -> dict:
+        """The step's metrics under TRL's names, as TRL computes them (trl_metrics.py), beside rlvr's."""
+        groups = [g.policy_samples for g in rollout.generated]
+        self.num_tokens += sum(len(g.generation_prompt(i)) + len(g.completions[i].token_ids)
+                               for g in groups for i in g.on_policy)
+        optimizer_steps = update.optimizer_steps + update.skipped_steps if update is not None else 0
+        trl = trl_rollout_metrics(groups, self.rewarder.names, scale_rewards=self.cfg.algorithm.scale_rewards)
+        trl |= trl_update_metrics(update.sums if update is not None else {}, beta=self.plan.update.beta,
+                                  loss=metrics["train/loss"], grad_norm=metrics["train/grad_norm"],
+                                  learning_rate=metrics["train/lr"])
+        trl |= {"num_tokens": float(self.num_tokens), "epoch": step / self.length.steps_per_epoch,
+                "step_time": metrics["time/step_s"] / max(1, optimizer_steps)}
+        if self.plan.update.entropy_coef > 0:
+            trl["entropy_coef"] = self.plan.update.entropy_coef
+        if self.plan.update.is_correction is not None:
+            trl |= {f"sampling/{name}": metrics[ours] for name, ours in SAMPLING_METRICS.items()}
+        return trl
 
     def _truncation_metrics(self, rollout: RolloutResult) -> dict:
         mode = self.truncation
@@ -266,9 +309,9 @@ class Trainer:
                 r = self.cfg.run
                 self.trackers = open_trackers(r.report_to, run_name=r.run_name, logging_dir=r.logging_dir,
                                               output_dir=self.output_dir, config=self.cfg.to_dict())
-            progress = Progress(self.cfg.run.max_steps, start, enabled=self.cfg.run.progress_bar and main)
+            progress = Progress(self.max_steps, start, enabled=self.cfg.run.progress_bar and main)
             with StopOnSignal() as stop:
-                for step in range(start + 1, self.cfg.run.max_steps + 1):
+                for step in range(start + 1, self.max_steps + 1):
                     result = self.training_step(step)
                     metrics = result.metrics
                     if self.evaluation is not None and self.evaluation.due(step):
@@ -286,12 +329,12 @@ class Trainer:
                     history.append(metrics)
                     progress.update(metrics)
                     self._check_finite_steps(step, result.update)
-                    save_every, stopping = self.cfg.run.save_steps, self._stop_requested(stop)
-                    if step == self.cfg.run.max_steps or (save_every and step % save_every == 0) or stopping:
-                        path = self.save(step, final=step == self.cfg.run.max_steps)
+                    save_every, stopping = self._save_every(), self._stop_requested(stop)
+                    if step == self.max_steps or (save_every and step % save_every == 0) or stopping:
+                        path = self.save(step, final=step == self.max_steps)
                         if main:
                             self.callbacks.saved(step, path)
-                    if stopping and step < self.cfg.run.max_steps:
+                    if stopping and step < self.max_steps:
                         raise TrainingInterrupted(stopping, step, path, self.output_dir)
         finally:
             if progress is not None:
@@ -306,7 +349,13 @@ class Trainer:
             shutdown_distributed(self.dist)  # also when a step raised (e.g. TrainingStopped)
         if main:
             progress.summary(self.metrics_log.read(), self.output_dir)
+            if self.hub is not None:
+                self.hub.push_final()
         return history
+
+    def _save_every(self) -> int:
+        """Steps between checkpoints (0: only the last): save_steps, an epoch, or none (save_strategy)."""
+        return {"steps": self.cfg.run.save_steps, "epoch": self.length.steps_per_epoch, "no": 0}[self.cfg.run.save_strategy]
 
     def _stop_requested(self, stop: StopOnSignal) -> int:
         """The signal that asked this run to stop (0: none); on several ranks, any rank's request."""
@@ -320,7 +369,8 @@ class Trainer:
         model is also put at output_dir (TRL's ``save_model``)."""
         sampler_state, group_counter = self.rollouts.resume_state()  # async: before step+1's prompts were taken
         state = {"step": step, "sampler": sampler_state, "group_counter": group_counter,
-                 "grad_spikes": self.grad_spikes.state_dict(), "skipped_in_a_row": self.skipped_in_a_row}
+                 "grad_spikes": self.grad_spikes.state_dict(), "skipped_in_a_row": self.skipped_in_a_row,
+                 "num_tokens": self.num_tokens}
         ahead = self.rollouts.saved_completions()  # async: step+1's responses, on every rank
         if ahead is not None:
             state["rollout_ahead"] = self.dist.gather_objects(ahead)
@@ -328,16 +378,28 @@ class Trainer:
         if is_sharded(self.policy):  # gather the full states (a collective: every rank takes part)
             model_state, optimizer_state = full_state_dicts(self.policy, self.optimizer)
         if self.dist.is_main:
-            state["log_history"] = self.metrics_log.read()  # transformers' TrainerState.log_history: steps 1..step
             path = ckpt.save_checkpoint(
                 self.output_dir, step, model=self.policy, tokenizer=self.tokenizer, optimizer=self.optimizer,
                 scheduler=self.scheduler, trainer_state=state, keep_last=self.cfg.run.save_total_limit,
-                model_state=model_state, optimizer_state=optimizer_state, merged_model=self.cfg.model.save_merged_model,
+                hf_state=self._hf_state(step), model_state=model_state, optimizer_state=optimizer_state,
+                merged_model=self.cfg.model.save_merged_model,
             )
             if final:
                 export_final_model(path, self.output_dir)
+            if self.hub is not None:
+                self.hub.saved(path)
         self.dist.barrier()
         return path
+
+    def _hf_state(self, step: int) -> dict:
+        """transformers' TrainerState of the checkpoint at ``step``: optimiser steps, and log_history (the
+        metrics.jsonl lines up to ``step``, each with its ``step`` in optimiser steps, as TRL logs them)."""
+        k, lines = self.length.optimizer_steps_per_step, self.metrics_log.read()
+        history = [{**line, "rlvr_step": line["step"], "step": line["step"] * k} for line in lines]
+        return ckpt.hf_trainer_state(step * k, max_steps=self.max_steps * k, epoch=step / self.length.steps_per_epoch,
+                                     num_train_epochs=self.cfg.run.num_train_epochs or 0, log_history=history,
+                                     save_steps=self._save_every() * k, num_input_tokens_seen=self.num_tokens,
+                                     train_batch_size=self.plan.batch.micro_batch)
 
     def _check_finite_steps(self, step: int, update: UpdateResult | None) -> None:
         """Count optimiser steps skipped for a non-finite loss/gradient in a row; stop after too many."""
@@ -360,8 +422,7 @@ class Trainer:
         cfg, mode = self.cfg, self.cfg.rollout.truncation
         check = check_training_lengths(
             self.rows, source=cfg.data.data, max_completion_length=cfg.rollout.max_completion_length,
-            max_prompt_length=cfg.rollout.max_prompt_length, system_prompt=cfg.data.system_prompt,
-            instruction=cfg.data.instruction, chat_template_kwargs=cfg.data.chat_template_kwargs,
+            max_prompt_length=cfg.rollout.max_prompt_length, prompt_format=self.prompt_format,
             policy=self.policy, tokenizer=self.tokenizer, engine=self.engine,
             tokenize=self.prompts.variants, refuse=mode == "error")
         self.truncation = mode
@@ -383,14 +444,14 @@ class Trainer:
 
     def _training_eval(self) -> TrainingEval | None:
         cfg, e = self.cfg, self.cfg.eval
-        if not e.eval_steps:
+        if not e.enabled:
             return None
+        every = self.length.steps_per_epoch if e.eval_strategy == "epoch" else e.eval_steps
         return TrainingEval(
-            datasets=tuple(e.eval_data), every=e.eval_steps, max_steps=cfg.run.max_steps, n=e.eval_n,
+            datasets=tuple(e.eval_data), every=every, max_steps=self.max_steps, n=e.eval_n,
             ks=tuple(e.eval_k), temperature=e.eval_temperature, top_p=e.eval_top_p,
             max_completion_length=e.eval_max_completion_length or cfg.rollout.max_completion_length,
-            limit=e.eval_limit, instruction=cfg.data.instruction, system_prompt=cfg.data.system_prompt,
-            chat_template_kwargs=cfg.data.chat_template_kwargs,
+            limit=e.eval_limit, prompt_format=self.prompt_format,
             answer_extraction=cfg.reward.answer_extraction, seed=cfg.run.seed, model_name=cfg.model.model,
         )
 
@@ -410,7 +471,7 @@ class Trainer:
         o = self.cfg.optim
         optimizer = build_optimizer([p for p in self.policy.parameters() if p.requires_grad], o)
         u = self.plan.update
-        total = self.cfg.run.max_steps * u.num_iterations * u.num_minibatches  # optimiser steps of the run
+        total = self.max_steps * u.num_iterations * u.num_minibatches  # optimiser steps of the run
         return optimizer, build_scheduler(optimizer, o, total)
 
     def _check_output_dir(self) -> None:
@@ -459,6 +520,7 @@ class Trainer:
         ckpt.load_training_state(found, optimizer=self.optimizer, scheduler=self.scheduler, model=self.policy)
         state = ckpt.load_trainer_state(found)
         self.skipped_in_a_row = state.get("skipped_in_a_row", 0)
+        self.num_tokens = state.get("num_tokens", 0)
         self.sampler.load_state_dict(state["sampler"])
         self.group_ids.last = state["group_counter"]
         ahead = state.get("rollout_ahead")  # async_generation: the next step's responses, sampled before the save
@@ -474,11 +536,26 @@ class Trainer:
         logger.info("resumed from %s (step %d)", found, state["step"])
         return state["step"]
 
+    def _log_start(self, cfg: ExperimentConfig) -> None:
+        """Rank 0's start-up lines: whose defaults, the step's batch as TRL counts it, and a warned choice."""
+        line = defaults_line(cfg)
+        if line is not None:
+            logger.info("%s", line)
+        b, k = self.plan.batch, self.length.optimizer_steps_per_step
+        logger.info("each step: %d prompts x %d completions on %d process(es), micro-batches of %d, %d per optimiser "
+                    "step, %d optimiser step(s) per step; %d steps (%d per epoch of %d prompts)", b.prompts_per_step,
+                    b.completions_per_prompt, b.world_size, b.micro_batch, b.accumulation, k, self.max_steps,
+                    self.length.steps_per_epoch, len(self.rows))
+        warning = async_lag_warning(cfg.rollout.async_generation, self.plan.update.is_correction)
+        if warning is not None:
+            logger.warning("%s", warning)
+
     def _load_rows(self) -> list[dict]:
         """The training rows (with rephrasings): rank 0 first, so it alone fills any on-disk cache."""
         cfg, rows = self.cfg, None
         source = (lambda: load_rows(cfg.data.data)) if cfg.python.data is None else (lambda: load_python_rows(cfg.python.data))
-        load = lambda: attach_rephrasings(source(), cfg.tagrpo, data=cfg.data.data, seed=cfg.run.seed)
+        load = lambda: chat_rows(attach_rephrasings(question_rows(source(), cfg), cfg.tagrpo, data=cfg.data.data,
+                                                    seed=cfg.run.seed), cfg)
         if self.dist.is_main:
             rows = load()
         self.dist.barrier()
@@ -491,7 +568,7 @@ class Trainer:
             raise ValueError(f"nproc={run.nproc} but this job has {world} process(es); launch with "
                              f"`rlvr train nproc={run.nproc} ...` or torchrun --nproc-per-node {run.nproc} "
                              "(and then leave nproc=1)")
-        if self.cfg.rollout.prompts_per_step < world:
-            raise ValueError(f"prompts_per_step={self.cfg.rollout.prompts_per_step} is smaller than the "
-                             f"{world} processes: every rank needs at least one prompt; use "
-                             f"prompts_per_step >= {world}")
+        prompts = self.cfg.batch_shape(world).prompts_per_step  # (refuses what does not share out over the ranks)
+        if prompts < world:
+            raise ValueError(f"prompts_per_step={prompts} is smaller than the {world} processes: every rank needs at "
+                             f"least one prompt; use prompts_per_step >= {world}")

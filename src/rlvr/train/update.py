@@ -9,8 +9,9 @@ so k micro-batches of b give exactly the loss and gradient of one batch of k·b 
 micro-batches hold responses of similar length (``length_buckets``), so little of a forward is padding.
 
 Anchor rows (expert responses) take −Â·ψ(π_θ(a_t)) instead of the clipped term, never clipped.
-With ``entropy_coef`` c > 0 the sampled tokens' loss also gets −c·H_t (the entropy then keeps its
-gradient: one more [n, T, V] softmax kept for the backward on the plain-logits path).
+With ``entropy_coef`` c > 0 the loss also gets −c × the optimiser step's mean entropy over its sampled tokens
+(TRL's bonus, ``rlvr.core.objective.entropy_bonus``; the entropy then keeps its gradient: one more [n, T, V]
+softmax kept for the backward on the plain-logits path).
 The settings come from ``plan.UpdateSettings``; this module knows no algorithm by name.
 
 Old log-probs are computed only when the ratio can differ from 1 (μ > 1 or several mini-batches);
@@ -41,17 +42,20 @@ import torch
 
 from rlvr.core.importance import importance_weights
 from rlvr.core.losses import aggregate
-from rlvr.core.objective import policy_loss
+from rlvr.core.objective import entropy_bonus, policy_loss
 from rlvr.train.distributed import ALONE, DistContext, gradient_sync, unwrap
 from rlvr.train.experience import Experience, length_buckets, minibatches, pad_rows
 from rlvr.train.fsdp import full_weights
 from rlvr.train.plan import UpdateSettings
 from rlvr.train.precision import autocast
 from rlvr.train.scoring import collate, score, score_no_grad
+from rlvr.train.trl_metrics import MICRO_MEANS, micro_means
 
-# per-token sums of a micro-batch, accumulated on the device; summed over ranks at the end
+# per-token sums of a micro-batch, accumulated on the device; summed over ranks at the end. The *_micro ones
+# are sums over micro-batches of a micro-batch's own mean, as TRL logs its train metrics (trl_metrics.py)
 TOKEN_SUMS = ("tokens", "clipped_tokens", "kl_sum", "entropy_sum", "mismatch_sum", "mismatch_tokens",
-              "gap_sum", "gap_tokens", "is_ratio_sum", "is_units", "is_tokens", "is_adjusted_tokens")
+              "gap_sum", "gap_tokens", "is_ratio_sum", "is_units", "is_tokens", "is_adjusted_tokens",
+              *MICRO_MEANS)
 # running maxima of a micro-batch (max-reduced over ranks): the IS ratio's max and −min, on the first pass
 TOKEN_MAXES = ("is_ratio_max", "is_ratio_neg_min")
 
@@ -185,7 +189,12 @@ class PolicyUpdate:
         s, ctx, exp = self.s, self.ctx, batch.exp
         keep = ~exp.truncated if s.mask_truncated else torch.ones_like(exp.truncated)
         mini = [i for share in batch.shares for i in share]
-        num_tokens = float(sum(len(exp.response_ids[i]) for i in mini if keep[i]))  # global denominators
+        # global denominators: the mini-batch's tokens; TRL's dapo: the step's tokens / optimiser steps per pass
+        counted = range(len(exp)) if s.aggregation == "dapo" else mini
+        num_tokens = float(sum(len(exp.response_ids[i]) for i in counted if keep[i]))
+        if s.aggregation == "dapo":
+            num_tokens /= s.num_minibatches
+        sampled_tokens = float(sum(len(exp.response_ids[i]) for i in mini if keep[i] and not exp.is_anchor[i]))
         plans = [length_buckets(share, [len(exp.response_ids[i]) for i in share], micro,
                                 max_tokens=s.max_tokens_per_micro_batch) for share in batch.shares]
         buckets = plans[ctx.rank]
@@ -201,7 +210,7 @@ class PolicyUpdate:
                     _zero_loss_pass(self.model, self.pad_token_id)
                     continue
                 part = self._micro_batch(batch, buckets[k], keep, num_tokens=num_tokens, num_sequences=len(mini),
-                                         on_policy=on_policy, first_pass=first_pass)
+                                         sampled_tokens=sampled_tokens, on_policy=on_policy, first_pass=first_pass)
                 sums = sums.to(part.device)
                 sums = torch.cat([sums[:added] + part[:added], torch.maximum(sums[added:], part[added:])])
         params = [p for p in self.model.parameters() if p.requires_grad]
@@ -224,7 +233,7 @@ class PolicyUpdate:
         self.optimizer.zero_grad(set_to_none=True)
 
     def _micro_batch(self, batch: OptimizerBatch, rows: list[int], keep: torch.Tensor, *, num_tokens: float,
-                     num_sequences: int, on_policy: bool, first_pass: bool = False) -> torch.Tensor:
+                     num_sequences: int, sampled_tokens: float, on_policy: bool, first_pass: bool = False) -> torch.Tensor:
         """Forward and backward of one micro-batch; returns [loss share, *TOKEN_SUMS, *TOKEN_MAXES] (float64,
         no sync)."""
         s, exp = self.s, batch.exp
@@ -234,7 +243,7 @@ class PolicyUpdate:
         width = collated.response_width
         with autocast(_device(self.model), s.autocast):  # bf16=true: bf16 compute, fp32 log-probs and loss
             logprobs, entropy = score(self.model, collated, temperature=s.temperature, with_entropy=True,
-                                      entropy_grad=s.loss.entropy_coef > 0, head_chunk=s.head_chunk)
+                                      entropy_grad=s.entropy_coef > 0, head_chunk=s.head_chunk)
         device = logprobs.device
         old = pad_rows([batch.old[i] for i in rows], width).to(device) if batch.old is not None else logprobs.detach()
         ref = pad_rows([batch.ref[i] for i in rows], width).to(device) if batch.ref is not None else None
@@ -249,17 +258,21 @@ class PolicyUpdate:
             correction = importance_weights(self._is_numerator(batch, rows, old), sampled, mask & ~anchor.unsqueeze(-1),
                                             mode=c.mode, clip_min=c.clip_min, clip_max=c.clip_max)
             weights = torch.where(anchor.unsqueeze(-1), 1.0, correction.weights)  # anchors: 1 (not sampled)
-        out = policy_loss(logprobs, old, batch.advantages[rows].to(device), mask, is_anchor=anchor, ref_logprobs=ref,
-                          entropy=entropy, is_weights=weights, **s.loss.as_kwargs())  # (w_t before β·KL, as TRL)
+        advantages = batch.advantages[rows].to(device)
+        out = policy_loss(logprobs, old, advantages, mask, is_anchor=anchor, ref_logprobs=ref,
+                          is_weights=weights, **s.loss.as_kwargs())  # (w_t before β·KL, as TRL)
         loss = aggregate(out.per_token, mask, s.aggregation, max_completion_length=s.max_completion_length,
                          num_tokens=num_tokens, num_sequences=num_sequences)
+        if s.entropy_coef > 0:  # TRL's bonus: c × the step's mean entropy over its sampled tokens
+            loss = loss - entropy_bonus(entropy, mask, coef=s.entropy_coef, num_tokens=sampled_tokens, is_anchor=anchor)
         scale = self.ctx.world_size
         (loss * scale if scale != 1 else loss).backward()  # DDP/FSDP average over ranks: scale to a sum
         zero = torch.zeros((), dtype=torch.float64, device=device)
         d = lambda value: value.detach().to(torch.float64)
         sums = {"tokens": d(mask.sum()), "clipped_tokens": d(out.clipped_tokens),
                 "kl_sum": d(out.kl_sum) if out.kl_sum is not None else zero,
-                "entropy_sum": d(entropy.detach()[mask].sum())}
+                "entropy_sum": d(entropy.detach()[mask].sum()),
+                **micro_means(out, entropy.detach(), mask, anchor, sequence_level=s.loss.importance_level == "sequence")}
         if on_policy:  # sampler vs trainer log-probs; for responses scored on another prompt than the one
             # they were sampled from (TA-GRPO's q_0 vs q_j) the gap |log π(o|q_j) − log π(o|q_0)| instead
             gap = (logprobs.detach() - sampled).abs()  # [n, T]
@@ -315,14 +328,8 @@ def rank_share(pool_ids: torch.Tensor, mini: list[int], ctx: DistContext, rank: 
 
 
 def micro_batch_size(s: UpdateSettings, num_responses: int, *, world_size: int = 1) -> int:
-    """Responses per forward/backward pass, from per_device_train_batch_size or accumulation steps
-    (with only a token budget: the whole mini-batch, cut by the budget)."""
-    mini = math.ceil(num_responses / s.num_minibatches / world_size)  # per rank
-    if s.per_device_train_batch_size is not None:
-        return s.per_device_train_batch_size
-    if s.gradient_accumulation_steps is not None:
-        return math.ceil(mini / s.gradient_accumulation_steps)
-    return mini
+    """Completions per forward/backward pass: per_device_train_batch_size (rlvr.config.batch resolves it)."""
+    return s.per_device_train_batch_size
 
 
 def _zero_loss_pass(model, pad_token_id: int) -> None:
