@@ -50,7 +50,6 @@ def run(path: Path, output: Path, monkeypatch, caplog, *extra: str) -> list[dict
     """`rlvr train --config path` in the recipe's folder; the lines of ``output``'s metrics.jsonl."""
     monkeypatch.chdir(path.parent)  # the recipes' output_dir is relative, as open-r1 writes it
     monkeypatch.setenv("WANDB_MODE", "offline")  # report_to: [wandb], kept as written
-    monkeypatch.setenv("WANDB_DIR", str(path.parent))
     with caplog.at_level(logging.INFO, logger="rlvr"):
         assert main(["train", "--config", str(path), "--push_to_hub", "false", "--use_vllm", "false", *extra]) == 0
     return [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]

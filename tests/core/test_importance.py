@@ -104,12 +104,15 @@ def test_a_nan_log_prob_counts_as_ratio_one():
 
 def test_stats_over_tokens_or_sequences():
     st = {k: float(v) for k, v in _weights("token_mask").stats().items()}
-    # tokens: raw ratios 2, 4, 1, 0.5 -> sum 7.5 over 4, min 0.5, max 4; one token (the 4) masked
+    # tokens: raw ratios 2, 4, 1, 0.5 -> sum 7.5 over 4, min 0.5, max 4; one token (the 4) masked: the weights
+    # 2, 0, 1, 0.5 -> sum 3.5, min 0, max 2
     assert st == pytest.approx({"ratio_sum": 7.5, "units": 4, "ratio_min": 0.5, "ratio_max": 4.0,
+                                "weight_sum": 3.5, "weight_min": 0.0, "weight_max": 2.0,
                                 "tokens": 4, "adjusted_tokens": 1})
     st = {k: float(v) for k, v in _weights("sequence_truncate").stats().items()}
-    # sequences: 8 and 0.5 -> sum 8.5 over 2; row 0's three tokens truncated
+    # sequences: 8 and 0.5 -> sum 8.5 over 2; row 0's three tokens truncated: weights 3 (C_max) and 0.5
     assert st == pytest.approx({"ratio_sum": 8.5, "units": 2, "ratio_min": 0.5, "ratio_max": 8.0,
+                                "weight_sum": 3.5, "weight_min": 0.5, "weight_max": 3.0,
                                 "tokens": 4, "adjusted_tokens": 3})
     # a sequence with no valid token is no unit
     mask = MASK.clone()

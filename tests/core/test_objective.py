@@ -297,12 +297,12 @@ def test_beta_needs_ref_logprobs():
 # ---------------------------------------------------------------------------------------------
 
 
-def test_entropy_bonus_is_the_sum_over_sampled_tokens_over_the_step_s_count():
-    # TRL's bonus: c · Σ_sampled H / (the optimiser step's sampled tokens), whatever the loss's aggregation.
-    # Row 1 is an anchor (not sampled: left out); padding (row 0, t = 2) holds junk entropy (inf) that must
-    # not reach it. Sampled: row 0, t = 0, 1 → 1.2 + 0.4 = 1.6; c = 0.5, 8 sampled tokens in the step → 0.1
+def test_entropy_bonus_is_the_mean_over_sampled_tokens_times_the_share():
+    # TRL's bonus: c · (Σ m·H / Σ m) · share, whatever the loss's aggregation. Row 1 is an anchor (not
+    # sampled: left out); padding (row 0, t = 2) holds junk entropy (inf) that must not reach it.
+    # sampled tokens: row 0, t = 0, 1 → H = 1.2, 0.4 → mean 0.8; c = 0.5, share 1/4 → 0.5 · 0.8 · 0.25 = 0.1
     entropy = _t([[1.2, 0.4, INF], [2.0, 3.0, 1.0]])
-    bonus = entropy_bonus(entropy, _mask([2, 3], 3), coef=0.5, num_tokens=8, is_anchor=torch.tensor([False, True]))
+    bonus = entropy_bonus(entropy, _mask([2, 3], 3), coef=0.5, share=0.25, is_anchor=torch.tensor([False, True]))
     torch.testing.assert_close(bonus, _t(0.1))
 
 
@@ -325,7 +325,7 @@ def test_entropy_bonus_gradient_equals_the_formula_by_autograd():
     entropy = entropy_from_logits(z)  # [1, 2], with grad
     mask = _mask([2], 2)
     out = policy_loss(logp, logp.detach(), _t([a], f32), mask)
-    loss = aggregate(out.per_token, mask, "token_mean") - entropy_bonus(entropy, mask, coef=c, num_tokens=2)
+    loss = aggregate(out.per_token, mask, "token_mean") - entropy_bonus(entropy, mask, coef=c, share=1.0)
     (grad,) = torch.autograd.grad(loss, z, retain_graph=True)
 
     z_ref = z.detach().clone().requires_grad_()

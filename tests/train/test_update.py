@@ -171,10 +171,14 @@ def test_token_budget_micro_batches_give_the_gradient_of_one_batch(budget):
 
 
 @pytest.mark.parametrize("head_chunk", [0, 5])
-def test_entropy_bonus_gradient_equals_the_hand_loss(head_chunk):
-    # token_mean with entropy_coef c, on-policy (ρ = 1), every response token sampled (no anchors):
+def test_entropy_bonus_gradient_equals_the_hand_loss(head_chunk, monkeypatch):
+    # token_mean with entropy_coef c, on-policy (ρ = 1), every response token sampled (no anchors), the step in
+    # one micro-batch (TRL's bonus is a mean per micro-batch: with one, the step's token mean):
     #   L = Σ_i Σ_t [−A_i·ρ_it − c·H_it] / Σ_i |o_i|,   H = −Σ_v p_v log p_v of the policy at that position
     # computed here one sequence at a time from the model's logits; the update's gradient must equal it.
+    from rlvr.train import update
+
+    monkeypatch.setattr(update, "length_buckets", lambda rows, lengths, max_rows, max_tokens=None: [rows])
     c = 0.05
     exp = _experience()
     grads = {}

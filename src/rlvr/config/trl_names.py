@@ -2,16 +2,17 @@
 
 Every key of such a recipe (``GRPOConfig``, ``ModelConfig``, ``ScriptArguments``, the transformers
 ``TrainingArguments`` keys recipes carry, open-r1's ``GRPOConfig``/``GRPOScriptArguments`` additions)
-is one of five kinds (docs/training.md, "From TRL"):
+is one of five kinds (docs/from_trl.md):
 
 - **the same name** in rlvr (``learning_rate``, ``beta``, ``num_generations``, ``bf16``, ``max_steps``,
   ``num_train_epochs``, ``save_strategy``, ``system_prompt``, ``chat_template``, ...): nothing to do;
-- **renamed** (:data:`RENAMED`): ``model_name_or_path`` is ``model``, ``delta`` is ``dual_clip``, ...;
+- **renamed** (:data:`RENAMED`): ``model_name_or_path`` is ``model``, ``torch_dtype`` is ``dtype``, ...;
 - **translated** (:func:`translate_trl_keys`): ``dataset_name`` + ``dataset_config`` + ``dataset_train_split``
   make one ``data`` spec; ``use_peft`` turns ``lora_r`` on or off as TRL does; ``use_vllm`` is
-  ``rollout_engine=vllm``; ``generation_batch_size`` fixes the prompts per step; ``eval_strategy`` with
-  ``eval_steps`` and ``dataset_test_split`` is evaluation during training; ``use_liger_kernel: true`` is
-  rlvr's own chunked LM head; ``resume_from_checkpoint: true`` is ``resume=true``;
+  ``rollout_engine=vllm``; ``delta`` (above 1 + epsilon_high) is ``dual_clip``; ``generation_batch_size``
+  fixes the prompts per step; ``eval_strategy`` with ``eval_steps`` and ``dataset_test_split`` is evaluation
+  during training; ``use_liger_kernel: true`` is rlvr's own chunked LM head; ``resume_from_checkpoint: true``
+  is ``resume=true``;
 - **accepted** (:data:`ACCEPTED`): keys whose value asks for what rlvr does anyway (``logging_steps``:
   rlvr writes every step; ``remove_unused_columns: false``); another value is refused with what rlvr does;
 - **not implemented** (:data:`NOT_IMPLEMENTED`): taken at TRL's own default (which is the plain behaviour
@@ -35,14 +36,11 @@ RENAMED = {
     "num_completions_to_print": "num_completions_to_log",
     "activation_checkpointing": "gradient_checkpointing",  # transformers 5's new name
     "vllm_importance_sampling_cap": "vllm_importance_sampling_clip_max",  # TRL's name before 1.6
-    # TRL caps the ratio of the unclipped term at delta; for A < 0 that is verl's dual clip at c = delta and
-    # for A > 0 the clipped term already wins (tests/conformance/test_trl_loss.py runs TRL's loss on both)
-    "delta": "dual_clip",
 }
 
 # TRL keys that rlvr honours through a translation (translate_trl_keys)
 TRANSLATED = ("dataset_name", "dataset_config", "dataset_train_split", "dataset_test_split", "use_peft",
-              "use_vllm", "generation_batch_size", "use_liger_kernel", "do_eval")
+              "use_vllm", "generation_batch_size", "use_liger_kernel", "do_eval", "delta")
 
 _ANY = (lambda v: True, "")
 _LOGGING = "rlvr writes every step's metrics (metrics.jsonl, trackers): TRL's logging interval does not apply"
@@ -194,6 +192,7 @@ def _translate(trl: dict[str, Any], overrides: dict[str, Any], out: dict[str, An
         problems.append("use_vllm: false contradicts rollout_engine=vllm; remove one")
     if "generation_batch_size" in trl and trl["generation_batch_size"] is not None:
         out["generation_batch_size"] = trl["generation_batch_size"]  # resolved with num_generations (parsing)
+    problems += _translate_delta(trl, overrides, out)
     if _truthy(trl.get("use_liger_kernel")) and "lm_head_chunk_tokens" not in overrides:
         out["lm_head_chunk_tokens"] = 1024  # liger's fused linear + loss: rlvr's chunked LM head, also exact
     problems += _translate_eval(trl, overrides, out)
@@ -207,6 +206,24 @@ def _translate(trl: dict[str, Any], overrides: dict[str, Any], out: dict[str, An
         if _truthy(resume):
             out["resume"] = True
     return problems
+
+
+def _translate_delta(trl: dict[str, Any], overrides: dict[str, Any], out: dict[str, Any]) -> list[str]:
+    """TRL's ``delta`` as rlvr's ``dual_clip``. TRL caps the ratio of the unclipped term at delta for every
+    sign of A: for A < 0 that is verl's dual clip at c = delta, and for A > 0 the clipped term (at most
+    1 + epsilon_high) already wins when delta is above it; below, TRL caps A > 0 tokens at delta too, which
+    rlvr does not do (tests/conformance/test_trl_loss.py runs TRL's loss beside rlvr's on both sides)."""
+    delta = trl.get("delta")
+    if delta is None:
+        return []
+    epsilon = overrides.get("epsilon", 0.2)
+    high = overrides.get("epsilon_high") if overrides.get("epsilon_high") is not None else epsilon
+    if not isinstance(delta, (int, float)) or isinstance(delta, bool) or delta <= 1 + high:
+        return [(f"delta: {delta!r}: rlvr takes TRL's two-sided clipping above 1 + epsilon_high = {1 + high:g} "
+                "(TRL recommends it above 1 + epsilon); a delta inside the clip range also caps the ratio of "
+                "positive-advantage tokens, which rlvr does not do")]
+    out["dual_clip"] = delta
+    return []
 
 
 def _translate_eval(trl: dict[str, Any], overrides: dict[str, Any], out: dict[str, Any]) -> list[str]:

@@ -37,20 +37,26 @@ class ISWeights:
     unit_ratio: torch.Tensor  # the raw ratio per unit: [N, T] per token, [N, 1] per sequence (sequence modes)
     units: torch.Tensor  # bool, unit_ratio's shape: the units the ratio is computed for (valid tokens / sequences)
     mask: torch.Tensor  # [N, T] bool, the valid tokens
+    unit_weight: torch.Tensor | None = None  # the weight per unit, after truncation or masking (unit_ratio's shape)
 
     def stats(self) -> dict[str, torch.Tensor]:
         """Scalar tensors, no host sync: the raw ratio's sum, count, min and max over its units
         (tokens; sequence modes: the sequences with a valid token), and the numbers of valid and of
-        truncated-or-masked tokens. ``ratio_min`` / ``ratio_max`` are +inf / −inf when there are no units."""
+        truncated-or-masked tokens; the same sum, min and max of the weights (after truncation or masking:
+        what TRL logs as ``sampling/importance_sampling_ratio/*``). Min / max are +inf / −inf when there are no
+        units."""
         inf = torch.tensor(math.inf, dtype=self.unit_ratio.dtype, device=self.unit_ratio.device)
         empty = self.units.numel() == 0
+        extremes = lambda x: (inf if empty else torch.where(self.units, x, inf).amin(),
+                              -inf if empty else torch.where(self.units, x, -inf).amax())
+        ratio_min, ratio_max = extremes(self.unit_ratio)
+        weight_min, weight_max = extremes(self.unit_weight)
         return {
-            "ratio_sum": torch.where(self.units, self.unit_ratio, 0.0).sum(),
-            "units": self.units.sum(),
-            "ratio_min": inf if empty else torch.where(self.units, self.unit_ratio, inf).amin(),
-            "ratio_max": -inf if empty else torch.where(self.units, self.unit_ratio, -inf).amax(),
-            "tokens": self.mask.sum(),
-            "adjusted_tokens": self.adjusted.sum(),
+            "ratio_sum": torch.where(self.units, self.unit_ratio, 0.0).sum(), "units": self.units.sum(),
+            "ratio_min": ratio_min, "ratio_max": ratio_max,
+            "weight_sum": torch.where(self.units, self.unit_weight, 0.0).sum(),
+            "weight_min": weight_min, "weight_max": weight_max,
+            "tokens": self.mask.sum(), "adjusted_tokens": self.adjusted.sum(),
         }
 
 
@@ -95,4 +101,5 @@ def importance_weights(
         weights = torch.where(mask, unit_weight, zero)  # broadcast: [N, 1] -> [N, T]
         ratio = torch.where(mask, unit_ratio, zero)
         adjusted = mask & outside
-    return ISWeights(weights, ratio, adjusted, diff, torch.where(units, unit_ratio, 0.0), units, mask)
+    return ISWeights(weights, ratio, adjusted, diff, torch.where(units, unit_ratio, 0.0), units, mask,
+                     torch.where(units, unit_weight, 0.0))

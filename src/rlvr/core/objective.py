@@ -11,8 +11,8 @@ importance weight (``rlvr.core.importance``; 1 without the correction): as in TR
 policy term only, before β·KL is added.
 
 The entropy bonus (TRL's ``entropy_coef``) is a term of its own, :func:`entropy_bonus`: −c × the mean
-entropy over the optimiser step's sampled tokens, whatever the loss's aggregation — TRL's definition
-(L = L_policy − c·H).
+entropy over the micro-batch's sampled tokens, scaled by the micro-batch's share of the optimiser
+step, whatever the loss's aggregation — TRL's definition (L = L_policy − c·H).
 """
 
 from __future__ import annotations
@@ -117,24 +117,22 @@ def clip_regions(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages:
     return (ratio < 1 - epsilon) & (adv < 0) & keep, (ratio > 1 + epsilon_high) & (adv > 0) & keep
 
 
-def entropy_bonus(entropy: torch.Tensor, mask: torch.Tensor, *, coef: float, num_tokens: float | torch.Tensor,
+def entropy_bonus(entropy: torch.Tensor, mask: torch.Tensor, *, coef: float, share: float | torch.Tensor,
                   is_anchor: torch.Tensor | None = None) -> torch.Tensor:
-    """TRL's entropy bonus, this micro-batch's share, to subtract from its loss: c · Σ_{sampled} H / num_tokens.
-
-    Summed over the micro-batches of an optimiser step this is c × the mean entropy over the step's sampled
-    tokens: a token mean whatever the loss's aggregation, as TRL's (L = L_policy − c·H).
+    """TRL's entropy bonus of one micro-batch, to subtract from its loss: c · (Σ m·H / Σ m) · share.
 
     Args:
         entropy: [N, T] H(π_θ(·|prefix)) at each position (with grad).
         mask: [N, T] the tokens trained on.
         coef: c (entropy_coef).
-        num_tokens: the sampled tokens of the whole optimiser step (every micro-batch and rank).
+        share: the micro-batch's share of the optimiser step, n / (the step's sequences): 1/A for A equal
+            micro-batches, as TRL divides by gradient_accumulation_steps.
         is_anchor: [N] rows that are expert responses: not sampled from the policy, so left out.
 
-    Convention: TRL takes each micro-batch's own mean and divides by the accumulation steps; with one
-    micro-batch per step (TRL's default) that is this, with several it depends on which completions share
-    one (TRL shuffles them), while this does not.
+    Convention: TRL's definition (L = L_policy − c·H): the mean is over the micro-batch's sampled tokens,
+    whatever the loss's aggregation ("never by a loss-type-specific normalizer", TRL 1.16). So, as in TRL,
+    with several micro-batches per step the bonus depends on which completions share one.
     """
     sampled = mask.bool() if is_anchor is None else mask.bool() & ~is_anchor.unsqueeze(-1)  # [N, T]
     kept = torch.where(sampled, entropy, torch.zeros_like(entropy))  # padding may hold junk (inf): never 0·inf
-    return coef * kept.sum() / torch.as_tensor(num_tokens, dtype=entropy.dtype, device=entropy.device).clamp(min=1)
+    return coef * kept.sum() / sampled.sum().clamp(min=1).to(entropy.dtype) * share

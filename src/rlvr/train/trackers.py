@@ -112,7 +112,7 @@ class WandbTracker:
 
         self.wandb = wandb
         self.run = wandb.init(project=os.environ.get("WANDB_PROJECT") or "rlvr", name=run_name,
-                              dir=None if os.environ.get("WANDB_DIR") else str(output_dir))
+                              dir=None if os.environ.get("WANDB_DIR") else str(Path(output_dir).resolve()))
 
     def log_config(self, config: dict[str, dict[str, Any]]) -> None:
         self.run.config.update(config, allow_val_change=True)

@@ -69,18 +69,19 @@ TRL_METRICS: dict[str, tuple[str, str]] = {
     "entropy_coef": ("the entropy bonus coefficient (entropy_coef > 0)", "-"),
     "sampling/sampling_logp_difference/mean": ("mean |trainer - sampler| log-prob (vLLM correction on)",
                                                "rollout/logprob_mismatch"),
-    "sampling/importance_sampling_ratio/min": ("the correction's raw ratio, min", "rollout/is_ratio_min"),
-    "sampling/importance_sampling_ratio/mean": ("its mean", "rollout/is_ratio_mean"),
-    "sampling/importance_sampling_ratio/max": ("its max", "rollout/is_ratio_max"),
+    "sampling/importance_sampling_ratio/min": ("the correction's weight (after truncation or masking), min",
+                                               "rollout/is_weight_min"),
+    "sampling/importance_sampling_ratio/mean": ("its mean", "rollout/is_weight_mean"),
+    "sampling/importance_sampling_ratio/max": ("its max", "rollout/is_weight_max"),
 }
 
 
 # TRL's sampling/ metrics (the vLLM importance-sampling correction) <- rlvr's
 SAMPLING_METRICS = {
     "sampling_logp_difference/mean": "rollout/logprob_mismatch",
-    "importance_sampling_ratio/min": "rollout/is_ratio_min",
-    "importance_sampling_ratio/mean": "rollout/is_ratio_mean",
-    "importance_sampling_ratio/max": "rollout/is_ratio_max",
+    "importance_sampling_ratio/min": "rollout/is_weight_min",  # TRL logs the weights, after truncation/masking
+    "importance_sampling_ratio/mean": "rollout/is_weight_mean",
+    "importance_sampling_ratio/max": "rollout/is_weight_max",
 }
 
 
@@ -90,30 +91,34 @@ def micro_means(out, entropy: torch.Tensor, mask: torch.Tensor, is_anchor: torch
 
     ``out``: the micro-batch's ``rlvr.core.objective.PolicyLoss``; ``entropy`` [n, T]; ``mask`` [n, T];
     ``is_anchor`` [n]. Anchors have no ratio and were not sampled: they are left out of every mean.
+    As TRL's ``global_masked_mean``: token means over the trained tokens; with a ratio per sequence (GSPO)
+    the clip fractions are means over the sequences, every one of them (one with no trained token counts 0).
     """
     sampled = mask.bool() & ~is_anchor.unsqueeze(-1)  # [n, T]
+    rows = ~is_anchor  # [n]
     tokens = sampled.sum(-1)  # [n]
     d = lambda value: value.detach().to(torch.float64)
     token_mean = lambda x: d(torch.where(sampled, x, torch.zeros_like(x)).sum() / sampled.sum().clamp(min=1))
-    rows = tokens > 0
+    zero = torch.zeros((), dtype=torch.float64, device=mask.device)
 
-    def seq_means(flags: torch.Tensor) -> torch.Tensor:  # [rows with tokens]
-        return ((flags & sampled).sum(-1).double() / tokens.clamp(min=1))[rows]
+    def per_sequence(flags: torch.Tensor) -> torch.Tensor:
+        """Each row's clipped fraction; a GSPO row's flag is its sequence's (0 when it has no trained token)."""
+        fraction = (flags & sampled).sum(-1).double() / tokens.clamp(min=1)
+        return fraction[rows] if sequence_level else fraction[rows & (tokens > 0)]  # token level: NaN rows out
 
-    def clip_mean(flags: torch.Tensor) -> torch.Tensor:  # GSPO: a ratio per sequence, so a mean over sequences
+    def mean(flags: torch.Tensor) -> torch.Tensor:
         if sequence_level:
-            per_seq = seq_means(flags)
-            return per_seq.mean() if per_seq.numel() else per_seq.new_zeros(())
+            values = per_sequence(flags)
+            return values.mean() if values.numel() else zero
         return token_mean(flags.double())
 
     low, high = out.low_clipped, out.high_clipped
-    low_seq, high_seq = seq_means(low), seq_means(high)
-    zero = torch.zeros((), dtype=torch.float64, device=mask.device)
+    low_seq, high_seq = per_sequence(low), per_sequence(high)
     return {
         "micro_batches": torch.ones((), dtype=torch.float64, device=mask.device),
         "entropy_micro": token_mean(entropy.double()),
         "kl_micro": token_mean(out.kl.double()) if out.kl is not None else zero,
-        "clip_low_micro": clip_mean(low), "clip_high_micro": clip_mean(high), "clip_region_micro": clip_mean(low | high),
+        "clip_low_micro": mean(low), "clip_high_micro": mean(high), "clip_region_micro": mean(low | high),
         "clip_low_min_micro": low_seq.min() if low_seq.numel() else zero,
         "clip_high_max_micro": high_seq.max() if high_seq.numel() else zero,
     }

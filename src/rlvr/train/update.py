@@ -9,9 +9,9 @@ so k micro-batches of b give exactly the loss and gradient of one batch of k·b 
 micro-batches hold responses of similar length (``length_buckets``), so little of a forward is padding.
 
 Anchor rows (expert responses) take −Â·ψ(π_θ(a_t)) instead of the clipped term, never clipped.
-With ``entropy_coef`` c > 0 the loss also gets −c × the optimiser step's mean entropy over its sampled tokens
-(TRL's bonus, ``rlvr.core.objective.entropy_bonus``; the entropy then keeps its gradient: one more [n, T, V]
-softmax kept for the backward on the plain-logits path).
+With ``entropy_coef`` c > 0 each micro-batch's loss also gets −c × its sampled tokens' mean entropy × its
+share of the optimiser step (TRL's bonus, ``rlvr.core.objective.entropy_bonus``; the entropy then keeps its
+gradient: one more [n, T, V] softmax kept for the backward on the plain-logits path).
 The settings come from ``plan.UpdateSettings``; this module knows no algorithm by name.
 
 Old log-probs are computed only when the ratio can differ from 1 (μ > 1 or several mini-batches);
@@ -55,9 +55,9 @@ from rlvr.train.trl_metrics import MICRO_MEANS, micro_means
 # are sums over micro-batches of a micro-batch's own mean, as TRL logs its train metrics (trl_metrics.py)
 TOKEN_SUMS = ("tokens", "clipped_tokens", "kl_sum", "entropy_sum", "mismatch_sum", "mismatch_tokens",
               "gap_sum", "gap_tokens", "is_ratio_sum", "is_units", "is_tokens", "is_adjusted_tokens",
-              *MICRO_MEANS)
+              "is_weight_sum", *MICRO_MEANS)
 # running maxima of a micro-batch (max-reduced over ranks): the IS ratio's max and −min, on the first pass
-TOKEN_MAXES = ("is_ratio_max", "is_ratio_neg_min")
+TOKEN_MAXES = ("is_ratio_max", "is_ratio_neg_min", "is_weight_max", "is_weight_neg_min")
 
 
 @dataclass
@@ -99,6 +99,10 @@ class UpdateResult:
             "rollout/is_ratio_min": -self.maxes["is_ratio_neg_min"] if s["is_units"] else None,
             "rollout/is_ratio_max": self.maxes["is_ratio_max"] if s["is_units"] else None,
             "rollout/is_clipped_frac": s["is_adjusted_tokens"] / s["is_tokens"] if s["is_tokens"] else None,
+            # the weights themselves (after truncation or masking), as TRL logs sampling/importance_sampling_ratio/*
+            "rollout/is_weight_mean": s["is_weight_sum"] / s["is_units"] if s["is_units"] else None,
+            "rollout/is_weight_min": -self.maxes["is_weight_neg_min"] if s["is_units"] else None,
+            "rollout/is_weight_max": self.maxes["is_weight_max"] if s["is_units"] else None,
         }
 
     @staticmethod
@@ -106,7 +110,8 @@ class UpdateResult:
         """The train/ metrics of a step that made no update (every group uniform)."""
         keys = ("train/loss", "train/grad_norm", "train/grad_norm_max", "train/clip_frac", "train/kl",
                 "train/entropy", "rollout/logprob_mismatch", "rollout/is_ratio_mean", "rollout/is_ratio_min",
-                "rollout/is_ratio_max", "rollout/is_clipped_frac")
+                "rollout/is_ratio_max", "rollout/is_clipped_frac", "rollout/is_weight_mean", "rollout/is_weight_min",
+                "rollout/is_weight_max")
         return {**dict.fromkeys(keys), "train/lr": lr, "train/skipped_steps": 0}
 
 
@@ -194,7 +199,6 @@ class PolicyUpdate:
         num_tokens = float(sum(len(exp.response_ids[i]) for i in counted if keep[i]))
         if s.aggregation == "dapo":
             num_tokens /= s.num_minibatches
-        sampled_tokens = float(sum(len(exp.response_ids[i]) for i in mini if keep[i] and not exp.is_anchor[i]))
         plans = [length_buckets(share, [len(exp.response_ids[i]) for i in share], micro,
                                 max_tokens=s.max_tokens_per_micro_batch) for share in batch.shares]
         buckets = plans[ctx.rank]
@@ -210,7 +214,7 @@ class PolicyUpdate:
                     _zero_loss_pass(self.model, self.pad_token_id)
                     continue
                 part = self._micro_batch(batch, buckets[k], keep, num_tokens=num_tokens, num_sequences=len(mini),
-                                         sampled_tokens=sampled_tokens, on_policy=on_policy, first_pass=first_pass)
+                                         on_policy=on_policy, first_pass=first_pass)
                 sums = sums.to(part.device)
                 sums = torch.cat([sums[:added] + part[:added], torch.maximum(sums[added:], part[added:])])
         params = [p for p in self.model.parameters() if p.requires_grad]
@@ -233,7 +237,7 @@ class PolicyUpdate:
         self.optimizer.zero_grad(set_to_none=True)
 
     def _micro_batch(self, batch: OptimizerBatch, rows: list[int], keep: torch.Tensor, *, num_tokens: float,
-                     num_sequences: int, sampled_tokens: float, on_policy: bool, first_pass: bool = False) -> torch.Tensor:
+                     num_sequences: int, on_policy: bool, first_pass: bool = False) -> torch.Tensor:
         """Forward and backward of one micro-batch; returns [loss share, *TOKEN_SUMS, *TOKEN_MAXES] (float64,
         no sync)."""
         s, exp = self.s, batch.exp
@@ -263,8 +267,9 @@ class PolicyUpdate:
                           is_weights=weights, **s.loss.as_kwargs())  # (w_t before β·KL, as TRL)
         loss = aggregate(out.per_token, mask, s.aggregation, max_completion_length=s.max_completion_length,
                          num_tokens=num_tokens, num_sequences=num_sequences)
-        if s.entropy_coef > 0:  # TRL's bonus: c × the step's mean entropy over its sampled tokens
-            loss = loss - entropy_bonus(entropy, mask, coef=s.entropy_coef, num_tokens=sampled_tokens, is_anchor=anchor)
+        if s.entropy_coef > 0:  # TRL's bonus: this micro-batch's mean entropy, by its share of the step
+            loss = loss - entropy_bonus(entropy, mask, coef=s.entropy_coef, share=len(rows) / num_sequences,
+                                        is_anchor=anchor)
         scale = self.ctx.world_size
         (loss * scale if scale != 1 else loss).backward()  # DDP/FSDP average over ranks: scale to a sum
         zero = torch.zeros((), dtype=torch.float64, device=device)
@@ -284,8 +289,9 @@ class PolicyUpdate:
         if correction is not None and first_pass:  # the weights are the same on every pass: count each row once
             st = correction.stats()
             sums |= {"is_ratio_sum": d(st["ratio_sum"]), "is_units": d(st["units"]), "is_tokens": d(st["tokens"]),
-                     "is_adjusted_tokens": d(st["adjusted_tokens"]),
-                     "is_ratio_max": d(st["ratio_max"]), "is_ratio_neg_min": d(-st["ratio_min"])}
+                     "is_adjusted_tokens": d(st["adjusted_tokens"]), "is_weight_sum": d(st["weight_sum"]),
+                     "is_ratio_max": d(st["ratio_max"]), "is_ratio_neg_min": d(-st["ratio_min"]),
+                     "is_weight_max": d(st["weight_max"]), "is_weight_neg_min": d(-st["weight_min"])}
         low = torch.tensor(-math.inf, dtype=torch.float64, device=device)
         return torch.stack([d(loss)] + [sums.get(name, zero) for name in TOKEN_SUMS]
                            + [sums.get(name, low) for name in TOKEN_MAXES])
