@@ -146,7 +146,12 @@ def test_verl_parquet_and_compute_score_train(tmp_path):
     # 3 rows, 3 prompts a step: row 1 (index 1) is in every call; it fails, the other two score
     cfg = build_config(tiny_overrides(out, data=str(data), reward_funcs=[f"verl:{reward}:compute_score"],
                                       prompts_per_step=3, max_steps=2, shuffle=False))
-    history = Trainer(cfg).train()
+    trainer = Trainer(cfg)
+    for row in trainer.rows:  # verl's chat prompt, its own "####" instruction only: never rewritten
+        assert row["prompt"][-1]["content"].endswith('output the final answer after "####".')
+        text = trainer.tokenizer.apply_chat_template(row["prompt"], tokenize=False, add_generation_prompt=True)
+        assert trainer.prompts.ids(row) == trainer.tokenizer(text, add_special_tokens=False)["input_ids"]
+    history = trainer.train()
     assert len(history) == 2
     for metrics in history:
         assert metrics["rewards/compute_score/errors"] == 0.0  # the call worked

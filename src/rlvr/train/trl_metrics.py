@@ -65,10 +65,10 @@ TRL_METRICS: dict[str, tuple[str, str]] = {
     "grad_norm": ("gradient norm before clipping, averaged over the step's optimiser steps", "train/grad_norm"),
     "learning_rate": ("after the step", "train/lr"),
     "epoch": ("steps / steps per epoch", "-"),
-    "step_time": ("seconds per optimiser step", "time/step_s"),
+    "step_time": ("seconds per optimiser step (the step's time / its optimiser steps)", "time/step_s"),
     "entropy_coef": ("the entropy bonus coefficient (entropy_coef > 0)", "-"),
-    "sampling/sampling_logp_difference/mean": ("mean |trainer - sampler| log-prob (vLLM correction on)",
-                                               "rollout/logprob_mismatch"),
+    "sampling/sampling_logp_difference/mean": ("mean absolute difference of the trainer's and the sampler's "
+                                               "log-probs (the vLLM correction on)", "rollout/logprob_mismatch"),
     "sampling/importance_sampling_ratio/min": ("the correction's weight (after truncation or masking), min",
                                                "rollout/is_weight_min"),
     "sampling/importance_sampling_ratio/mean": ("its mean", "rollout/is_weight_mean"),
@@ -181,3 +181,12 @@ def _frac_zero_std(groups, scored: list[float], *, batch: bool) -> float | None:
         zero = spread is not None and math.isclose(spread, 0.0, abs_tol=1e-8)  # TRL: isclose(nan, 0) is False
         counts += [zero] * len(g.on_policy)
     return statistics.fmean(counts) if counts else None
+
+
+def metrics_table() -> str:
+    """docs/from_trl.md's table of TRL's metric names, generated from :data:`TRL_METRICS` (a test keeps the
+    page equal to it)."""
+    rows = [f"| `{name}` | {what} | {'`' + ours + '`' if ours != '-' else '—'} |" for name, (what, ours) in
+            TRL_METRICS.items()]
+    return "\n".join(["| TRL's name (metrics.jsonl, trackers, trainer_state.json) | what it is | rlvr's own name |",
+                      "|---|---|---|", *rows])
