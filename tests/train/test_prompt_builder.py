@@ -96,3 +96,13 @@ def test_a_base_model_without_a_chat_template_gets_raw_text():
         prompt_format(cfg, tokenizer, [{"id": "c", "prompt": [{"role": "user", "content": "Q"}], "answer": "1"}])
     with pytest.raises(ValueError, match="system_prompt needs a chat template"):
         prompt_format(build_config({"system_prompt": "Be brief."}), tokenizer, rows)
+
+
+def test_a_rephrasing_is_asked_the_way_its_question_is():
+    """TA-GRPO's variants of a question get the instruction the question got (auto decides on q_0)."""
+    tokenizer = tiny_byte_tokenizer()
+    builder = PromptBuilder(tokenizer, PromptFormat(), rephrased=True)
+    own = {"id": "a", "prompt": "What is 2+3? Give the final answer after ####.", "rephrasings": ["Add 2 and 3."]}
+    plain = {"id": "b", "prompt": "What is 2+3?", "rephrasings": ["Add 2 and 3."]}
+    assert builder.ids(own, 1) == _chat(tokenizer, [{"role": "user", "content": "Add 2 and 3."}])
+    assert builder.ids(plain, 1) == _chat(tokenizer, [{"role": "user", "content": f"Add 2 and 3.\n\n{DEFAULT_INSTRUCTION}"}])

@@ -3,11 +3,12 @@ at start-up), and the token ids of each question and rephrasing, built once per 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 from rlvr.config import ExperimentConfig
 from rlvr.data import PromptFormat
-from rlvr.data.prompts import has_chat_template
+from rlvr.data.prompts import has_chat_template, instruction_for
 from rlvr.data.rows import as_chat, select_prompt_column
 from rlvr.train.rephrasings import variant_prompt
 
@@ -32,8 +33,11 @@ class PromptBuilder:
         """The prompt of the row's question (variant 0) or of its rephrasing ``variant`` (cached)."""
         key = (row["id"], variant)
         if key not in self._cache:
-            prompt = row["prompt"] if variant == 0 else variant_prompt(row["prompt"], row["rephrasings"][variant - 1])
-            ids = self.format.token_ids(self.tokenizer, prompt)
+            fmt, prompt = self.format, row["prompt"]
+            if variant:  # a rephrasing is asked the way its question is (instruction=auto decides on q_0)
+                fmt = dataclasses.replace(fmt, instruction=instruction_for(prompt, fmt.instruction))
+                prompt = variant_prompt(prompt, row["rephrasings"][variant - 1])
+            ids = fmt.token_ids(self.tokenizer, prompt)
             if self.max_tokens is not None and len(ids) > self.max_tokens:
                 ids = ids[-self.max_tokens :]  # from the left: the question's end and the generation prompt stay
                 self.truncated.add(row["id"])
