@@ -67,8 +67,8 @@ TRL_METRICS: dict[str, tuple[str, str]] = {
     "epoch": ("steps / steps per epoch", "-"),
     "step_time": ("seconds per optimiser step (the step's time / its optimiser steps)", "time/step_s"),
     "entropy_coef": ("the entropy bonus coefficient (entropy_coef > 0)", "-"),
-    "sampling/sampling_logp_difference/mean": ("mean absolute difference of the trainer's and the sampler's "
-                                               "log-probs (the vLLM correction on)", "rollout/logprob_mismatch"),
+    "sampling/sampling_logp_difference/mean": (("mean absolute difference of the trainer's and the sampler's "
+                                               "log-probs (the vLLM correction on)"), "rollout/logprob_mismatch"),
     "sampling/importance_sampling_ratio/min": ("the correction's weight (after truncation or masking), min",
                                                "rollout/is_weight_min"),
     "sampling/importance_sampling_ratio/mean": ("its mean", "rollout/is_weight_mean"),
