@@ -51,3 +51,16 @@ def test_save_strategy_is_trls(tmp_path, strategy, checkpoints):
                                       save_strategy=strategy, save_steps=3, save_total_limit=None))
     Trainer(cfg).train()
     assert sorted(int(p.name.split("-")[1]) for p in out.glob("checkpoint-*")) == checkpoints
+
+
+def test_training_refuses_an_unknown_reward_before_loading_the_model(tmp_path):
+    cfg = build_config(tiny_overrides(tmp_path / "run", model="no/such-model", reward_funcs=["nope"]))
+    with pytest.raises(ValueError, match="unknown reward 'nope'"):  # not "could not load 'no/such-model'"
+        Trainer(cfg)
+
+
+def test_bad_scheduler_arguments_are_refused_before_the_model_loads(tmp_path):
+    cfg = build_config(tiny_overrides(tmp_path / "run", model="no/such-model", lr_scheduler_type="cosine_with_min_lr",
+                                      lr_scheduler_kwargs={"min_lr_ratio": 0.1}))
+    with pytest.raises(ValueError, match="lr_scheduler_type=cosine_with_min_lr with lr_scheduler_kwargs"):
+        Trainer(cfg)

@@ -33,23 +33,43 @@ def dry_run_report(cfg: ExperimentConfig) -> list[str]:
     """Lines describing what the run would do; ValueError for what would make it fail."""
     rows = load_python_rows(cfg.python.data) if cfg.python.data is not None else load_rows(cfg.data.data)
     rows = chat_rows(question_rows(rows, cfg), cfg)
-    funcs = [resolve_reward(cfg.python.reward(spec), _NoPool(), answer_extraction=cfg.reward.answer_extraction,
-                            names=cfg.run.preset) for spec in cfg.reward.reward_funcs]
-    columns = set().union(*(reward_columns(row) for row in rows))
-    for name, fn in zip(logged_names(funcs), funcs):
-        missing = sorted(set(needed_columns(fn)) - columns - _CALL_ARGUMENTS)
-        if missing:
-            raise ValueError(f"reward function {name} needs the dataset column(s) {missing}, which {cfg.data.data} "
-                             f"lacks (it has {sorted(columns)}); use data with them, or another reward function")
+    names = check_reward_functions(cfg, rows)
     batch = cfg.batch_shape(configured_world_size(cfg.run.nproc))
     length = run_length(cfg, batch, len(rows))
+    check_scheduler(cfg, length.steps * length.optimizer_steps_per_step)
     return [
         f"data: {len(rows)} rows of {cfg.data.data}; prompts are {_prompt_kind(rows)}",
-        f"reward functions: {', '.join(logged_names(funcs))}",
+        f"reward functions: {', '.join(names)}",
         (f"each step: {batch.prompts_per_step} prompts x {batch.completions_per_prompt} completions, micro-batches of "
         f"{batch.micro_batch} on {batch.world_size} process(es), {batch.optimizer_steps_per_pass} optimiser step(s) "
         f"per pass; {length.steps} steps ({length.steps_per_epoch} per epoch)"),
     ]
+
+
+def check_reward_functions(cfg: ExperimentConfig, rows: list[dict]) -> list[str]:
+    """Resolve every reward function by name and check the rows have the columns each needs, without a
+    model (the trainer calls it before loading one); their logged names. ValueError naming the problem."""
+    funcs = [resolve_reward(cfg.python.reward(spec), _NoPool(), answer_extraction=cfg.reward.answer_extraction,
+                            names=cfg.run.preset) for spec in cfg.reward.reward_funcs]
+    columns = set().union(*(reward_columns(row) for row in rows))
+    names = logged_names(funcs)
+    for name, fn in zip(names, funcs):
+        missing = sorted(set(needed_columns(fn)) - columns - _CALL_ARGUMENTS)
+        if missing:
+            raise ValueError(f"reward function {name} needs the dataset column(s) {missing}, which {cfg.data.data} "
+                             f"lacks (it has {sorted(columns)}); use data with them, or another reward function")
+    return names
+
+
+def check_scheduler(cfg: ExperimentConfig, total_steps: int) -> None:
+    """Build the learning-rate schedule on a stand-in parameter: lr_scheduler_kwargs a schedule does not take
+    fail here, not after the model loads."""
+    import torch
+
+    from rlvr.train.optimizer import build_scheduler
+
+    build_scheduler(torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=cfg.optim.learning_rate), cfg.optim,
+                    max(1, total_steps))
 
 
 def needed_columns(fn) -> tuple[str, ...]:

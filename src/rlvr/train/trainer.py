@@ -38,6 +38,7 @@ from rlvr.train.advantages import compute_advantages
 from rlvr.train.callbacks import Callbacks
 from rlvr.train.dagrpo_phase import build_dagrpo_phase
 from rlvr.train.distributed import init_distributed, shutdown_distributed, wrap_policy
+from rlvr.train.dry_run import check_reward_functions, check_scheduler
 from rlvr.train.engine_options import engine_spec
 from rlvr.train.evaluation import TrainingEval, training_overlap
 from rlvr.train.experience import Experience
@@ -139,6 +140,8 @@ class Trainer:
         self.rows = self._load_rows()
         self.length = run_length(cfg, self.plan.batch, len(self.rows))  # max_steps, or epochs of the data
         self.max_steps = self.length.steps
+        check_reward_functions(cfg, self.rows)  # an unknown reward or a missing column: before the model loads
+        check_scheduler(cfg, self.max_steps * self.length.optimizer_steps_per_step)
         if self.dist.is_main:
             self._log_start(cfg)
         if cfg.eval.enabled and self.dist.is_main:
