@@ -222,18 +222,20 @@ def is_correction(cfg: ExperimentConfig) -> ISCorrection | None:
 
 @dataclass(frozen=True)
 class RunLength:
-    """How long the run is, in rlvr's steps (one rollout batch each), and how TRL would count it."""
+    """How long the run is, in rlvr's steps (one rollout batch each) and in optimiser steps, as TRL counts it."""
 
     steps: int  # training steps of the run
     steps_per_epoch: int  # steps per pass over the prompts (TRL: dataset rows // prompts per step)
     optimizer_steps_per_step: int  # μ × optimiser steps per pass (TRL counts max_steps and global_step in these)
+    optimizer_steps: int  # of the whole run: the last step stops there (TRL trains part of its last generation)
 
 
 def run_length(cfg: ExperimentConfig, batch: BatchShape, num_rows: int) -> RunLength:
-    """The run's steps: ``max_steps`` (preset=trl: TRL's optimiser steps, a whole number of rlvr steps), or
-    ``num_train_epochs`` (``max_steps=-1``) epochs of ``num_rows // B`` steps, as TRL's sampler and
-    transformers' Trainer count them: optimiser steps = ceil(epochs × steps per epoch × k), k optimiser
-    steps per rlvr step; rlvr runs the whole steps that cover them.
+    """The run's length: ``max_steps`` (preset=trl: TRL's optimiser steps), or ``num_train_epochs``
+    (``max_steps=-1``) epochs of ``num_rows // B`` steps, as TRL's sampler and transformers' Trainer count
+    them: optimiser steps = ceil(epochs × steps per epoch × k), k optimiser steps per rlvr step. rlvr runs
+    the steps that cover them, and its last step stops at that many optimiser steps, as TRL does inside
+    its last generation batch.
 
     Convention: TRL drops an epoch's last prompts that do not fill a step; rlvr's sampler carries them
     into the next step (a stream of epochs), so with num_rows % B != 0 the prompts differ at epoch ends.
@@ -245,13 +247,10 @@ def run_length(cfg: ExperimentConfig, batch: BatchShape, num_rows: int) -> RunLe
             raise ValueError(f"num_train_epochs={cfg.run.num_train_epochs}: the data has {num_rows} prompts, fewer "
                              f"than one step's {batch.prompts_per_step}, so an epoch has no step (TRL would train "
                              "nothing); use more data, fewer prompts per step, or set max_steps")
-        optimizer_steps = math.ceil(cfg.run.num_train_epochs * per_epoch * k)
-        return RunLength(steps=math.ceil(optimizer_steps / k), steps_per_epoch=per_epoch, optimizer_steps_per_step=k)
-    steps = cfg.run.max_steps
-    if cfg.run.preset == "trl":  # TRL's max_steps counts optimiser steps
-        if steps % k:
-            raise ValueError(f"max_steps={steps}: with preset=trl max_steps counts optimiser steps as TRL does, and each "
-                             f"step here makes {k} (num_iterations x steps_per_generation / "
-                             f"gradient_accumulation_steps): use a multiple of {k}, e.g. {k * max(1, steps // k)}")
-        steps //= k
-    return RunLength(steps=steps, steps_per_epoch=max(1, per_epoch), optimizer_steps_per_step=k)
+        total = math.ceil(cfg.run.num_train_epochs * per_epoch * k)
+    elif cfg.run.preset == "trl":  # TRL's max_steps counts optimiser steps
+        total = cfg.run.max_steps
+    else:
+        total = cfg.run.max_steps * k
+    return RunLength(steps=math.ceil(total / k), steps_per_epoch=max(1, per_epoch), optimizer_steps_per_step=k,
+                     optimizer_steps=total)

@@ -200,7 +200,8 @@ class Trainer:
                                          device=self.device)
         self.optimizer, self.scheduler = self._optimizer()
         self.update = PolicyUpdate(self.plan.update, self.train_model, self.optimizer, self.scheduler,
-                                   pad_token_id=self.tokenizer.pad_token_id, ref_model=self.ref_model, ctx=self.dist)
+                                   pad_token_id=self.tokenizer.pad_token_id, ref_model=self.ref_model, ctx=self.dist,
+                                   max_optimizer_steps=self.length.optimizer_steps)
         self.evaluation = self._training_eval()
         self.metrics_log = JsonlLog(self.output_dir / "metrics.jsonl")
         self.samples_log = JsonlLog(self.output_dir / "samples.jsonl")
@@ -276,9 +277,10 @@ class Trainer:
                                for g in groups for i in g.on_policy)
         optimizer_steps = update.optimizer_steps + update.skipped_steps if update is not None else 0
         trl = trl_rollout_metrics(groups, self.rewarder.names, scale_rewards=self.cfg.algorithm.scale_rewards)
+        used = update.lr_used if update is not None and update.lr_used is not None else metrics["train/lr"]
         trl |= trl_update_metrics(update.sums if update is not None else {}, beta=self.plan.update.beta,
                                   loss=metrics["train/loss"], grad_norm=metrics["train/grad_norm"],
-                                  learning_rate=metrics["train/lr"])
+                                  learning_rate=used)
         trl |= {"num_tokens": float(self.num_tokens), "epoch": step / self.length.steps_per_epoch,
                 "step_time": metrics["time/step_s"] / max(1, optimizer_steps)}
         if self.plan.update.entropy_coef > 0:
@@ -398,8 +400,10 @@ class Trainer:
         """transformers' TrainerState of the checkpoint at ``step``: optimiser steps, and log_history (the
         metrics.jsonl lines up to ``step``, each with its ``step`` in optimiser steps, as TRL logs them)."""
         k, lines = self.length.optimizer_steps_per_step, self.metrics_log.read()
-        history = [{**line, "rlvr_step": line["step"], "step": line["step"] * k} for line in lines]
-        return ckpt.hf_trainer_state(step * k, max_steps=self.max_steps * k, epoch=step / self.length.steps_per_epoch,
+        history = [{**line, "rlvr_step": line["step"], "step": min(line["step"] * k, self.length.optimizer_steps)}
+                   for line in lines]
+        done = min(step * k, self.length.optimizer_steps)
+        return ckpt.hf_trainer_state(done, max_steps=self.length.optimizer_steps, epoch=step / self.length.steps_per_epoch,
                                      num_train_epochs=self.cfg.run.num_train_epochs or 0, log_history=history,
                                      save_steps=self._save_every() * k, num_input_tokens_seen=self.num_tokens,
                                      train_batch_size=self.plan.batch.micro_batch)
@@ -473,9 +477,7 @@ class Trainer:
     def _optimizer(self):
         o = self.cfg.optim
         optimizer = build_optimizer([p for p in self.policy.parameters() if p.requires_grad], o)
-        u = self.plan.update
-        total = self.max_steps * u.num_iterations * u.num_minibatches  # optimiser steps of the run
-        return optimizer, build_scheduler(optimizer, o, total)
+        return optimizer, build_scheduler(optimizer, o, self.length.optimizer_steps)
 
     def _check_output_dir(self) -> None:
         """A folder holding a run is continued (resume=true) or replaced (overwrite_output_dir=true), never

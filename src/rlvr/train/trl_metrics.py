@@ -19,7 +19,8 @@ How TRL computes them, and so how they are computed here:
   fractions ``clip_ratio/low_mean``, ``high_mean``, ``region_mean`` (token means; sequence means for
   GSPO) and ``clip_ratio/low_min`` / ``high_max`` (the extreme sequence's);
 - per optimiser step, averaged over the step's: ``loss``, ``grad_norm``, ``step_time``;
-  ``learning_rate`` after the step, ``epoch`` = steps / steps per epoch.
+  ``learning_rate`` the rate the step's last optimiser step used (transformers reads it before the schedule
+  moves on; rlvr's own ``train/lr`` is after), ``epoch`` = steps / steps per epoch.
 
 Convention: rlvr's DaGRPO anchors are left out of the completion metrics (they were not sampled) and of
 the entropy; on several processes a micro-batch mean is each process's own (TRL reduces it over the
@@ -63,7 +64,8 @@ TRL_METRICS: dict[str, tuple[str, str]] = {
     "clip_ratio/high_max": ("the most high-clipped sequence's fraction", "-"),
     "loss": ("the optimiser step's loss, averaged over the step's", "train/loss"),
     "grad_norm": ("gradient norm before clipping, averaged over the step's optimiser steps", "train/grad_norm"),
-    "learning_rate": ("after the step", "train/lr"),
+    "learning_rate": ("the rate of the step's last optimiser step, as transformers logs it (rlvr's: after it)",
+                      "train/lr"),
     "epoch": ("steps / steps per epoch", "-"),
     "step_time": ("seconds per optimiser step (the step's time / its optimiser steps)", "time/step_s"),
     "entropy_coef": ("the entropy bonus coefficient (entropy_coef > 0)", "-"),

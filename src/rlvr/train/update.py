@@ -65,6 +65,7 @@ class UpdateResult:
     """What one training step's optimiser steps did: sums, reduced by :meth:`metrics`."""
 
     lr: float
+    lr_used: float | None = None  # the learning rate of the last optimiser step (what transformers logs)
     loss: float = 0.0
     optimizer_steps: int = 0  # taken (finite loss and gradient norm)
     skipped_steps: int = 0
@@ -123,10 +124,14 @@ class PolicyUpdate:
     """
 
     def __init__(self, settings: UpdateSettings, model, optimizer: torch.optim.Optimizer, scheduler, *,
-                 pad_token_id: int, ref_model=None, ctx: DistContext = ALONE):
+                 pad_token_id: int, ref_model=None, ctx: DistContext = ALONE, max_optimizer_steps: int | None = None):
+        """``max_optimizer_steps``: the run's optimiser steps; none is taken past them (the scheduler counts
+        the steps taken, so a resumed run stops where an uninterrupted one does), as TRL stops inside its
+        last generation batch (None: no limit)."""
         self.s = settings
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.pad_token_id, self.ref_model, self.ctx = pad_token_id, ref_model, ctx
+        self.max_optimizer_steps = max_optimizer_steps
 
     def __call__(self, exp: Experience, advantages: torch.Tensor) -> UpdateResult:
         """Update the policy on ``exp`` with ``advantages`` [N]; neither is changed."""
@@ -147,6 +152,8 @@ class PolicyUpdate:
         result = UpdateResult(lr=0.0)
         for iteration in range(s.num_iterations):
             for index, shares in enumerate(plan):
+                if self._run_is_done():
+                    break
                 batch = OptimizerBatch(exp, advantages, old, ref, shares, sampled_old=sampled_old)
                 self.optimizer_step(batch, micro=micro, result=result, on_policy=iteration == 0 and index == 0,
                                     first_pass=iteration == 0)
@@ -156,6 +163,11 @@ class PolicyUpdate:
             result.maxes = dict(zip(TOKEN_MAXES, ctx.max_floats([result.maxes[n] for n in TOKEN_MAXES])))
         result.lr = self.scheduler.get_last_lr()[0]
         return result
+
+    def _run_is_done(self) -> bool:
+        """The run's optimiser steps are all taken (the scheduler's count: every step taken or skipped)."""
+        done = getattr(self.scheduler, "last_epoch", None)
+        return self.max_optimizer_steps is not None and done is not None and done >= self.max_optimizer_steps
 
     def _logprobs(self, model, prompts, exp: Experience, rows: list[int], micro: int) -> list[torch.Tensor | None]:
         """No-grad log-probs for the responses ``rows`` (this rank's); None for the others."""
@@ -233,6 +245,7 @@ class PolicyUpdate:
         else:
             result.skipped_steps += 1
             result.trailing_skips += 1
+        result.lr_used = self.scheduler.get_last_lr()[0]  # before the schedule moves on: this step's rate
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
 
