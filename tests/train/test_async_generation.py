@@ -96,7 +96,7 @@ def test_async_run_interrupted_and_resumed_repeats_the_uninterrupted_one(tmp_pat
     stopped = async_trainer(tmp_path, model_dir, reward, max_steps=3, out="resumed", callbacks=[InterruptAt(1)])
     with pytest.raises(TrainingInterrupted):
         stopped.train()  # checkpoint-1 holds step 2's responses, sampled from θ0 during step 1's update
-    state = json.loads((tmp_path / "resumed" / "checkpoint-1" / "trainer_state.json").read_text())
+    state = json.loads((tmp_path / "resumed" / "checkpoint-1" / "rlvr_state.json").read_text())
     assert [entry["step"] for entry in state["rollout_ahead"]] == [2]
     resumed = async_trainer(tmp_path, model_dir, reward, max_steps=3, out="resumed", resume=True).train()
     assert [m["step"] for m in resumed] == [2, 3]
