@@ -3,8 +3,9 @@ with `rlvr train --config` as written, with only their model and dataset lines s
 tiny model folder, a local JSONL in OpenR1-Math's / a TRL math dataset's shape).
 
 On the command line: ``--push_to_hub false`` (the machine is offline, where push_to_hub=true is refused at
-start-up, tested in tests/train/test_hub.py) and ``--use_vllm false`` (vLLM lives in its own environment,
-`make test-vllm`); TRL's example trains 3 epochs by default, so ``--max_steps 2`` keeps it to 2 steps. The
+start-up, tested in tests/train/test_hub.py) and ``--use_vllm false`` (vLLM lives in its own environment:
+`make test-vllm` runs the Qwen recipe with its vLLM, below); TRL's example trains 3 epochs by default, so
+``--max_steps 2`` keeps it to 2 steps. The
 open-r1 recipes train one epoch of the 8-row file: 4 prompts x 16 completions per step (TRL's arithmetic:
 16 per device x 4 accumulation steps / 16 generations), so 2 steps.
 """
@@ -96,3 +97,27 @@ def test_trls_own_grpo_example_runs_with_trls_defaults(tiny_model, tmp_path, mon
     config = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
     assert config["run"]["preset"] == "trl" and config["optim"]["learning_rate"] == 1e-6
     assert config["model"]["bf16"] is True and config["rollout"]["max_completion_length"] == 512
+
+
+@pytest.mark.vllm
+def test_an_open_r1_recipe_runs_with_its_vllm(tmp_path, monkeypatch, caplog):
+    """`make test-vllm`: the recipe's use_vllm: true as written (TRL 1.16's default vllm_mode, colocate) on a
+    tiny model vLLM's CPU attention takes (head size 32); report_to none there (no wandb in .venv-vllm)."""
+    from rlvr.models.tiny import tiny_byte_tokenizer
+    from tests.rollout.test_vllm_engine import tiny_llama
+
+    model = tiny_llama(seed=3)
+    model.config.max_position_embeddings = 4096  # room for the recipe's 1024-token completions (rotary: same weights)
+    model.save_pretrained(tmp_path / "tiny-llama")
+    tiny_byte_tokenizer().save_pretrained(tmp_path / "tiny-llama")
+    rows = [{"problem": f"What is {a} + {b}?", "solution": f"$\\boxed{{{a + b}}}$", "answer": str(a + b)}
+            for a, b in SUMS]
+    path = offline(OPEN_R1[0], tmp_path, tmp_path / "tiny-llama", rows)
+    out = tmp_path / yaml.safe_load(path.read_text())["output_dir"]
+    monkeypatch.chdir(tmp_path)
+    with caplog.at_level(logging.INFO, logger="rlvr"):
+        assert main(["train", "--config", str(path), "--push_to_hub", "false", "--report_to", "none"]) == 0
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == [1, 2]
+    assert all(line["sampling/importance_sampling_ratio/mean"] is not None for line in lines)  # TRL's correction
+    assert yaml.safe_load((out / "config.yaml").read_text())["rollout"]["rollout_engine"] == "vllm"
