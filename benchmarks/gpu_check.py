@@ -30,7 +30,7 @@ responses, the same reasoning-gym chain_sum data for all three:
   fail with that reason if named in --configs.
 
 Each config is built with `load_config(None, ["key=value", ...])` and trained with
-`make_trainer(cfg).train()`, which returns one metric dict per step. The table gives the median over
+`Trainer(cfg).train()`, which returns one metric dict per step. The table gives the median over
 the steps (the first step includes CUDA warm-up; with 3 steps the median ignores it), rollout
 tokens/s (`perf/tokens_per_s`: generated tokens / rollout seconds), peak GPU memory
 (`torch.cuda.max_memory_allocated`, reset before each config) and whether the last step's loss is
@@ -163,7 +163,7 @@ def median_of(history: list[dict], key: str) -> float | None:
 def run_config(args, name: str) -> dict:
     """Train one config for --steps steps; return its summary and every step's metrics."""
     from rlvr.config import load_config
-    from rlvr.train.sft import make_trainer
+    from rlvr.train.trainer import Trainer
 
     cuda = args.device.startswith("cuda")
     if cuda:
@@ -179,9 +179,9 @@ def run_config(args, name: str) -> dict:
             if name.endswith("_fsdp"):  # peak memory: rank 0's, from its metrics
                 history = run_fsdp(pairs, args.fsdp_procs, Path(tmp) / name)
             elif name.endswith("_server"):  # peak memory: the trainer's process only (the server is another)
-                history = with_vllm_server(args, pairs, lambda p: make_trainer(load_config(None, p)).train())
+                history = with_vllm_server(args, pairs, lambda p: Trainer(load_config(None, p)).train())
             else:
-                history = make_trainer(load_config(None, pairs)).train()
+                history = Trainer(load_config(None, pairs)).train()
         except Exception as error:  # noqa: BLE001  (one failing config must not cost the others their GPU time)
             result.update(error=f"{type(error).__name__}: {error}", traceback=traceback.format_exc(),
                           wall_s=time.perf_counter() - start)

@@ -215,12 +215,11 @@ def main(argv: list[str] | None = None) -> int:
         from transformers.utils import logging as hf_logging
 
         from rlvr.train.interrupts import TrainingInterrupted
-        from rlvr.train.sft import make_trainer  # heavy imports only when training
-        from rlvr.train.trainer import TrainingStopped
+        from rlvr.train.trainer import Trainer, TrainingStopped  # heavy imports only when training
 
         hf_logging.disable_progress_bar()  # weight loading/saving bars would break our own bar
         try:
-            trainer = make_trainer(cfg)  # kept referenced until the exit below
+            trainer = Trainer(cfg)  # kept referenced until the exit below
             trainer.train()
             code = 0
         except ValueError as error:

@@ -43,8 +43,7 @@ _EXAMPLES = """examples:
   rlvr eval --model runs/grpo --data math-500:path=/data/math500.parquet --out eval/latest.json
 
 --model: an alias (smollm2-135m, tiny-random), a model folder, a run's checkpoint folder
-(RUN/checkpoint-N; RUN/checkpoints/step-N of older runs), a run folder (its final model, else its
-latest checkpoint) or a Hub id.
+(RUN/checkpoint-N), a run folder (its final model, else its latest checkpoint) or a Hub id.
 --data: comma-separated specs: gsm8k-100, rg:NAME[:key=value...], a .jsonl/.json/.parquet file, a
 Hub id owner/name[:split=...][:config=...], or a benchmark name (math-500, aime24, aime25, amc,
 minerva, olympiadbench, gsm8k, gpqa-diamond; BENCHMARK:path=FILE for a local copy).
@@ -138,17 +137,14 @@ def _ks(text: str | None, n: int) -> list[int]:
 
 
 def resolve_model_path(name: str) -> str:
-    """A model folder (checkpoint-N, a finished run's output_dir) → itself; an old-layout checkpoint
-    (checkpoints/step-N) → its model/; a run folder without a final model → its latest checkpoint; else `name`."""
+    """A model folder (checkpoint-N, a finished run's output_dir) → itself; a run folder without a final model
+    → its latest checkpoint; else `name`."""
     path = Path(name).expanduser()
     if not path.is_dir() or _is_model(path):
         return name
-    if _is_model(path / "model"):
-        return str(path / "model")
-    # the layout of rlvr.train.checkpoint_files (eval_cli may not import train): checkpoint-N, checkpoints/step-N/model
+    # the layout of rlvr.train.checkpoint_files (eval_cli may not import train): checkpoint-N
     steps = [(int(n), p) for p in path.glob("checkpoint-*") if (n := p.name.removeprefix("checkpoint-")).isdigit()]
-    steps += [(int(n), p / "model") for p in path.glob("checkpoints/step-*") if (n := p.name[5:]).isdigit()]
-    models = [folder for _, folder in sorted(steps, key=lambda s: (s[0], s[1].name != "model")) if _is_model(folder)]
+    models = [folder for _, folder in sorted(steps) if _is_model(folder)]
     if models:
         print(f"rlvr eval: using the latest checkpoint {models[-1]}", file=sys.stderr)
         return str(models[-1])

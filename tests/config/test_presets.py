@@ -37,9 +37,13 @@ def test_tagrpo_algos_keep_their_rephrasings():
 
 def test_committed_study_configs_still_build():
     # every arm of every study (and each resolved config.yaml of its runs) passes the checks
-    for study in Path("experiments").glob("*.yaml"):
+    experiments = Path(__file__).resolve().parents[2] / "experiments"
+    studies = sorted(experiments.glob("*.yaml"))
+    saved_configs = sorted((experiments / "results").rglob("config.yaml"))
+    assert studies and saved_configs, f"no study configs under {experiments}"
+    for study in studies:
         spec = yaml.safe_load(study.read_text())
         for arm in spec["arms"].values():
             build_config({**spec["common"], **arm})
-    for saved in Path("experiments/results").rglob("config.yaml"):
+    for saved in saved_configs:
         load_config(str(saved), [])

@@ -81,12 +81,12 @@ def test_a_trl_recipe_resolves_to_the_rlvr_options_it_means(tmp_path):
 
 def test_the_trl_recipe_trains(tmp_path):
     """The recipe runs unchanged (2 steps of tiny-random), LoRA adapters and all."""
-    from rlvr.train.sft import make_trainer
+    from rlvr.train.trainer import Trainer
 
     path = tmp_path / "grpo.yaml"
     path.write_text(TRL_RECIPE.replace("OUT", str(tmp_path / "run")))
     cfg = load_config(str(path), ["prompts_per_step=1", "progress_bar=false", "verifier_workers=1"])
-    make_trainer(cfg).train()
+    Trainer(cfg).train()
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == 2
 

@@ -8,14 +8,8 @@ import pytest
 import torch
 
 from rlvr.core.kl import kl_k3
-from rlvr.core.losses import (
-    AGGREGATION_ALIASES,
-    AGGREGATION_MODES,
-    aggregate,
-    clipped_surrogate,
-    log_ratio,
-    resolve_aggregation,
-)
+from rlvr.core.losses import aggregate, clipped_surrogate, log_ratio
+from rlvr.core.names import AGGREGATION_ALIASES, AGGREGATION_MODES, resolve_aggregation
 
 F64 = torch.float64
 

@@ -109,17 +109,6 @@ def test_checkpoint_and_run_folders_resolve_to_the_model_folder(tmp_path):
     assert resolve_model_path(str(run)) == str(run)
 
 
-def test_old_layout_checkpoint_and_run_folders_resolve_to_the_model_folder(tmp_path):
-    for step in ("step-000010", "step-000020"):
-        (tmp_path / "run" / "checkpoints" / step / "model").mkdir(parents=True)
-        (tmp_path / "run" / "checkpoints" / step / "model" / "config.json").write_text("{}")
-    latest = str(tmp_path / "run" / "checkpoints" / "step-000020" / "model")
-    assert resolve_model_path(str(tmp_path / "run")) == latest
-    assert resolve_model_path(str(tmp_path / "run" / "checkpoints" / "step-000020")) == latest
-    assert resolve_model_path(latest) == latest
-    assert resolve_model_path("tiny-random") == "tiny-random"
-
-
 @pytest.mark.parametrize("extra", [["--n", "0"], ["--k", "1,x"]])
 def test_bad_arguments_exit_2(tmp_path, extra):
     assert _eval(["--model", "tiny-random", "--data", "gsm8k-100", *extra, "--out", str(tmp_path / "x.json")]) == 2

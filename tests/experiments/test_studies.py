@@ -66,7 +66,7 @@ def test_summary_is_made_from_the_committed_run_files(name, tmp_path):
 @pytest.mark.parametrize("name", PUBLISHED)
 def test_every_run_was_made_by_the_committed_command(name):
     study = _study(name)
-    out = Path("experiments") / "results" / name
+    out = Path("experiments") / "results" / name  # the commands name run folders relative to the repo root
     logged = [json.loads(line) for line in (RESULTS / name / "commands.log").read_text().splitlines() if line]
     done = {entry["command"] for entry in logged if entry["returncode"] == 0}
     runs = sorted((RESULTS / name).glob("*/seed*/metrics.jsonl"))

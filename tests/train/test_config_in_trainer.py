@@ -33,3 +33,16 @@ def test_trust_remote_code_is_off_by_default_and_reaches_load_policy(tmp_path, m
     with pytest.raises(Loaded):
         trainer_module.Trainer(cfg)
     assert pickles[-1] is True
+
+
+def test_trainer_runs_what_algo_says_sft_included(tmp_path):
+    """Trainer(cfg) is the one entry point: with algo=sft it trains supervised (no rollouts, no rewards)."""
+    from rlvr.train.sft import SFTTrainer
+
+    cfg = build_config(tiny_overrides(tmp_path / "sft", algo="sft", data="rg:chain_sum:size=8", max_steps=1))
+    trainer = trainer_module.Trainer(cfg)
+    assert type(trainer) is SFTTrainer
+    (metrics,) = trainer.train()
+    assert "sft/anchor_rate" in metrics and "rollout/reward_mean" not in metrics
+    rl = build_config(tiny_overrides(tmp_path / "rl", data="rg:chain_sum:size=8", max_steps=1))
+    assert type(trainer_module.Trainer(rl)) is trainer_module.Trainer

@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 
 from rlvr.config import build_config
 from rlvr.train.distributed import DistContext
-from rlvr.train.sft import make_trainer
+from rlvr.train.trainer import Trainer
 from rlvr.train.update import rank_share
 
 from .conftest import tiny_overrides
@@ -92,7 +92,7 @@ def _launch(options: dict, *extra: str) -> None:
                                                    ("memory", "fsdp"), ("memory", "ddp")])
 def test_two_processes_equal_one(tmp_path, lowercase_reward, name, parallelism):
     one, two = tmp_path / "one", tmp_path / "two"
-    make_trainer(build_config(_options(name, one, lowercase_reward))).train()
+    Trainer(build_config(_options(name, one, lowercase_reward))).train()
     _launch(_options(name, two, lowercase_reward), "nproc=2", f"parallelism={parallelism}")
     # one metrics line per step (rank 0 writes alone), the same losses
     assert len(_losses(two)) == 2
@@ -124,10 +124,10 @@ def test_two_processes_equal_one(tmp_path, lowercase_reward, name, parallelism):
 def test_fsdp_checkpoint_resumes_in_one_process(tmp_path, lowercase_reward):
     """FSDP2 checkpoints hold full weights and name-keyed optimiser states: any world size resumes them."""
     one, split = tmp_path / "one", tmp_path / "split"
-    make_trainer(build_config(_options("grpo", one, lowercase_reward))).train()
+    Trainer(build_config(_options("grpo", one, lowercase_reward))).train()
     _launch({**_options("grpo", split, lowercase_reward), "max_steps": 1}, "nproc=2", "parallelism=fsdp")
     assert json.loads((split / "checkpoint-1" / "rlvr_state.json").read_text())["optimizer_format"] == "fqn"
-    make_trainer(build_config({**_options("grpo", split, lowercase_reward), "resume": True})).train()
+    Trainer(build_config({**_options("grpo", split, lowercase_reward), "resume": True})).train()
     a, b = _weights(one, 2), _weights(split, 2)
     for key in a:
         assert torch.allclose(a[key], b[key], rtol=0, atol=1e-5), (key, (a[key] - b[key]).abs().max())
@@ -174,9 +174,9 @@ def test_bf16_mixed_on_two_fsdp_processes_trains_what_one_trains_to_bf16_precisi
     autocast alone. Measured: losses 0.2 % apart, the second step's update (w2 - w1) at cosine
     0.99994 between the two (0.982 to the fp32 run's) with 99.8 % of its signs equal."""
     one, two, fp32 = tmp_path / "one", tmp_path / "two", tmp_path / "fp32"
-    make_trainer(build_config({**_options("memory", one, lowercase_reward), "bf16": True})).train()
+    Trainer(build_config({**_options("memory", one, lowercase_reward), "bf16": True})).train()
     _launch({**_options("memory", two, lowercase_reward), "bf16": True}, "nproc=2", "parallelism=fsdp")
-    make_trainer(build_config(_options("memory", fp32, lowercase_reward))).train()
+    Trainer(build_config(_options("memory", fp32, lowercase_reward))).train()
     assert _losses(two) == pytest.approx(_losses(one), rel=1e-2, abs=1e-4)
     assert _losses(one) != pytest.approx(_losses(fp32), rel=1e-6, abs=0)  # bf16 compute did happen
 

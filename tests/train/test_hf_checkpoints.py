@@ -1,11 +1,10 @@
 """The Hugging Face / TRL checkpoint layout: checkpoint-N/ and the final model load with the Auto
 classes and hold the trainer's weights; trainer_state.json has log_history; resume_from_checkpoint
 resumes exactly; LoRA's adapter names a real base and its merged model computes what base+adapter
-computes; a run folder of the old layout (checkpoints/step-NNNNNN/model/) still resumes."""
+computes."""
 
 import json
 import re
-import shutil
 
 import pytest
 import torch
@@ -14,7 +13,6 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, 
 from rlvr.config import build_config
 from rlvr.models import load_policy
 from rlvr.train.checkpoint import list_checkpoints
-from rlvr.train.checkpoint_check import write_manifest
 from rlvr.train.checkpoint_files import TRAINING_FILES
 from rlvr.train.model_export import FINAL_RECORD
 from rlvr.train.trainer import Trainer
@@ -197,32 +195,3 @@ def test_save_merged_model_without_lora_is_refused(tmp_path, reward):
         _cfg(tmp_path / "r", reward, save_merged_model=True)
 
 
-# ----------------------------------------------------------------------------- the old layout
-def _to_old_layout(run) -> None:
-    """Turn a run folder into what rlvr wrote before checkpoint-N: checkpoints/step-NNNNNN/ with model/."""
-    for name in json.loads((run / FINAL_RECORD).read_text()):  # old runs had no final model at output_dir
-        (run / name).unlink()
-    (run / FINAL_RECORD).unlink()
-    for folder in list_checkpoints(run):
-        old = run / "checkpoints" / f"step-{int(folder.name.split('-')[1]):06d}"
-        (old / "model").mkdir(parents=True)
-        for path in folder.iterdir():
-            shutil.move(path, old / path.name if path.name in TRAINING_FILES else old / "model" / path.name)
-        folder.rmdir()
-        (old / "manifest.json").unlink()
-        write_manifest(old)  # as the old save wrote it: model/... paths
-
-
-def test_an_old_layout_run_folder_still_resumes_exactly(tmp_path, reward):
-    full = RecordingTrainer(_cfg(tmp_path / "full", reward, max_steps=3))
-    full.train()
-    run = tmp_path / "old"
-    Trainer(_cfg(run, reward, max_steps=2, save_steps=1)).train()
-    _to_old_layout(run)
-    assert [p.name for p in list_checkpoints(run)] == ["step-000001", "step-000002"]
-    history = Trainer(_cfg(run, reward, max_steps=3, save_steps=1, resume=True)).train()
-    assert [m["step"] for m in history] == [3]
-    _assert_weights_equal(AutoModelForCausalLM.from_pretrained(run / "checkpoint-3"), full.saved[3])
-    assert _metrics(run) == _metrics(tmp_path / "full")
-    # save_total_limit=2 rotates the old checkpoints out first
-    assert [str(p.relative_to(run)) for p in list_checkpoints(run)] == ["checkpoints/step-000002", "checkpoint-3"]

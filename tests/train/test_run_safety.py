@@ -15,7 +15,7 @@ from safetensors.torch import load_file, save_file
 
 from rlvr.config import build_config
 from rlvr.train.checkpoint import checkpoint_dir, latest_checkpoint, list_checkpoints, load_trainer_state
-from rlvr.train.checkpoint_check import MANIFEST, checkpoint_problem
+from rlvr.train.checkpoint_check import MANIFEST, checkpoint_problem, write_manifest
 from rlvr.train.run_folder import RunFolderBusy, RunFolderLock, new_run_folder
 from rlvr.train.trainer import Trainer
 from tests.helpers.metrics import comparable
@@ -144,21 +144,26 @@ def test_resume_passes_over_a_truncated_weights_file(tmp_path, lowercase_reward,
     _damage_and_resume(tmp_path, lowercase_reward, truncate, caplog)
 
 
-def test_resume_passes_over_nan_weights_in_a_checkpoint_without_manifest(tmp_path, lowercase_reward, caplog):
-    def poison(folder):  # a checkpoint written before manifests existed, holding NaN weights
+def test_resume_passes_over_nan_weights_saved_as_they_were(tmp_path, lowercase_reward, caplog):
+    def poison(folder):  # NaN weights written at save time (a bad step), so the manifest agrees with them
         (folder / MANIFEST).unlink()
         path = next(folder.glob("*.safetensors"))
         weights = load_file(path)
         name = next(iter(weights))
         weights[name] = torch.full_like(weights[name], float("nan"))
         save_file(weights, path, metadata={"format": "pt"})
+        write_manifest(folder)
     _damage_and_resume(tmp_path, lowercase_reward, poison, caplog)
+
+
+def test_resume_passes_over_a_checkpoint_without_its_manifest(tmp_path, lowercase_reward, caplog):
+    _damage_and_resume(tmp_path, lowercase_reward, lambda c: (c / MANIFEST).unlink(), caplog)
 
 
 def test_every_checkpoint_damaged_is_refused_with_the_fix(tmp_path, lowercase_reward):
     out = tmp_path / "r"
     Trainer(_cfg(out, lowercase_reward, max_steps=1)).train()
-    (checkpoint_dir(out, 1) / "trainer_state.json").write_text("{")
+    (checkpoint_dir(out, 1) / "rlvr_state.json").write_text("{")
     with pytest.raises(ValueError, match="every checkpoint .* is damaged.*overwrite_output_dir=true"):
         Trainer(_cfg(out, lowercase_reward, max_steps=2, resume=True)).train()
 

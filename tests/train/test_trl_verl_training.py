@@ -7,7 +7,6 @@ import pytest
 import yaml
 
 from rlvr.config import build_config
-from rlvr.train.sft import make_trainer
 from rlvr.train.trainer import Trainer
 
 from .conftest import tiny_overrides
@@ -86,7 +85,7 @@ def test_python_api_callables_rows_and_callbacks(tmp_path):
     recorder, plain, trl_style = Recorder(), StepsSeen(), TRLStyle()
     out = tmp_path / "run"
     cfg = build_config(tiny_overrides(out, data=CHAT_ROWS, reward_funcs=[recorder], max_steps=2, save_steps=1))
-    history = make_trainer(cfg, callbacks=[plain, trl_style]).train()
+    history = Trainer(cfg, callbacks=[plain, trl_style]).train()
     # TRL's keyword arguments, every dataset column (and rlvr's gold `answer` and `id`)
     assert recorder.calls[0]["keys"] == {"prompts", "completions", "completion_ids", "trainer_state", "log_extra",
                                          "log_metric", "solution", "level", "answer", "id"}

@@ -68,7 +68,7 @@ ACCEPTED: dict[str, tuple[Any, str]] = {
     "disable_tqdm": (lambda v: isinstance(v, bool), "rlvr's progress bar is progress_bar"),
     # open-r1's GRPOConfig / GRPOScriptArguments additions
     "benchmarks": (lambda v: not v, "rlvr evaluates with eval_data / `rlvr eval`"),
-    "callbacks": (lambda v: not v, "rlvr's callbacks come from Python (make_trainer(cfg, callbacks=[...]))"),
+    "callbacks": (lambda v: not v, "rlvr's callbacks come from Python (Trainer(cfg, callbacks=[...]))"),
     "hub_model_revision": (lambda v: v in (None, "main"), "rlvr pushes to the main revision"),
     "overwrite_hub_revision": (lambda v: v is False, "rlvr pushes to the main revision"),
     "push_to_hub_revision": (lambda v: v is False, "rlvr pushes to the main revision"),

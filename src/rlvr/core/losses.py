@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from rlvr.core.names import AGGREGATION_ALIASES, AGGREGATION_MODES, IMPORTANCE_LEVELS, resolve_aggregation  # noqa: F401  (re-exported; defined without torch, for config)
+from rlvr.core.names import IMPORTANCE_LEVELS, resolve_aggregation
 
 
 def log_ratio(
@@ -134,7 +134,7 @@ def aggregate(
     Args:
         per_token: [N, T] losses.
         mask: [N, T] response mask.
-        mode: an aggregation name or a TRL/verl alias (see :data:`AGGREGATION_ALIASES`).
+        mode: an aggregation name or a TRL/verl alias (``rlvr.core.names.AGGREGATION_ALIASES``).
         max_completion_length: L_max, required by ``seq_mean_token_sum_norm``.
         num_tokens: global token count (default: this batch's).
         num_sequences: global sequence count (default: this batch's N).

@@ -55,7 +55,7 @@ class PreallocatedLayer(DynamicLayer):
     def get_seq_length(self) -> int:
         return self.length
 
-    def get_max_length(self) -> int:
+    def get_max_length(self) -> int:  # transformers' cache-layer interface (abstract there; Bloom reads it)
         return self.capacity
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:

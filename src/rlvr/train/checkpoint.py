@@ -7,7 +7,7 @@ and beside it ``optimizer.pt``, ``scheduler.pt``, ``rng.pt``, ``rlvr_state.json`
 counters) and ``trainer_state.json``, a transformers ``TrainerState`` (``TrainerState.load_from_json``
 reads it): ``global_step`` in optimiser steps and ``log_history``, the metrics.jsonl lines up to the step
 with TRL's metric names among rlvr's. At the end of training the final model is put at ``output_dir``
-itself (``model_export.py``). Old run folders (``checkpoints/step-000010/model/``) still resume.
+itself (``model_export.py``).
 
 Atomicity: everything is written into ``.tmp-checkpoint-10``, each file fsynced, then the folder is
 renamed (atomic on POSIX) and the parent fsynced. A folder named ``checkpoint-*`` is therefore
@@ -31,14 +31,12 @@ import torch
 from rlvr.train.checkpoint_check import write_manifest
 from rlvr.train.checkpoint_files import (
     BASE_MODEL,
-    OLD_ROOT,
     STATE_FILE,
     checkpoint_dir,
     checkpoint_step,
     fsync_dir,
     fsync_tree,
     list_checkpoints,
-    model_folder,
 )
 from rlvr.train.model_export import remove_final_model, write_model
 
@@ -69,7 +67,7 @@ def save_checkpoint(
     optimizer_state: dict[str, Any] | None = None,
     merged_model: bool = False,
 ) -> Path:
-    """Write a complete checkpoint for ``step`` atomically and prune old ones (both layouts).
+    """Write a complete checkpoint for ``step`` atomically and prune old ones.
 
     ``model_state``/``optimizer_state``: full state dicts gathered from a sharded (FSDP2) model;
     the optimiser's is then keyed by parameter name (``trainer_state["optimizer_format"] = "fqn"``).
@@ -109,10 +107,9 @@ def save_checkpoint(
                           f"(save_total_limit={keep_last}), or put output_dir on a larger disk") from error
         raise
     fsync_dir(root)
-    if keep_last is not None:  # save_total_limit: old-layout checkpoints are the oldest, rotated out first
+    if keep_last is not None:  # save_total_limit
         for old in list_checkpoints(output_dir)[:-keep_last]:
             shutil.rmtree(old, ignore_errors=True)
-        _remove_if_empty(output_dir / OLD_ROOT)
     return final
 
 
@@ -121,7 +118,6 @@ def remove_checkpoints(output_dir: Path) -> None:
     (``overwrite_output_dir=true``: the run starts over)."""
     for folder in list_checkpoints(output_dir):
         shutil.rmtree(folder, ignore_errors=True)
-    shutil.rmtree(output_dir / OLD_ROOT, ignore_errors=True)
     shutil.rmtree(output_dir / BASE_MODEL, ignore_errors=True)
     remove_final_model(output_dir)
 
@@ -184,7 +180,7 @@ def load_model_weights(model, path: Path) -> None:
     """Load the checkpoint's safetensors weights into ``model`` in place (exact copy)."""
     from safetensors.torch import load_file
 
-    files = sorted(model_folder(path).glob("*.safetensors"))
+    files = sorted(path.glob("*.safetensors"))
     if not files:
         raise ValueError(f"checkpoint {path} holds no safetensors weights; it cannot be resumed")
     state: dict[str, torch.Tensor] = {}
@@ -233,7 +229,3 @@ def _disk_full(error: BaseException, folder: Path) -> bool:
 def _to_tuple(value: Any) -> Any:
     return tuple(_to_tuple(v) for v in value) if isinstance(value, list) else value
 
-
-def _remove_if_empty(folder: Path) -> None:
-    if folder.is_dir() and not any(folder.iterdir()):
-        folder.rmdir()

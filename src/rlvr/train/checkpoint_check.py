@@ -4,8 +4,8 @@
 folder before the atomic rename. ``checkpoint_problem`` finds what is wrong with a folder: a
 missing file, a size or checksum that differs from the manifest (a truncated or overwritten
 file), a trainer state that does not parse, weights that are not finite (NaN or inf written by a
-failing disk or a bad step). A checkpoint from before the manifest is checked for its files,
-its state and finite weights. ``newest_intact`` picks the checkpoint a resume should use.
+failing disk or a bad step); a checkpoint without a manifest was not written whole by rlvr.
+``newest_intact`` picks the checkpoint a resume should use.
 Cost: one more read of every file at save and at resume (CRC-32, a checksum for damage, not
 for tampering: several times faster than SHA-256 on multi-GB optimizer states).
 """
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import torch
 
-from rlvr.train.checkpoint_files import MANIFEST, STATE_FILE, model_folder
+from rlvr.train.checkpoint_files import MANIFEST, STATE_FILE
 
-REQUIRED = ("optimizer.pt", "scheduler.pt", "rng.pt", STATE_FILE, "trainer_state.json")
+REQUIRED = ("optimizer.pt", "scheduler.pt", "rng.pt", STATE_FILE, "trainer_state.json", MANIFEST)
 
 
 def write_manifest(folder: Path) -> None:
@@ -33,23 +33,21 @@ def write_manifest(folder: Path) -> None:
 def checkpoint_problem(folder: Path) -> str | None:
     """What is wrong with the checkpoint in ``folder``, in a few words, or None when it is intact."""
     missing = [name for name in REQUIRED if not (folder / name).is_file()]
-    weights = sorted(model_folder(folder).glob("*.safetensors"))  # the model (LoRA: the adapter), not merged/
+    weights = sorted(folder.glob("*.safetensors"))  # the model (LoRA: the adapter), not merged/
     if missing or not weights:
         return f"{', '.join(missing) or '*.safetensors'} missing"
-    manifest = folder / MANIFEST
-    if manifest.is_file():
-        try:
-            files = json.loads(manifest.read_text(encoding="utf-8"))["files"]
-        except (ValueError, KeyError, UnicodeDecodeError):
-            return f"{MANIFEST} unreadable"
-        for name, (size, digest) in files.items():
-            path = folder / name
-            if not path.is_file():
-                return f"{name} missing"
-            if path.stat().st_size != size:
-                return f"{name} has {path.stat().st_size} bytes, {size} when saved (truncated or overwritten)"
-            if _crc32(path) != digest:
-                return f"{name} differs from what was saved (checksum)"
+    try:
+        files = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))["files"]
+    except (ValueError, KeyError, UnicodeDecodeError):
+        return f"{MANIFEST} unreadable"
+    for name, (size, digest) in files.items():
+        path = folder / name
+        if not path.is_file():
+            return f"{name} missing"
+        if path.stat().st_size != size:
+            return f"{name} has {path.stat().st_size} bytes, {size} when saved (truncated or overwritten)"
+        if _crc32(path) != digest:
+            return f"{name} differs from what was saved (checksum)"
     try:
         json.loads((folder / STATE_FILE).read_text(encoding="utf-8"))["step"]
     except (ValueError, KeyError, UnicodeDecodeError):

@@ -13,8 +13,7 @@ The layout is transformers'/TRL's, so ``AutoModelForCausalLM.from_pretrained`` a
       merged/          LoRA with save_merged_model=true: base + adapter merged (also in each checkpoint)
 
 A LoRA run's model files are the adapter (adapter_config.json, adapter_model.safetensors).
-The old layout (``<output_dir>/checkpoints/step-000020/`` with the model in ``model/``) is still
-found, for resume and ``rlvr eval``, and never written. No torch here: ``rlvr eval`` uses it.
+No torch here: ``rlvr eval`` uses it.
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ import shutil
 from pathlib import Path
 
 CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
-OLD_ROOT, OLD_STEP = "checkpoints", re.compile(r"^step-(\d+)$")  # the layout before issue 19
 MANIFEST = "manifest.json"
 STATE_FILE = "rlvr_state.json"  # rlvr's state of the run; trainer_state.json is transformers' TrainerState
 TRAINING_FILES = ("optimizer.pt", "scheduler.pt", "rng.pt", STATE_FILE, "trainer_state.json", MANIFEST)
@@ -38,37 +36,18 @@ def checkpoint_dir(output_dir: Path, step: int) -> Path:
 
 
 def checkpoint_step(folder: Path) -> int | None:
-    """The step of a checkpoint folder by its name (either layout); None: not a checkpoint name."""
-    if m := CHECKPOINT.match(folder.name):
-        return int(m.group(1))
-    if folder.parent.name == OLD_ROOT and (m := OLD_STEP.match(folder.name)):
-        return int(m.group(1))
-    return None
+    """The step of a checkpoint folder by its name; None: not a checkpoint name."""
+    m = CHECKPOINT.match(folder.name)
+    return int(m.group(1)) if m else None
 
 
 def list_checkpoints(output_dir: Path) -> list[Path]:
-    """The checkpoint folders of ``output_dir``, oldest first (both layouts; at one step the new one).
+    """The checkpoint folders of ``output_dir``, oldest first.
 
     Only complete folders have these names: a save writes ``.tmp-checkpoint-N`` and renames it.
     """
-    candidates = [*output_dir.glob("checkpoint-*"), *(output_dir / OLD_ROOT).glob("step-*")]
-    found: dict[int, Path] = {}
-    for path in candidates:
-        step = checkpoint_step(path)
-        if step is not None and path.is_dir() and (step not in found or found[step].parent.name == OLD_ROOT):
-            found[step] = path
-    return [found[step] for step in sorted(found)]
-
-
-def model_folder(checkpoint: Path) -> Path:
-    """The folder holding a checkpoint's model files: itself, or ``model/`` in the old layout."""
-    old = checkpoint / "model"
-    return old if checkpoint.parent.name == OLD_ROOT and old.is_dir() else checkpoint
-
-
-def run_folder_of(checkpoint: Path) -> Path:
-    """The run folder (output_dir) a checkpoint folder belongs to."""
-    return checkpoint.parent.parent if checkpoint.parent.name == OLD_ROOT else checkpoint.parent
+    found = {checkpoint_step(path): path for path in output_dir.glob("checkpoint-*") if path.is_dir()}
+    return [found[step] for step in sorted(step for step in found if step is not None)]
 
 
 def link_or_copy(source: Path, target: Path) -> None:

@@ -92,16 +92,3 @@ def full_state_dicts(model, optimizer) -> tuple[dict, dict]:
         for key in getattr(model, "_tied_weights_keys", None) or {}:
             model_state.pop(key, None)
     return model_state, get_optimizer_state_dict(model, optimizer, options=options)
-
-
-def load_full_state_dicts(model, optimizer, model_state: dict, optimizer_state: dict) -> None:
-    """Shard full state dicts (every rank holds them) into the FSDP2 model and its optimiser."""
-    from torch.distributed.checkpoint.state_dict import (
-        StateDictOptions,
-        set_model_state_dict,
-        set_optimizer_state_dict,
-    )
-
-    options = StateDictOptions(full_state_dict=True)
-    set_model_state_dict(model, model_state, options=options)
-    set_optimizer_state_dict(model, optimizer, optim_state_dict=optimizer_state, options=options)

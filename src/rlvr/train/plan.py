@@ -139,12 +139,17 @@ class StepPlan:
     num_completions_to_log: int
 
 
+def step_kind(cfg: ExperimentConfig) -> str:
+    """``rl``, or ``sft`` (``algo=sft``: supervised fine-tuning on the anchors)."""
+    return "sft" if cfg.algorithm.algo == "sft" else "rl"
+
+
 def compile_plan(cfg: ExperimentConfig, *, world_size: int = 1) -> StepPlan:
     """The decisions of :class:`StepPlan` for a validated config, on ``world_size`` processes."""
     a, d, t, r = cfg.algorithm, cfg.dagrpo, cfg.tagrpo, cfg.rollout
     batch = cfg.batch_shape(world_size)
     return StepPlan(
-        mode="sft" if a.algo == "sft" else "rl",
+        mode=step_kind(cfg),
         batch=batch,
         rollout=RolloutSettings(
             prompts_per_step=batch.prompts_per_step,

@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from rlvr.train.checkpoint_check import checkpoint_problem, newest_intact
-from rlvr.train.checkpoint_files import STATE_FILE, checkpoint_step, list_checkpoints, run_folder_of
+from rlvr.train.checkpoint_files import STATE_FILE, checkpoint_step, list_checkpoints
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def resume_output_dir(output_dir: str | None, resume_from_checkpoint: str | None
     if resume_from_checkpoint is None:
         return output_dir
     folder = _checked_checkpoint(resume_from_checkpoint)
-    run = run_folder_of(folder)
+    run = folder.parent  # a checkpoint-N folder sits in its run folder
     if output_dir is not None and Path(output_dir).expanduser().resolve() != run.resolve():
         raise ValueError(f"resume_from_checkpoint={resume_from_checkpoint} is a checkpoint of the run {run}, not of "
                          f"output_dir={output_dir}: a run continues in its own folder. Pass output_dir={run} (or "

@@ -14,11 +14,9 @@ import time
 
 import torch
 
-from rlvr.config import ExperimentConfig
 from rlvr.data.anchors import ARITHMETIC_TASKS, anchor_text
 from rlvr.rollout import Completion
 from rlvr.train.experience import Experience, Group
-from rlvr.train.plan import compile_plan
 from rlvr.train.trainer import StepResult, Trainer
 
 logger = logging.getLogger(__name__)
@@ -73,8 +71,3 @@ class SFTTrainer(Trainer):
                    for g in groups[: self.plan.num_completions_to_log]]
         return StepResult(metrics, samples, update=update)
 
-
-def make_trainer(cfg: ExperimentConfig, *, callbacks=()) -> Trainer:
-    """The trainer class for the run's mode: supervised (``algo=sft``) or RL; ``callbacks`` as for :class:`Trainer`."""
-    cls = SFTTrainer if compile_plan(cfg).mode == "sft" else Trainer
-    return cls(cfg, callbacks=callbacks)

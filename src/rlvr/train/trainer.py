@@ -51,7 +51,7 @@ from rlvr.train.interrupts import StopOnSignal, TrainingInterrupted
 from rlvr.train.metrics import PhaseTimer, sample_records, step_metrics
 from rlvr.train.model_export import export_final_model
 from rlvr.train.optimizer import build_optimizer, build_scheduler
-from rlvr.train.plan import compile_plan, run_length
+from rlvr.train.plan import compile_plan, run_length, step_kind
 from rlvr.train.progress import Progress, memory_metrics
 from rlvr.train.prompt_builder import PromptBuilder, chat_rows, prompt_format, question_rows
 from rlvr.train.reference import AdapterOffReference
@@ -107,7 +107,18 @@ class StepResult:
 
 
 class Trainer:
-    """Builds everything from an :class:`ExperimentConfig` and runs the loop (on every rank)."""
+    """Builds everything from an :class:`ExperimentConfig` and runs the loop (on every rank).
+
+    ``Trainer(cfg)`` runs what ``algo`` says: reinforcement learning, or (``algo=sft``) supervised
+    fine-tuning on the data's solutions, whose trainer (``rlvr.train.sft.SFTTrainer``) it returns then.
+    """
+
+    def __new__(cls, cfg: ExperimentConfig, **kwargs):
+        if cls is Trainer and step_kind(cfg) == "sft":
+            from rlvr.train.sft import SFTTrainer  # (sft.py builds on this module)
+
+            return super().__new__(SFTTrainer)
+        return super().__new__(cls)
 
     def __init__(self, cfg: ExperimentConfig, *, callbacks=()):
         """``callbacks``: objects with ``on_step_end(step, metrics)`` / ``on_save(step, path)``, or
