@@ -6,7 +6,7 @@ Run (from the repository root, after `make setup`; a C++ compiler is needed for 
     .venv/bin/python benchmarks/bench_compile.py --parts update --repeats 3
     .venv/bin/python benchmarks/bench_compile.py --quick               # tiny-random model, seconds
 
-update   One micro-batch of the policy update as the trainer runs it: ``rlvr.train.scoring.score``
+update   One micro-batch of the policy update as the trainer runs it: ``rlvr.train.response_logprobs.score``
          (shared prefix: 4 distinct prompts x 8 responses by default) + a token-mean policy-gradient
          loss + backward. "eager" is rlvr's code as it is; "compiled" is the same model with every
          decoder layer's MLP and two RMSNorms compiled by ``torch.compile(dynamic=True)`` (regional
@@ -49,11 +49,11 @@ import time
 import warnings
 
 import torch
+from rlvr.rollout.kv_cache import CACHE_KWARG, make_cache
 
 from rlvr.models import load_policy, smollm2_path
 from rlvr.rollout import fused_decoder
-from rlvr.rollout.kv_cache import CACHE_KWARG, make_cache
-from rlvr.train.scoring import collate, score
+from rlvr.train.response_logprobs import collate, response_logprobs
 
 
 def _load(model_name: str):
@@ -81,7 +81,7 @@ def _update_once(model, batch, advantages):
     """(forward s, backward s, log-probs) of one micro-batch; gradients stay in model's .grad."""
     model.zero_grad(set_to_none=True)
     start = time.perf_counter()
-    logprobs, _ = score(model, batch, temperature=1.0)  # [n, T]
+    logprobs, _ = response_logprobs(model, batch, temperature=1.0)  # [n, T]
     mask = batch.response_mask.float()
     loss = -((logprobs * advantages[:, None]) * mask).sum() / mask.sum()
     forward = time.perf_counter() - start

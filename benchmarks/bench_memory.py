@@ -147,11 +147,11 @@ def run_one(name: str, args) -> dict:
     if name == "TRL GRPOTrainer":
         return run_trl(args)
     from rlvr.config import build_config
-    from rlvr.models.checkpointing import enable_activation_checkpointing
+    from rlvr.models.activation_checkpointing import enable_activation_checkpointing
     from rlvr.rollout import Completion
     from rlvr.train.experience import Experience, Group
-    from rlvr.train.optimizer import build_optimizer
     from rlvr.train.plan import compile_plan
+    from rlvr.train.setup import build_optimizer
     from rlvr.train.update import PolicyUpdate
 
     options = dict(CONFIGS[name])

@@ -107,8 +107,9 @@ def prefill_seconds(model, prompts: list[list[int]], *, pad_id: int, new_tokens:
     """Seconds of the prefill rlvr's engine runs for these prompts (best of reps): the distinct prompts,
     left-padded, through the model's forward into a preallocated cache, last position's logits only
     (the same call as DecodeEngine._generate_chunk's; both rlvr engines run it)."""
-    from rlvr.rollout.base import left_pad
     from rlvr.rollout.kv_cache import CACHE_KWARG, make_cache
+
+    from rlvr.rollout.base import left_pad
 
     ids, mask = left_pad(list(dict.fromkeys(tuple(p) for p in prompts)), pad_id)
     best = float("inf")

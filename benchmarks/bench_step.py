@@ -31,7 +31,7 @@ Breakdown, attributed the same way for both (wrappers, not the libraries' own ti
   generate  rlvr engine.generate / TRL _generate_single_turn (the `generate` call and its unpacking)
   reward    rlvr Rewarder (time/reward_s) / TRL _calculate_rewards
   logprobs  every forward outside generation: policy with grad and, with beta > 0, the reference
-            (rlvr train.update.score + score_no_grad / TRL _get_per_token_logps_and_entropies)
+            (rlvr train.update.response_logprobs + response_logprobs_no_grad / TRL _get_per_token_logps_and_entropies)
   backward  time inside torch.Tensor.backward
   optim     time inside optimizer.step() (global torch optimizer step hooks)
   other     step - the above (decode, advantages, grad clipping, zero_grad, bookkeeping)
@@ -138,8 +138,8 @@ def install_global_timers() -> None:
 
     from rlvr.train import update  # rlvr's update calls these two by module-level name
 
-    update.score = timed(update.score, "logprobs")
-    update.score_no_grad = timed(update.score_no_grad, "logprobs")
+    update.response_logprobs = timed(update.response_logprobs, "logprobs")
+    update.response_logprobs_no_grad = timed(update.response_logprobs_no_grad, "logprobs")
 
 
 def record_lengths(rec: dict, lengths: list[int]) -> None:
@@ -297,10 +297,9 @@ def _flat_grad(model) -> torch.Tensor:
 
 def check_loss_numerics(trl_trainer, beta: float, temperature: float = 1.0) -> dict:
     """Score TRL's last batch (first rows) with both loss implementations on TRL's model."""
-    from rlvr.core.kl import kl_k3
-    from rlvr.core.losses import aggregate, clipped_surrogate
+    from rlvr.core.losses import LossSettings, aggregate, clip, kl_k3
     from rlvr.train.experience import pad_rows
-    from rlvr.train.scoring import collate, score, score_no_grad
+    from rlvr.train.response_logprobs import collate, response_logprobs, response_logprobs_no_grad
 
     full = trl_trainer._bench_last_inputs
     sub = {key: full[key][:CHECK_ROWS] for key in
@@ -330,12 +329,12 @@ def check_loss_numerics(trl_trainer, beta: float, temperature: float = 1.0) -> d
             model, input_ids, attention, sub["completion_ids"].size(1))
 
     batch = collate(prompts, responses, pad_token_id=pad_id)
-    logps, _ = score(model, batch, temperature=temperature)
+    logps, _ = response_logprobs(model, batch, temperature=temperature)
     mask = batch.response_mask
-    per_token, _ = clipped_surrogate(logps, logps.detach(), sub["advantages"].float(), mask, epsilon=0.2)
+    per_token, _ = clip(logps, logps.detach(), sub["advantages"].float(), mask, LossSettings(epsilon=0.2))
     ref_diff = None
     if beta > 0:
-        ref = score_no_grad(trl_trainer.ref_model, prompts, responses, pad_token_id=pad_id,
+        ref = response_logprobs_no_grad(trl_trainer.ref_model, prompts, responses, pad_token_id=pad_id,
                             temperature=temperature, micro_batch_size=CHECK_ROWS)
         ref = pad_rows(ref, batch.response_width)
         per_token = per_token + beta * kl_k3(logps, ref, mask)

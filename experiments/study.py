@@ -83,7 +83,7 @@ def eval_command(study: dict, model_dir: Path | str, out: Path) -> list[str]:
 
 
 def final_checkpoint(run_dir: Path, max_steps: int) -> Path:
-    """The checkpoint of the last step: a Hugging Face model folder (rlvr.train.checkpoint_files)."""
+    """The checkpoint of the last step: a Hugging Face model folder (rlvr.run.checkpoints)."""
     return run_dir / f"checkpoint-{max_steps}"
 
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from rlvr.cli import main
-from rlvr.train import checkpoint as ckpt
+from rlvr.run import checkpoints as ckpt
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -146,8 +146,8 @@ def _save(output_dir: Path):
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
     tokenizer = type("Tok", (), {"save_pretrained": lambda self, path: None})()
     model.save_pretrained = lambda path, **kw: (Path(path) / "model.safetensors").write_bytes(b"")
-    return ckpt.save_checkpoint(output_dir, 1, model=model, tokenizer=tokenizer, optimizer=optimizer,
-                                scheduler=scheduler, trainer_state={"step": 1}, keep_last=2)
+    return ckpt.save_checkpoint(output_dir, 1, ckpt.Snapshot(model, tokenizer, optimizer, scheduler,
+                                                             trainer_state={"step": 1}), keep_last=2)
 
 
 def test_save_checkpoint_removes_its_tmp_folder_and_names_a_full_disk(tmp_path, monkeypatch):

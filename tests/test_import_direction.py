@@ -1,4 +1,4 @@
-"""Import direction: core ← {rewards, data, rollout, eval, models} ← config ← train ← cli.
+"""Import direction: core ← {rewards, data, rollout, eval, models} ← config ← {parallel ← run} ← train ← cli.
 
 Every module under src/rlvr is parsed with ``ast`` (nothing is imported), so lazy imports inside
 functions count too. Rules:
@@ -6,8 +6,10 @@ functions count too. Rules:
 - ``core`` imports only the standard library, ``torch`` (never ``torch.distributed``) and
   ``rlvr.core``; it makes no ``.item()`` calls (no host syncs in the math).
 - ``rewards``, ``data``, ``eval``, ``models`` may import ``core``; ``rollout`` also ``models`` and
-  ``data``; ``config`` (the experiment dataclasses) core and those five; ``train`` any of those
-  and ``config``; ``report`` ``core`` and ``eval``; ``cli`` anything.
+  ``data``; ``config`` (the experiment dataclasses) core and those five; ``parallel`` (processes and
+  precision) nothing of rlvr; ``run`` (the run's life) ``config`` and ``parallel``; ``train`` any of
+  those; ``report`` ``core`` and ``eval``; ``eval_cli`` also ``run`` (the checkpoint layout); ``cli``
+  anything.
 - ``rlvr/__init__.py`` may import only ``core`` (importing ``rlvr.core`` runs it first) and
   ``threads`` (the OpenMP set-up, which imports nothing of rlvr nor torch: it must run before torch
   is loaded); ``train`` and ``cli`` may import ``threads`` too.
@@ -36,12 +38,15 @@ ALLOWED: dict[str, set[str]] = {
     "models": {"core", "models"},
     "rollout": {"core", "rollout", "models", "data"},
     "config": {"core", "config"} | LEVEL_ONE,
-    "train": {"core", "config", "train", "threads"} | LEVEL_ONE,
+    "parallel": {"parallel"},
+    "run": {"core", "config", "run", "parallel"},
+    "train": {"core", "config", "train", "run", "parallel", "threads"} | LEVEL_ONE,
     "report": {"core", "report", "eval"},
     "rephrase_cli": {"core", "rephrase_cli"} | LEVEL_ONE,
-    "eval_cli": {"core", "eval_cli", "config"} | LEVEL_ONE,
+    "eval_cli": {"core", "eval_cli", "config", "run"} | LEVEL_ONE,
     "report_cli": {"core", "report", "report_cli", "eval"},
-    "cli": {"core", "config", "train", "report", "cli", "report_cli", "rephrase_cli", "eval_cli", "threads"} | LEVEL_ONE,
+    "cli": {"core", "config", "train", "run", "report", "cli", "report_cli", "rephrase_cli", "eval_cli", "threads"}
+           | LEVEL_ONE,
 }
 CORE_THIRD_PARTY = {"torch"}
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from pathlib import Path
 
 import pytest
@@ -22,9 +21,9 @@ import yaml
 from transformers import TrainerState
 
 from rlvr.cli import main
+from tests.helpers.recipes import offline
 from tests.helpers.tiny_model import save_tiny_model
 
-RECIPES = Path(__file__).resolve().parent.parent / "examples" / "recipes"
 OPEN_R1 = ["open_r1_qwen2.5_1.5b_grpo.yaml", "open_r1_deepseek_r1_distill_qwen_1.5b_grpo.yaml"]
 SUMS = [(1, 2), (3, 4), (5, 6), (7, 8), (2, 9), (4, 4), (6, 1), (3, 3)]
 
@@ -32,19 +31,6 @@ SUMS = [(1, 2), (3, 4), (5, 6), (7, 8), (2, 9), (4, 4), (6, 1), (3, 3)]
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> Path:
     return save_tiny_model(tmp_path_factory.mktemp("model") / "tiny4k", max_positions=4096)
-
-
-def offline(recipe: str, folder: Path, model: Path, rows: list[dict]) -> Path:
-    """The recipe with its model_name_or_path and dataset_name lines swapped, and its data file, in ``folder``."""
-    data = folder / "data.jsonl"
-    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    text = (RECIPES / recipe).read_text()
-    swapped = re.sub(r"^model_name_or_path: .*$", f"model_name_or_path: {model}", text, flags=re.MULTILINE)
-    swapped = re.sub(r"^dataset_name: .*$", f"dataset_name: {data}", swapped, flags=re.MULTILINE)
-    assert sum(a != b for a, b in zip(text.splitlines(), swapped.splitlines())) == 2  # only those two lines
-    path = folder / recipe
-    path.write_text(swapped)
-    return path
 
 
 def run(path: Path, output: Path, monkeypatch, caplog, *extra: str) -> list[dict]:

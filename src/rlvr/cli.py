@@ -166,88 +166,98 @@ def launch_torchrun(nproc: int, argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser()
-    command = argv[0] if argv else None
-    if command in ("train", "sft") and not {"-h", "--help"} & set(argv[1:]):
-        try:
-            args = split_train_args(argv[1:])
-        except ValueError as error:
-            print(f"rlvr {command}: {error}", file=sys.stderr)
-            return 2
-        args.command = command
-    else:
-        subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-        if command in subparsers.choices:
-            try:
-                argv = [command, *flags_from_pairs(subparsers.choices[command], argv[1:])]
-            except ValueError as error:
-                print(f"rlvr {command}: {error}", file=sys.stderr)
-                return 2
-        args = parser.parse_args(argv)
+    try:
+        args = parse_args(argv)
+    except ValueError as error:
+        print(f"rlvr {argv[0]}: {error}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     for noisy in ("httpx", "urllib3", "filelock"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    if args.command == "rephrase":
-        return run_rephrase(args)
-    if args.command == "report":
-        return run_report(args)
-    if args.command == "eval":
-        return run_eval(args)
-    if args.command == "vllm-serve":
-        return run_vllm_serve(args)
+    commands = {"rephrase": run_rephrase, "report": run_report, "eval": run_eval, "vllm-serve": run_vllm_serve}
+    if args.command in commands:
+        return commands[args.command](args)
     if args.command in ("train", "sft"):
-        overrides = list(args.overrides)
-        if args.command == "sft":
-            if any(pair.split("=", 1)[0] == "algo" and pair != "algo=sft" for pair in overrides):
-                print("rlvr sft: algo is always sft here; use `rlvr train algo=...` for RL", file=sys.stderr)
-                return 2
-            overrides.append("algo=sft")
-        try:
-            cfg = load_config(args.config, overrides)
-        except (ValueError, TypeError) as error:
-            print(f"rlvr {args.command}: {error}", file=sys.stderr)
-            return 2
-        logging.getLogger("rlvr").setLevel(LOG_LEVELS[cfg.run.log_level])
-        if args.dry_run:
-            return dry_run(cfg, args.command)
-        if cfg.run.nproc > 1 and "WORLD_SIZE" not in os.environ:
-            return launch_torchrun(cfg.run.nproc, argv)
-        from transformers.utils import logging as hf_logging
-
-        from rlvr.train.interrupts import TrainingInterrupted
-        from rlvr.train.trainer import Trainer, TrainingStopped  # heavy imports only when training
-
-        hf_logging.disable_progress_bar()  # weight loading/saving bars would break our own bar
-        try:
-            trainer = Trainer(cfg)  # kept referenced until the exit below
-            trainer.train()
-            code = 0
-        except ValueError as error:
-            print(f"rlvr {args.command}: {error}", file=sys.stderr)
-            code = 2
-        except OSError as error:  # a full disk, a read-only or unwritable output_dir
-            print(f"rlvr {args.command}: {os_error_line(error)}", file=sys.stderr)
-            code = 2
-        except TrainingStopped as error:
-            print(f"rlvr {args.command}: stopped: {error}", file=sys.stderr)
-            code = 3
-        except TrainingInterrupted as error:  # Ctrl-C / SIGTERM: the step finished and was saved
-            print(f"rlvr {args.command}: interrupted by {error}", file=sys.stderr)
-            code = error.exit_code
-        except KeyboardInterrupt:  # Ctrl-C while loading, or a second Ctrl-C: nothing more is saved
-            print(f"rlvr {args.command}: interrupted; the last checkpoint (if any) is intact: continue with the "
-                  "same command and resume=true", file=sys.stderr)
-            code = 130
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-            # A torchrun worker leaves without running torch's C++ destructors: after the process
-            # group is destroyed, freeing the DDP/gloo objects can block for ever in a thread join
-            # on one rank (seen: rank 1 in std::thread::join after rank 0 had exited, so torchrun
-            # never returned). train() has written and closed everything by now.
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
-        return code
+        return run_train(args, argv)
     return 1
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The command line as a namespace: ``train``/``sft`` take key=value pairs, the others flags or pairs.
+    ValueError for pairs that do not parse."""
+    parser = build_parser()
+    command = argv[0] if argv else None
+    if command in ("train", "sft") and not {"-h", "--help"} & set(argv[1:]):
+        args = split_train_args(argv[1:])
+        args.command = command
+        return args
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    if command in subparsers.choices:
+        argv = [command, *flags_from_pairs(subparsers.choices[command], argv[1:])]
+    return parser.parse_args(argv)
+
+
+def run_train(args: argparse.Namespace, argv: list[str]) -> int:
+    """``rlvr train`` / ``rlvr sft``: the config, then a dry run, torchrun's launch, or the run itself."""
+    overrides = list(args.overrides)
+    if args.command == "sft":
+        if any(pair.split("=", 1)[0] == "algo" and pair != "algo=sft" for pair in overrides):
+            print("rlvr sft: algo is always sft here; use `rlvr train algo=...` for RL", file=sys.stderr)
+            return 2
+        overrides.append("algo=sft")
+    try:
+        cfg = load_config(args.config, overrides)
+    except (ValueError, TypeError) as error:
+        print(f"rlvr {args.command}: {error}", file=sys.stderr)
+        return 2
+    logging.getLogger("rlvr").setLevel(LOG_LEVELS[cfg.run.log_level])
+    if args.dry_run:
+        return dry_run(cfg, args.command)
+    if cfg.run.nproc > 1 and "WORLD_SIZE" not in os.environ:
+        return launch_torchrun(cfg.run.nproc, argv)
+    code, trainer = train_exit_code(cfg, args.command)  # the trainer stays referenced until the exit below
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        # A torchrun worker leaves without running torch's C++ destructors: after the process
+        # group is destroyed, freeing the DDP/gloo objects can block for ever in a thread join
+        # on one rank (seen: rank 1 in std::thread::join after rank 0 had exited, so torchrun
+        # never returned). train() has written and closed everything by now.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    del trainer
+    return code
+
+
+def train_exit_code(cfg, command: str) -> tuple[int, object]:
+    """Train; the exit code, with one line on stderr for what stopped the run (0: it finished), and the
+    trainer (None if it was not built), for the caller to hold until the process exits."""
+    from transformers.utils import logging as hf_logging
+
+    from rlvr.run.stopping import TrainingInterrupted
+    from rlvr.train.trainer import Trainer, TrainingStopped  # heavy imports only when training
+
+    hf_logging.disable_progress_bar()  # weight loading/saving bars would break our own bar
+    trainer = None
+    try:
+        trainer = Trainer(cfg)
+        trainer.train()
+        return 0, trainer
+    except ValueError as error:
+        print(f"rlvr {command}: {error}", file=sys.stderr)
+        return 2, trainer
+    except OSError as error:  # a full disk, a read-only or unwritable output_dir
+        print(f"rlvr {command}: {os_error_line(error)}", file=sys.stderr)
+        return 2, trainer
+    except TrainingStopped as error:
+        print(f"rlvr {command}: stopped: {error}", file=sys.stderr)
+        return 3, trainer
+    except TrainingInterrupted as error:  # Ctrl-C / SIGTERM: the step finished and was saved
+        print(f"rlvr {command}: interrupted by {error}", file=sys.stderr)
+        return error.exit_code, trainer
+    except KeyboardInterrupt:  # Ctrl-C while loading, or a second Ctrl-C: nothing more is saved
+        print(f"rlvr {command}: interrupted; the last checkpoint (if any) is intact: continue with the "
+              "same command and resume=true", file=sys.stderr)
+        return 130, trainer
 
 
 if __name__ == "__main__":

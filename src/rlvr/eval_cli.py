@@ -29,6 +29,7 @@ from pathlib import Path
 
 from rlvr.config import DataConfig, EvalConfig, ModelConfig, RewardConfig, RunConfig
 from rlvr.rewards.extract import DEFAULT_EXTRACTION, EXTRACTION_MODES
+from rlvr.run.checkpoint_files import list_checkpoints
 
 # A standalone evaluation samples more, and longer, responses than the one during training
 # (eval_n, and eval_max_completion_length = the training length): these two are its own.
@@ -142,9 +143,7 @@ def resolve_model_path(name: str) -> str:
     path = Path(name).expanduser()
     if not path.is_dir() or _is_model(path):
         return name
-    # the layout of rlvr.train.checkpoint_files (eval_cli may not import train): checkpoint-N
-    steps = [(int(n), p) for p in path.glob("checkpoint-*") if (n := p.name.removeprefix("checkpoint-")).isdigit()]
-    models = [folder for _, folder in sorted(steps) if _is_model(folder)]
+    models = [folder for folder in list_checkpoints(path) if _is_model(folder)]
     if models:
         print(f"rlvr eval: using the latest checkpoint {models[-1]}", file=sys.stderr)
         return str(models[-1])
@@ -239,7 +238,7 @@ def run_eval(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> None:
-    from rlvr.eval import evaluate, load_eval_datasets
+    from rlvr.eval import EvalSettings, evaluate, load_eval_datasets
     from rlvr.eval.problems_file import problems_path, settings_mismatch
     from rlvr.eval.runner import check_out_path, dtype_name, result_settings
     from rlvr.models import load_policy
@@ -252,14 +251,18 @@ def _run(args: argparse.Namespace) -> None:
     specs = [spec.strip() for spec in args.data.split(",") if spec.strip()]
     datasets = load_eval_datasets(specs, limit=args.limit)  # before the model: fail fast
     model_path = resolve_model_path(args.model)
-    options = dict(n=args.n, temperature=args.temperature, top_p=args.top_p,
-                   max_completion_length=args.max_completion_length, seed=args.seed,
-                   instruction=None if args.no_instruction else args.instruction, system_prompt=args.system_prompt,
-                   greedy=args.greedy, answer_extraction=args.answer_extraction, diversity=args.diversity,
-                   chat_template_kwargs=args.chat_template_kwargs)
-    # The resume check again before the model loads (evaluate repeats it with the loaded model's dtype).
-    mismatch = settings_mismatch(problems_path(args.out), result_settings(
-        model_name=model_path, dtype=dtype_name(parse_dtype(args.dtype)), **options))
+    settings = EvalSettings(
+        n=args.n, ks=ks, temperature=args.temperature, top_p=args.top_p,
+        max_completion_length=args.max_completion_length, instruction=None if args.no_instruction else args.instruction,
+        system_prompt=args.system_prompt, greedy=args.greedy, answer_extraction=args.answer_extraction, seed=args.seed,
+        batch_size=args.batch_size, diversity=args.diversity, limit=args.limit, model_name=model_path,
+        chat_template_kwargs=args.chat_template_kwargs, log_samples=args.log_samples)
+    # The resume check again before the model loads (evaluate repeats it with what loading decides: the
+    # dtype under "auto", raw strings for a tokenizer without a chat template).
+    dtype = parse_dtype(args.dtype)
+    header = result_settings(settings, dtype=dtype_name(dtype))
+    undecided = ("raw_strings",) + (("dtype",) if dtype == "auto" else ())
+    mismatch = settings_mismatch(problems_path(args.out), header, undecided=undecided)
     if mismatch:
         raise ValueError(mismatch)
     try:
@@ -267,8 +270,7 @@ def _run(args: argparse.Namespace) -> None:
     except OSError as error:  # transformers' "not a model folder / no such Hub id"
         raise ValueError(f"cannot load --model {args.model}: {_one_line(error)}") from error
     model.to(_device(args.device))
-    evaluate(model, tokenizer, datasets, ks=ks, out_path=args.out, batch_size=args.batch_size, limit=args.limit,
-             log_samples=args.log_samples, progress=not args.no_progress, model_name=model_path, **options)
+    evaluate(model, tokenizer, datasets, settings, out_path=args.out, progress=not args.no_progress)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,10 +1,10 @@
 """The vLLM section and the rollout-mode options: defaults (TRL's), every bad value refused with the fix,
-and which engine each combination builds (rlvr.train.engine_options)."""
+and which engine each combination builds (rlvr.train.setup)."""
 
 import pytest
 
 from rlvr.config import build_config
-from rlvr.train.engine_options import engine_spec
+from rlvr.train.setup import engine_spec
 
 
 def test_defaults_are_trls():

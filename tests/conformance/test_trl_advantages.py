@@ -14,14 +14,14 @@ import math
 import pytest
 import torch
 
+from rlvr.core.advantages import AdvantageSettings
 from rlvr.core.importance import importance_weights
 from rlvr.rollout.completion import Completion
-from rlvr.train.advantages import compute_advantages
-from rlvr.train.experience import Experience, Group
-from rlvr.train.plan import AdvantageSettings
+from rlvr.train.experience import Experience, Group, compute_advantages
+from rlvr.train.metrics import trl_rollout_metrics
+from rlvr.train.plan import AdvantagePlan
+from rlvr.train.response_logprobs import collate, response_logprobs
 from rlvr.train.rewarding import Rewarder
-from rlvr.train.scoring import collate, score
-from rlvr.train.trl_metrics import trl_rollout_metrics
 
 from .conftest import GENERATIONS, TEMPERATURE, make_trl_trainer
 
@@ -30,7 +30,7 @@ pytest.importorskip("trl", reason="TRL is in the dev extra (make setup installs 
 EOS = 257
 N = None
 # Per completion, 5 groups of 4: a uniform group; a None from `correct` (still scored by `formatted`);
-# a completion both functions return None for (unscorable); a spread group; a uniform group of 0.3/0.1.
+# a completion both functions return None for (unrewarded); a spread group; a uniform group of 0.3/0.1.
 REWARDS = {
     "correct": [1, 1, 1, 1, 1, 0, N, 1, 0, N, 1, 0, 0.2, 0.9, 0.4, 0.0, 0.3, 0.3, 0.3, 0.3],
     "formatted": [.5, .5, .5, .5, 0, 1, 1, 0, 1, N, 0, .25, 1, 0, .5, 1, 0.1, 0.1, 0.1, 0.1],
@@ -67,7 +67,8 @@ def _sampler(trainer, completions, monkeypatch, *, with_logprobs: bool) -> None:
         if not with_logprobs:
             return [list(c) for c in completions], None
         with torch.no_grad():
-            current, _ = score(trainer.model, collate(prompt_ids, completions, pad_token_id=pad), temperature=TEMPERATURE)
+            current, _ = response_logprobs(trainer.model, collate(prompt_ids, completions, pad_token_id=pad),
+                                           temperature=TEMPERATURE)
         logprobs = [[float(current[i, t]) - SAMPLER_SHIFT[i % 4][t] for t in range(len(c))]
                     for i, c in enumerate(completions)]
         logprobs[NAN_TOKEN[0]][NAN_TOKEN[1]] = None
@@ -103,9 +104,9 @@ def _rlvr_groups(weights: list[float], *, groups: int = 5, size: int = GENERATIO
 
 
 def _rlvr_advantages(groups: list[Group], scale_rewards: str) -> torch.Tensor:
-    settings = AdvantageSettings(estimator="grpo", scale_rewards=scale_rewards, eps=1e-4, pair_masking=False, tau=0.0,
-                                 tau_kappa=None, contrast="reward", anchor_in_stats=False, report_pairs=False)
-    advantages, _ = compute_advantages(settings, Experience.from_groups(groups))
+    plan = AdvantagePlan(settings=AdvantageSettings(estimator="grpo", scale_rewards=scale_rewards, eps=1e-4),
+                         anchor_in_stats=False, report_pairs=False)
+    advantages, _ = compute_advantages(plan, Experience.from_groups(groups))
     return advantages
 
 
@@ -117,7 +118,7 @@ def _nan_as_none(value):
 @pytest.mark.parametrize("scale_rewards", ["group", "batch", "none"])
 def test_the_advantages_and_rollout_metrics_are_trls(trainer, monkeypatch, scale_rewards, weights):
     """TRL's own _generate_and_score_completions (sum_then_normalize, TRL's default) = rlvr's compute_advantages
-    (eps 1e-4) for a uniform group, a None reward, an unscorable completion and two weighted functions;
+    (eps 1e-4) for a uniform group, a None reward, an unrewarded completion and two weighted functions;
     TRL's logged reward/, completions/ and frac_reward_zero_std metrics = rlvr's trl_rollout_metrics."""
     output, trl_metrics = _trl_generation(trainer, monkeypatch, scale_rewards=scale_rewards, weights=weights)
     groups, names = _rlvr_groups(weights)
@@ -181,7 +182,7 @@ def test_the_importance_weights_are_trls(trainer, monkeypatch, mode):
 def test_the_importance_ratio_metrics_are_trls(trainer, monkeypatch, mode):
     """TRL's own sampling/importance_sampling_ratio/{min,mean,max} (the weights after truncation or masking) =
     rlvr's rollout/is_weight_* (ISWeights.stats() reduced as train/update.py reduces them: weight_sum / units,
-    weight_min, weight_max; trl_metrics.SAMPLING_METRICS gives them TRL's names)."""
+    weight_min, weight_max; metrics.SAMPLING_METRICS gives them TRL's names)."""
     _, _, correction, metrics = _trl_importance(trainer, monkeypatch, mode)
     stats = correction.stats()
     ours = {"min": float(stats["weight_min"]), "mean": float(stats["weight_sum"] / stats["units"]),

@@ -2,9 +2,9 @@
 
 The same tiny model (float64 weights; TRL's fused LM head computes its log-probs in float32, and so does
 rlvr's scorer) and the same hand-built micro-batches go through TRL's method and through rlvr's pieces:
-``rlvr.train.scoring.score`` → ``rlvr.core.objective.policy_loss`` → ``rlvr.core.losses.aggregate``
-(− ``entropy_bonus``). The loss (summed over an accumulation window), every parameter's gradient and
-TRL's per-micro-batch train metrics must agree to 1e-6.
+``rlvr.train.response_logprobs.response_logprobs`` → ``rlvr.core.losses.policy_loss`` →
+``rlvr.core.losses.aggregate`` (− ``entropy_bonus``). The loss (summed over an accumulation window), every
+parameter's gradient and TRL's per-micro-batch train metrics must agree to 1e-6.
 
 rlvr's reading of TRL's options (the trainer's plan): loss_type grpo → ``seq_mean_token_mean`` (N = the
 window's rows), dr_grpo → ``seq_mean_token_sum_norm`` (L = max_completion_length), dapo → ``dapo``
@@ -23,10 +23,10 @@ import pytest
 import torch
 
 from rlvr.core.importance import importance_weights
-from rlvr.core.losses import aggregate
-from rlvr.core.objective import entropy_bonus, policy_loss
-from rlvr.train.scoring import collate, score
-from rlvr.train.trl_metrics import micro_means
+from rlvr.core.losses import LossSettings, aggregate, entropy_bonus, policy_loss
+from rlvr.core.names import resolve_aggregation
+from rlvr.train.response_logprobs import collate, response_logprobs
+from rlvr.train.update import micro_means
 
 from .conftest import MAX_COMPLETION_LENGTH, TEMPERATURE, make_trl_trainer
 
@@ -52,7 +52,7 @@ OTHER_TOKENS = 13  # tokens of the generation batch's micro-batches outside the 
 DELTA = 1.5
 SMALL_DELTA = 1.1  # inside the clip range [1 − ε, 1 + ε_high]: accepted by TRL, refused by rlvr
 AGGREGATION = {"grpo": "seq_mean_token_mean", "dr_grpo": "seq_mean_token_sum_norm", "dapo": "dapo", "bnpo": "bnpo"}
-# TRL's per-micro-batch train metric -> rlvr.train.trl_metrics.micro_means's key
+# TRL's per-micro-batch train metric -> rlvr.train.update.micro_means's key
 METRICS = {"entropy": "entropy_micro", "kl": "kl_micro", "clip_ratio/low_mean": "clip_low_micro",
            "clip_ratio/high_mean": "clip_high_micro", "clip_ratio/region_mean": "clip_region_micro",
            "clip_ratio/low_min": "clip_low_min_micro", "clip_ratio/high_max": "clip_high_max_micro"}
@@ -120,7 +120,7 @@ CASES = [
 class MicroBatch:
     """One micro-batch in both forms, with the fixed log-probs the cases feed TRL and rlvr alike."""
 
-    collated: object  # rlvr.train.scoring.Collated
+    collated: object  # rlvr.train.response_logprobs.Collated
     inputs: dict  # TRL's inputs to _compute_loss (without the optional keys)
     advantages: torch.Tensor  # [4] float32, as TRL's _generate_and_score_completions gives them
     old: torch.Tensor  # [4, T] float32 log π_old, 0 at padding (as TRL's own)
@@ -140,7 +140,7 @@ def _build_micro_batches(model, pad_token_id: int) -> list[MicroBatch]:
     for k, (prompts, responses) in enumerate(MICRO_BATCHES):
         batch = collate(prompts, responses, pad_token_id=pad_token_id)
         with torch.no_grad():
-            current, _ = score(model, batch, temperature=TEMPERATURE)  # [4, T]
+            current, _ = response_logprobs(model, batch, temperature=TEMPERATURE)  # [4, T]
         mask = batch.response_mask
         old = _shifted(current, mask, RATIO_SHIFT[k], 10 + k)
         inputs = {"prompt_ids": batch.prompt_ids[batch.prompt_index], "prompt_mask": batch.prompt_mask[batch.prompt_index],
@@ -224,28 +224,32 @@ def _trl_loss(trainer, model, case: Case, batches: list[MicroBatch], monkeypatch
 
 
 def _rlvr_loss(model, case: Case, batches: list[MicroBatch]):
-    """rlvr's scoring, policy_loss, aggregate and entropy_bonus over the same window."""
+    """rlvr's response_logprobs, policy_loss, aggregate and entropy_bonus over the same window."""
     window = _window(case, batches)
     steps_per_pass = (case.steps_per_generation or case.accumulation) / case.accumulation
     num_tokens = _generation_tokens(case, window) / steps_per_pass
     num_sequences = sum(len(mb.advantages) for mb in window)
+    settings = LossSettings(epsilon=0.2, epsilon_high=case.epsilon_high, dual_clip=case.delta,
+                            importance_level=case.importance_sampling_level, beta=case.beta,
+                            kl_ratio_weighted=case.use_bias_correction_kl, aggregation=AGGREGATION[case.loss_type],
+                            max_completion_length=MAX_COMPLETION_LENGTH, entropy_coef=case.entropy_coef)
     model.zero_grad(set_to_none=True)
     total, metrics = 0.0, []
     for k, mb in enumerate(window):
-        logprobs, entropy = score(model, mb.collated, temperature=TEMPERATURE, with_entropy=True,
-                                  entropy_grad=case.entropy_coef > 0)
+        logprobs, entropy = response_logprobs(model, mb.collated, temperature=TEMPERATURE, with_entropy=True,
+                                              entropy_grad=case.entropy_coef > 0)
         mask = _loss_mask(case, mb, k)
         out = policy_loss(
-            logprobs, mb.old if case.off_policy else logprobs.detach(), mb.advantages, mask,
-            ref_logprobs=mb.ref if case.beta else None, epsilon=0.2, epsilon_high=case.epsilon_high,
-            dual_clip=case.delta, importance_level=case.importance_sampling_level, beta=case.beta,
-            kl_ratio_weighted=case.use_bias_correction_kl,
+            logprobs, mb.old if case.off_policy else logprobs.detach(), mb.advantages, mask, settings,
+            ref_logprobs=mb.ref if case.beta else None,
             is_weights=_is_weights(case, mb, k) if case.is_mode else None,
         )
-        loss = aggregate(out.per_token, mask, AGGREGATION[case.loss_type], max_completion_length=MAX_COMPLETION_LENGTH,
-                         num_tokens=num_tokens, num_sequences=num_sequences)
-        if case.entropy_coef:
-            loss = loss - entropy_bonus(entropy, mask, coef=case.entropy_coef, share=len(mb.advantages) / num_sequences)
+        loss = aggregate(out.per_token, mask, settings.aggregation,
+                         max_completion_length=settings.max_completion_length, num_tokens=num_tokens,
+                         num_sequences=num_sequences)
+        if settings.entropy_coef:
+            loss = loss - entropy_bonus(entropy, mask, coef=settings.entropy_coef,
+                                        share=len(mb.advantages) / num_sequences)
         loss.backward()
         total += loss.item()
         means = micro_means(out, entropy.detach(), mask, torch.zeros(len(mask), dtype=torch.bool),
@@ -254,8 +258,14 @@ def _rlvr_loss(model, case: Case, batches: list[MicroBatch]):
     return total, {n: p.grad.clone() for n, p in model.named_parameters()}, metrics
 
 
+def test_the_loss_types_are_read_as_the_config_reads_them():
+    """AGGREGATION is rlvr.core.names.resolve_aggregation of TRL's loss_type (AlgorithmConfig.aggregation)."""
+    assert {name: resolve_aggregation(name) for name in AGGREGATION} == AGGREGATION
+
+
 def test_the_log_probs_and_entropies_are_trls(prepared):
-    """TRL's own _get_per_token_logps_and_entropies (fused LM head, temperature 0.7) = rlvr's score, on the mask."""
+    """TRL's own _get_per_token_logps_and_entropies (fused LM head, temperature 0.7) = rlvr's response_logprobs,
+    on the mask."""
     trainer, model, batches = prepared
     for mb in batches:
         inputs = mb.inputs
@@ -264,7 +274,7 @@ def test_the_log_probs_and_entropies_are_trls(prepared):
                 model, torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1),
                 torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1),
                 inputs["completion_ids"].shape[1], compute_entropy=True)
-            logprobs, entropy = score(model, mb.collated, temperature=TEMPERATURE, with_entropy=True)
+            logprobs, entropy = response_logprobs(model, mb.collated, temperature=TEMPERATURE, with_entropy=True)
         mask = mb.collated.response_mask
         torch.testing.assert_close(logprobs[mask], trl_logps[mask], rtol=1e-6, atol=1e-6)
         torch.testing.assert_close(entropy[mask], trl_entropy[mask], rtol=1e-6, atol=1e-6)
@@ -278,10 +288,10 @@ def test_the_batch_reaches_every_clip_region(prepared):
         low = high = past_delta = free = 0
         for mb in batches:
             with torch.no_grad():
-                logprobs, _ = score(model, mb.collated, temperature=TEMPERATURE)
+                logprobs, _ = response_logprobs(model, mb.collated, temperature=TEMPERATURE)
             mask = mb.collated.response_mask
-            out = policy_loss(logprobs, mb.old, mb.advantages, mask, epsilon=0.2, epsilon_high=0.28,
-                              importance_level=level)
+            out = policy_loss(logprobs, mb.old, mb.advantages, mask,
+                              LossSettings(epsilon=0.2, epsilon_high=0.28, importance_level=level))
             ratio = ((logprobs - mb.old) * mask).sum(-1) / mask.sum(-1) if level == "sequence" else logprobs - mb.old
             ratio = ratio.exp().unsqueeze(-1) if level == "sequence" else ratio.exp()
             low += int(out.low_clipped.sum())
@@ -320,7 +330,7 @@ def test_the_loss_and_its_gradient_are_trls(prepared, case, monkeypatch):
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_the_train_metrics_are_trls(prepared, case, monkeypatch):
     """TRL's own per-micro-batch metrics logged by _compute_loss (entropy, kl, clip_ratio/low_mean, high_mean,
-    region_mean, low_min, high_max) = rlvr.train.trl_metrics.micro_means of rlvr's policy_loss output."""
+    region_mean, low_min, high_max) = rlvr.train.update.micro_means of rlvr's policy_loss output."""
     trainer, model, batches = prepared
     _, _, trl_metrics = _trl_loss(trainer, model, case, batches, monkeypatch)
     _, _, metrics = _rlvr_loss(model, case, batches)

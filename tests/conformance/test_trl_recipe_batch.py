@@ -29,7 +29,6 @@ The rate logged per step is the one the step used, as transformers logs it (chec
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,11 +39,11 @@ import yaml
 from rlvr.config import load_config
 from rlvr.train.plan import run_length
 from rlvr.train.trainer import Trainer
+from tests.helpers.recipes import offline
 from tests.helpers.tiny_model import save_tiny_model
 
 pytest.importorskip("trl", reason="TRL is in the dev extra (make setup installs it)")
 
-RECIPES = Path(__file__).resolve().parents[2] / "examples" / "recipes"
 OPEN_R1, TRL_EXAMPLE = "open_r1_qwen2.5_1.5b_grpo.yaml", "trl_grpo_config.yaml"
 STEPS = 2
 OVERRIDES = {"max_completion_length": 8, "max_steps": STEPS, "report_to": "none", "use_vllm": "false",
@@ -84,19 +83,6 @@ def long_chat(path: Path) -> list[dict]:
     """LONG_PROBLEM as open-r1's make_conversation makes it."""
     return [{"role": "system", "content": yaml.safe_load(path.read_text())["system_prompt"]},
             {"role": "user", "content": LONG_PROBLEM}]
-
-
-def offline(recipe: str, folder: Path, model: Path, rows: list[dict]) -> Path:
-    """The recipe with its model_name_or_path and dataset_name lines swapped, and its data file, in ``folder``."""
-    data = folder / "data.jsonl"
-    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    text = (RECIPES / recipe).read_text()
-    swapped = re.sub(r"^model_name_or_path: .*$", f"model_name_or_path: {model}", text, flags=re.MULTILINE)
-    swapped = re.sub(r"^dataset_name: .*$", f"dataset_name: {data}", swapped, flags=re.MULTILINE)
-    assert sum(a != b for a, b in zip(text.splitlines(), swapped.splitlines())) == 2  # only those two lines
-    path = folder / recipe
-    path.write_text(swapped)
-    return path
 
 
 def recording_trainer(**kwargs):

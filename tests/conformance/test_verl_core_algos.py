@@ -29,11 +29,17 @@ import numpy as np
 import pytest
 import torch
 
-from rlvr.core.advantages import grpo_advantages, rloo_advantages
-from rlvr.core.kl import kl_k3
-from rlvr.core.losses import aggregate, clipped_surrogate
+from rlvr.core.advantages import ADVANTAGE_ESTIMATORS, AdvantageInputs, AdvantageSettings
+from rlvr.core.losses import POLICY_LOSSES, LossSettings, aggregate, kl_k3
+from rlvr.core.names import resolve_aggregation
 
 F64 = torch.float64
+
+
+def _advantages(estimator: str, rewards: torch.Tensor, groups: torch.Tensor, **settings) -> torch.Tensor:
+    """rlvr's registered estimator on (rewards, group ids) with AdvantageSettings(**settings)."""
+    return ADVANTAGE_ESTIMATORS[estimator](AdvantageInputs(rewards, groups),
+                                           AdvantageSettings(estimator=estimator, **settings))
 
 
 def _verl_root() -> Path:
@@ -91,14 +97,15 @@ def test_grpo_advantage_is_verls(verl, norm_adv_by_std_in_grpo):
     mask = _mask()
     theirs, _ = verl.compute_grpo_outcome_advantage(_token_level(REWARDS, mask), mask, GROUPS.numpy(), epsilon=1e-6,
                                                     norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo)
-    ours = grpo_advantages(REWARDS, GROUPS, scale_rewards="group" if norm_adv_by_std_in_grpo else "none", eps=1e-6)
+    ours = _advantages("grpo", REWARDS, GROUPS, scale_rewards="group" if norm_adv_by_std_in_grpo else "none", eps=1e-6)
     torch.testing.assert_close(ours[:, None] * mask, theirs, rtol=1e-6, atol=1e-6)
 
 
 def test_rloo_advantage_is_verls(verl):
     mask = _mask()
     theirs, _ = verl.compute_rloo_outcome_advantage(_token_level(REWARDS, mask), mask, GROUPS.numpy())
-    torch.testing.assert_close(rloo_advantages(REWARDS, GROUPS)[:, None] * mask, theirs, rtol=1e-6, atol=1e-6)
+    ours = _advantages("rloo", REWARDS, GROUPS, scale_rewards="none")  # algo=rloo's preset: no std scaling
+    torch.testing.assert_close(ours[:, None] * mask, theirs, rtol=1e-6, atol=1e-6)
 
 
 def _logprobs(seed: int) -> torch.Tensor:
@@ -113,7 +120,7 @@ VERL_MODES = {"token-mean": None, "seq-mean-token-mean": None, "seq-mean-token-s
 def test_loss_agg_mode_is_verls(verl, mode):
     loss, mask = _logprobs(1) * 3, _mask()
     theirs = verl.agg_loss(loss, mask, mode, loss_scale_factor=VERL_MODES[mode])
-    ours = aggregate(loss, mask, mode, max_completion_length=T)  # verl's spelling is rlvr's alias
+    ours = aggregate(loss, mask, resolve_aggregation(mode), max_completion_length=T)  # verl's spelling: an alias
     torch.testing.assert_close(ours, theirs, rtol=1e-6, atol=1e-6)
 
 
@@ -138,12 +145,14 @@ def test_the_clipped_policy_loss_is_verls(verl, mode, low, high, c):
     mask = _mask()
     old = _logprobs(2)
     logp = (old + (_logprobs(3) + 1.0) * 1.8).detach()  # log-ratios in (-1.8, 1.8)
-    advantages = grpo_advantages(REWARDS, GROUPS)[:, None].expand(-1, T)
+    advantages = _advantages("grpo", REWARDS, GROUPS)[:, None].expand(-1, T)
     theirs_lp, ours_lp = logp.clone().requires_grad_(), logp.clone().requires_grad_()
     theirs, _ = verl.compute_policy_loss_vanilla(old, theirs_lp, advantages, mask, loss_agg_mode=mode,
                                                  config=_ActorConfig(low, high, c))
-    per_token, _ = clipped_surrogate(ours_lp, old, advantages, mask, epsilon=low, epsilon_high=high, dual_clip=c)
-    ours = aggregate(per_token, mask, mode, max_completion_length=T)
+    settings = LossSettings(epsilon=low, epsilon_high=high, dual_clip=c, aggregation=resolve_aggregation(mode),
+                            max_completion_length=T)
+    per_token, _ = POLICY_LOSSES["clip"](ours_lp, old, advantages, mask, settings)
+    ours = aggregate(per_token, mask, settings.aggregation, max_completion_length=settings.max_completion_length)
     torch.testing.assert_close(ours, theirs, rtol=1e-6, atol=1e-6)
     (grad_theirs,), (grad_ours,) = torch.autograd.grad(theirs, theirs_lp), torch.autograd.grad(ours, ours_lp)
     torch.testing.assert_close(grad_ours, grad_theirs, rtol=1e-6, atol=1e-6)

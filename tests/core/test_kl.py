@@ -1,4 +1,4 @@
-"""k3 KL estimator per token: hand values, sign, masking and clamping."""
+"""k3 KL estimator per token (rlvr.core.losses.kl_k3): hand values, sign, masking and clamping."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from rlvr.core.kl import kl_k3
+from rlvr.core.losses import LOG_RATIO_CLAMP, kl_k3
 
 F64 = torch.float64
 
@@ -72,7 +72,9 @@ def test_k3_clamped_no_inf():
     torch.testing.assert_close(logprobs.grad, _t([[0.0, 0.0, 0.0]]))
 
 
-def test_k3_custom_clamp():
-    # δ = 10 clamped to 3: e^3 − 3 − 1 = 16.0855369
-    kl = kl_k3(_t([[0.0]]), _t([[10.0]]), torch.ones(1, 1), log_ratio_clamp=3.0)
-    torch.testing.assert_close(kl, _t([[math.exp(3.0) - 4.0]]))
+def test_k3_clamp_is_the_shared_constant():
+    # δ is clamped to ±LOG_RATIO_CLAMP = 20, the log-ratio's clamp: δ = 10 is not clamped (e^10 − 10 − 1),
+    # δ = 20.5 is (e^20 − 20 − 1)
+    assert LOG_RATIO_CLAMP == 20.0
+    kl = kl_k3(_t([[0.0, 0.0]]), _t([[10.0, 20.5]]), torch.ones(1, 2))
+    torch.testing.assert_close(kl, _t([[math.exp(10.0) - 11.0, math.exp(20.0) - 21.0]]))

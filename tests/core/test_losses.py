@@ -1,4 +1,5 @@
-"""Clipped surrogate, log-ratio and the named aggregation: hand values, safety, equivalences."""
+"""The ``clip`` policy loss, log-ratio, the anchor term and the named aggregation: hand values, safety,
+equivalences; the policy-loss registry."""
 
 from __future__ import annotations
 
@@ -7,11 +8,28 @@ import math
 import pytest
 import torch
 
-from rlvr.core.kl import kl_k3
-from rlvr.core.losses import aggregate, clipped_surrogate, log_ratio
-from rlvr.core.names import AGGREGATION_ALIASES, AGGREGATION_MODES, resolve_aggregation
+from rlvr.config import build_config
+from rlvr.core.losses import (
+    AGGREGATIONS,
+    LOG_RATIO_CLAMP,
+    POLICY_LOSSES,
+    LossSettings,
+    aggregate,
+    anchor_surrogate,
+    clip,
+    kl_k3,
+    log_ratio,
+    policy_loss,
+    register_policy_loss,
+)
+from rlvr.core.names import AGGREGATION_ALIASES, AGGREGATION_MODES, POLICY_LOSS_NAMES, resolve_aggregation
 
 F64 = torch.float64
+
+
+def clipped_surrogate(logprobs, old_logprobs, advantages, mask, **settings):
+    """The registered ``clip`` policy loss with LossSettings(**settings): (loss [N, T], clipped [N, T])."""
+    return POLICY_LOSSES["clip"](logprobs, old_logprobs, advantages, mask, LossSettings(**settings))
 
 
 def _t(values, dtype=F64):
@@ -31,16 +49,16 @@ CROSS_LOSS = [[1.0, 3.0, 99.0, 99.0], [2.0, 2.0, 2.0, 6.0]]
 CROSS_MASK = [[1, 1, 0, 0], [1, 1, 1, 1]]
 
 
-@pytest.mark.parametrize(
-    ("mode", "expected"),
-    [
-        ("token_mean", 16 / 6),  # (1+3+2+2+2+6) / 6 tokens = 2.6667
-        ("seq_mean_token_mean", 2.5),  # ((1+3)/2 + (2+2+2+6)/4) / 2 = (2 + 3)/2
-        ("seq_mean_token_sum_norm", 1.0),  # 16 / (2 sequences · L_max 8)
-        ("dapo", 16 / 6),  # TRL's dapo: Σ / the normaliser passed, here this batch's 6 tokens
-        ("bnpo", 16 / 6),  # TRL's bnpo: this micro-batch's token mean × n/N = 16/6 × 2/2
-    ],
-)
+CROSS_EXPECTED = {
+    "token_mean": 16 / 6,  # (1+3+2+2+2+6) / 6 tokens = 2.6667
+    "seq_mean_token_mean": 2.5,  # ((1+3)/2 + (2+2+2+6)/4) / 2 = (2 + 3)/2
+    "seq_mean_token_sum_norm": 1.0,  # 16 / (2 sequences · L_max 8)
+    "dapo": 16 / 6,  # TRL's dapo: Σ / the normaliser passed, here this batch's 6 tokens
+    "bnpo": 16 / 6,  # TRL's bnpo: this micro-batch's token mean × n/N = 16/6 × 2/2
+}
+
+
+@pytest.mark.parametrize(("mode", "expected"), list(CROSS_EXPECTED.items()))
 def test_aggregation_cross_check(mode, expected):
     out = aggregate(_t(CROSS_LOSS), _t(CROSS_MASK), mode, max_completion_length=8)
     assert out.shape == ()
@@ -68,10 +86,13 @@ def test_aggregation_accepts_bool_mask():
     ],
 )
 def test_aliases_resolve(alias, canonical):
+    # the config resolves an alias once (AlgorithmConfig.aggregation); aggregate takes the canonical name
     assert resolve_aggregation(alias) == canonical
-    via_alias = aggregate(_t(CROSS_LOSS), _t(CROSS_MASK), alias, max_completion_length=8)
-    direct = aggregate(_t(CROSS_LOSS), _t(CROSS_MASK), canonical, max_completion_length=8)
-    assert torch.equal(via_alias, direct)
+    out = aggregate(_t(CROSS_LOSS), _t(CROSS_MASK), resolve_aggregation(alias), max_completion_length=8)
+    torch.testing.assert_close(out, _t(CROSS_EXPECTED[canonical]))
+    if alias != canonical:
+        with pytest.raises(KeyError):
+            aggregate(_t(CROSS_LOSS), _t(CROSS_MASK), alias, max_completion_length=8)
 
 
 def test_alias_table_is_exactly_the_tested_one():
@@ -80,6 +101,7 @@ def test_alias_table_is_exactly_the_tested_one():
         "token-mean", "grpo", "seq-mean-token-mean", "dr_grpo", "seq-mean-token-sum-norm",
     }  # fmt: skip
     assert set(AGGREGATION_MODES) == {"token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm", "dapo", "bnpo"}
+    assert set(AGGREGATIONS) == set(AGGREGATION_MODES) == set(CROSS_EXPECTED)
 
 
 def test_bnpo_is_each_micro_batch_s_own_token_mean_over_the_micro_batches():
@@ -93,8 +115,9 @@ def test_bnpo_is_each_micro_batch_s_own_token_mean_over_the_micro_batches():
 
 @pytest.mark.parametrize("bad", ["mean", "sum", "token_sum", "seq-mean-token-sum", ""])
 def test_unknown_aggregation_lists_valid_names(bad):
+    # the name is checked where it is resolved (the config, through resolve_aggregation)
     with pytest.raises(ValueError) as err:
-        aggregate(_t(CROSS_LOSS), _t(CROSS_MASK), bad, max_completion_length=8)
+        resolve_aggregation(bad)
     message = str(err.value)
     assert repr(bad) in message
     for name in (*AGGREGATION_MODES, *AGGREGATION_ALIASES):
@@ -104,7 +127,7 @@ def test_unknown_aggregation_lists_valid_names(bad):
 @pytest.mark.parametrize("max_len", [None, 0, -1])
 def test_sum_norm_needs_max_completion_length(max_len):
     with pytest.raises(ValueError, match="max_completion_length"):
-        aggregate(_t(CROSS_LOSS), _t(CROSS_MASK), "dr_grpo", max_completion_length=max_len)
+        aggregate(_t(CROSS_LOSS), _t(CROSS_MASK), "seq_mean_token_sum_norm", max_completion_length=max_len)
 
 
 def test_empty_sequence_counts_in_n_but_adds_nothing():
@@ -156,8 +179,9 @@ def _loss(weight, x, tokens, mask, old, ref, adv, mode, importance_level, **deno
     return aggregate(per_token, mask, mode, max_completion_length=L_MAX, **denominators)
 
 
-# bnpo is the one mode whose value depends on the micro-batches (by TRL's definition): tested above
-@pytest.mark.parametrize("mode", [m for m in (*AGGREGATION_MODES, *AGGREGATION_ALIASES) if m != "bnpo"])
+# bnpo is the one mode whose value depends on the micro-batches (by TRL's definition): tested above; the
+# aliases are these modes (test_aliases_resolve)
+@pytest.mark.parametrize("mode", [m for m in AGGREGATION_MODES if m != "bnpo"])
 @pytest.mark.parametrize("importance_level", ["token", "sequence"])
 def test_micro_batches_equal_one_batch(mode, importance_level):
     weight, x, tokens, mask, old, ref, adv = _policy_setup()
@@ -302,8 +326,9 @@ def test_dual_clip_does_nothing_for_positive_advantage():
 
 @pytest.mark.parametrize("bad", [1.0, 0.5])
 def test_dual_clip_must_exceed_one(bad):
+    # option values are validated once, by the config
     with pytest.raises(ValueError, match="dual_clip"):
-        _clip_case([1.0], -1.0, dual_clip=bad)
+        build_config({"model": "tiny-random", "dual_clip": bad})
 
 
 def test_clip_mask_is_false_at_padding():
@@ -366,11 +391,12 @@ def test_log_ratio_clamped_to_20():
     torch.testing.assert_close(logprobs.grad, _t([[0.0, 0.0, 1.0, 0.0]]))
 
 
-def test_log_ratio_custom_clamp_and_surrogate_stays_finite():
+def test_log_ratio_clamp_constant_and_surrogate_stays_finite():
     old = torch.zeros(1, 2, dtype=F64)
     logprobs = _t([[400.0, -400.0]])
     mask = torch.ones(1, 2, dtype=torch.bool)
-    torch.testing.assert_close(log_ratio(logprobs, old, mask, log_ratio_clamp=5.0), _t([[5.0, -5.0]]))
+    assert LOG_RATIO_CLAMP == 20.0
+    torch.testing.assert_close(log_ratio(logprobs, old, mask), _t([[LOG_RATIO_CLAMP, -LOG_RATIO_CLAMP]]))
     # A = −1, no dual clip: L = max(ρ, clip(ρ)) = e^20 at the first token (not exp(400) = inf).
     loss, _ = clipped_surrogate(logprobs, old, _t([-1.0]), mask)
     torch.testing.assert_close(loss, _t([[math.exp(20.0), 0.8]]))
@@ -407,12 +433,12 @@ def test_gspo_sequence_ratio():
 
 
 def test_unknown_importance_level():
-    with pytest.raises(ValueError, match="importance_level"):
-        log_ratio(_t([[0.0]]), _t([[0.0]]), torch.ones(1, 1), importance_level="seq")
+    # option values are validated once, by the config
+    with pytest.raises(ValueError, match="importance_sampling_level"):
+        build_config({"model": "tiny-random", "importance_sampling_level": "seq"})
 
 
 # --- DaGRPO anchor term --------------------------------------------------------------------------
-from rlvr.core.losses import anchor_surrogate
 
 
 def test_anchor_log_psi_gradient_is_minus_adv_grad_logp():
@@ -421,7 +447,7 @@ def test_anchor_log_psi_gradient_is_minus_adv_grad_logp():
     mask = torch.tensor([[True, True, True], [True, False, False]])
     adv = torch.tensor([2.5, -0.5])
     logp = torch.log_softmax(logits, -1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
-    loss = anchor_surrogate(logp, adv, mask).sum()
+    loss = anchor_surrogate(logp, adv, mask, LossSettings()).sum()
     (grad,) = torch.autograd.grad(loss, logits, retain_graph=True)
     expected_loss = -(2.5 * logp[0].sum() - 0.5 * logp[1, 0])
     (expected,) = torch.autograd.grad(expected_loss, logits)
@@ -431,15 +457,57 @@ def test_anchor_log_psi_gradient_is_minus_adv_grad_logp():
 def test_anchor_luffy_psi_value_and_masking():
     logp = torch.log(torch.tensor([[0.1, 0.9], [0.5, 0.5]]))
     mask = torch.tensor([[True, True], [True, False]])
-    out = anchor_surrogate(logp, torch.tensor([1.0, 2.0]), mask, psi="luffy", gamma=0.1)
+    out = anchor_surrogate(logp, torch.tensor([1.0, 2.0]), mask, LossSettings(anchor_psi="luffy", anchor_gamma=0.1))
     # -A * p/(p+0.1): 0.1/0.2 = 0.5, 0.9/1.0 = 0.9, 0.5/0.6 = 0.8333
     torch.testing.assert_close(out, torch.tensor([[-0.5, -0.9], [-2 * 0.5 / 0.6, 0.0]]))
-    with pytest.raises(ValueError, match="psi"):
-        anchor_surrogate(logp, torch.ones(2), mask, psi="sqrt")
+    # an unknown psi is refused by the config: tests/core/test_objective.py::test_unknown_anchor_psi_is_refused
 
 
 def test_anchor_has_no_ratio_so_no_clipping():
     # The same log-probs give the same loss whatever the behaviour policy was: nothing to clip.
     logp = torch.tensor([[-3.0, -0.2]])
-    out = anchor_surrogate(logp, torch.tensor([1.0]), torch.ones(1, 2, dtype=torch.bool))
+    out = anchor_surrogate(logp, torch.tensor([1.0]), torch.ones(1, 2, dtype=torch.bool), LossSettings())
     torch.testing.assert_close(out, torch.tensor([[3.0, 0.2]]))
+
+
+# --- the policy-loss registry ----------------------------------------------------------------------
+
+
+def test_clip_is_the_registered_default():
+    assert POLICY_LOSSES["clip"] is clip and LossSettings().policy_loss == "clip"
+    # <=: another test may register (and remove) a toy loss of its own
+    assert {"clip"} <= set(POLICY_LOSSES)
+    assert set(POLICY_LOSSES) == POLICY_LOSS_NAMES
+
+
+def test_register_policy_loss_adds_a_loss_the_registry_and_the_config_accept():
+    name = "toy_plain_pg"
+    assert name not in POLICY_LOSSES and name not in POLICY_LOSS_NAMES
+    with pytest.raises(ValueError, match="policy_loss"):
+        build_config({"model": "tiny-random", "policy_loss": name})
+    try:
+
+        @register_policy_loss(name)
+        def plain_pg(logprobs, old_logprobs, advantages, mask, settings):
+            # the plain policy gradient −A·log π: no ratio, nothing clipped
+            mask = mask.bool()
+            loss = torch.where(mask, -advantages.unsqueeze(-1) * logprobs, torch.zeros_like(logprobs))
+            return loss, torch.zeros_like(mask)
+
+        assert POLICY_LOSSES[name] is plain_pg and name in POLICY_LOSS_NAMES
+        assert build_config({"model": "tiny-random", "policy_loss": name}).algorithm.policy_loss == name
+        # policy_loss takes the sampled rows' term from the registry: ρ = 1.5 would clip under "clip"
+        old = _t([[-1.0, -2.0]])
+        logprobs = (old + math.log(1.5)).requires_grad_()
+        mask = torch.ones(1, 2, dtype=torch.bool)
+        out = policy_loss(logprobs, old, _t([2.0]), mask, LossSettings(policy_loss=name))
+        torch.testing.assert_close(out.per_token, -2.0 * logprobs.detach())
+        assert out.clipped_tokens.item() == 0
+        out.per_token.sum().backward()
+        torch.testing.assert_close(logprobs.grad, _t([[-2.0, -2.0]]))
+        assert policy_loss(logprobs, old, _t([2.0]), mask, LossSettings()).clipped_tokens.item() == 2
+    finally:
+        POLICY_LOSSES.pop(name, None)
+        POLICY_LOSS_NAMES.discard(name)
+    with pytest.raises(ValueError, match="policy_loss"):
+        build_config({"model": "tiny-random", "policy_loss": name})

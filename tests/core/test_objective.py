@@ -1,4 +1,4 @@
-"""policy_loss: clipped surrogate, truncated IS, GSPO, anchors and the KL term, by hand values."""
+"""policy_loss (rlvr.core.losses): clipped surrogate, truncated IS, GSPO, anchors and the KL term, by hand values."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import math
 import pytest
 import torch
 
+from rlvr.config import build_config
 from rlvr.core.logprobs import entropy_from_logits, token_logprobs
-from rlvr.core.losses import aggregate
-from rlvr.core.objective import entropy_bonus, policy_loss
+from rlvr.core.losses import LossSettings, aggregate, entropy_bonus, policy_loss
+from rlvr.train.plan import compile_plan
 
 F64 = torch.float64
 NAN, INF = math.nan, math.inf
@@ -41,7 +42,7 @@ def test_on_policy_loss_is_minus_advantage(importance_level):
     mask = _mask([3, 2], 3)
     logprobs = _t([[-0.5, -1.2, -0.3], [-2.0, -0.1, 7.0]]).requires_grad_()
     out = policy_loss(logprobs, logprobs.detach(), _t([1.5, -0.5]), mask,
-                      epsilon_high=0.28, dual_clip=3.0, importance_level=importance_level)
+                      LossSettings(epsilon_high=0.28, dual_clip=3.0, importance_level=importance_level))
     torch.testing.assert_close(out.per_token, _t([[-1.5, -1.5, -1.5], [0.5, 0.5, 0.0]]), rtol=0, atol=0)
     assert out.clipped_tokens.item() == 0
     assert out.kl_sum is None
@@ -60,7 +61,8 @@ def test_clip_both_sides_symmetric():
     #                ρ=1.5 → max(1.5, 1.2) = 1.5 (high side never clips for A < 0).
     old = [[-1.0, -0.7, -2.0], [-0.3, -1.1, -0.9]]
     ratios = [[1.5, 1.1, 0.5], [0.5, 0.9, 1.5]]
-    out = policy_loss(_with_ratios(old, ratios), _t(old), _t([2.0, -1.0]), _mask([3, 3], 3), epsilon=0.2)
+    out = policy_loss(_with_ratios(old, ratios), _t(old), _t([2.0, -1.0]), _mask([3, 3], 3),
+                      LossSettings(epsilon=0.2))
     expected = [
         [-(1 + 0.2) * 2.0, -1.1 * 2.0, -0.5 * 2.0],
         [(1 - 0.2) * 1.0, 0.9 * 1.0, 1.5 * 1.0],
@@ -76,12 +78,13 @@ def test_clip_epsilon_high_asymmetric():
     old = [[-1.0, -1.0], [-0.5, -0.5]]
     ratios = [[1.25, 1.5], [0.75, 1.25]]
     out = policy_loss(_with_ratios(old, ratios), _t(old), _t([1.0, -1.0]), _mask([2, 2], 2),
-                      epsilon=0.2, epsilon_high=0.28)
+                      LossSettings(epsilon=0.2, epsilon_high=0.28))
     torch.testing.assert_close(out.per_token, _t([[-1.25, -(1 + 0.28)], [1 - 0.2, 1.25]]))
     assert out.clipped_tokens.item() == 2
 
     # Symmetric for comparison: ρ = 1.25, A = +1 is now clipped at 1.2.
-    sym = policy_loss(_with_ratios(old, ratios), _t(old), _t([1.0, -1.0]), _mask([2, 2], 2), epsilon=0.2)
+    sym = policy_loss(_with_ratios(old, ratios), _t(old), _t([1.0, -1.0]), _mask([2, 2], 2),
+                      LossSettings(epsilon=0.2))
     torch.testing.assert_close(sym.per_token, _t([[-1.2, -1.2], [0.8, 1.25]]))
     assert sym.clipped_tokens.item() == 3
 
@@ -94,11 +97,12 @@ def test_dual_clip_caps_negative_advantage():
     old = [[-1.0, -1.0], [-2.0, -2.0]]
     ratios = [[4.0, 2.0], [4.0, None]]
     mask = _mask([2, 1], 2)
-    out = policy_loss(_with_ratios(old, ratios), _t(old), _t([-2.0, 1.0]), mask, epsilon=0.2, dual_clip=3.0)
+    out = policy_loss(_with_ratios(old, ratios), _t(old), _t([-2.0, 1.0]), mask,
+                      LossSettings(epsilon=0.2, dual_clip=3.0))
     torch.testing.assert_close(out.per_token, _t([[3.0 * 2.0, 2.0 * 2.0], [-1.2 * 1.0, 0.0]]))
     assert out.clipped_tokens.item() == 2
 
-    no_dual = policy_loss(_with_ratios(old, ratios), _t(old), _t([-2.0, 1.0]), mask, epsilon=0.2)
+    no_dual = policy_loss(_with_ratios(old, ratios), _t(old), _t([-2.0, 1.0]), mask, LossSettings(epsilon=0.2))
     torch.testing.assert_close(no_dual.per_token, _t([[4.0 * 2.0, 2.0 * 2.0], [-1.2, 0.0]]))
     assert no_dual.clipped_tokens.item() == 1
 
@@ -116,14 +120,14 @@ def test_ratio_cap_truncates_before_clipping():
     ratios = [[5.0, 1.5], [5.0, None]]
     mask = _mask([2, 1], 2)
     logprobs = _with_ratios(old, ratios).requires_grad_()
-    out = policy_loss(logprobs, _t(old), _t([-1.0, 1.0]), mask, epsilon=0.2, ratio_cap=2.0)
+    out = policy_loss(logprobs, _t(old), _t([-1.0, 1.0]), mask, LossSettings(epsilon=0.2, ratio_cap=2.0))
     torch.testing.assert_close(out.per_token, _t([[2.0, 1.5], [-1.2, 0.0]]))
     assert out.clipped_tokens.item() == 1  # only (1, 0); the truncation itself is not counted as a clip
     # The truncated token passes no gradient (the cap is a clamp); ρ=1.5 passes −ρA = 1.5.
     out.per_token.sum().backward()
     torch.testing.assert_close(logprobs.grad, _t([[0.0, 1.5], [0.0, 0.0]]))
 
-    uncapped = policy_loss(_with_ratios(old, ratios), _t(old), _t([-1.0, 1.0]), mask, epsilon=0.2)
+    uncapped = policy_loss(_with_ratios(old, ratios), _t(old), _t([-1.0, 1.0]), mask, LossSettings(epsilon=0.2))
     torch.testing.assert_close(uncapped.per_token, _t([[5.0, 1.5], [-1.2, 0.0]]))
 
 
@@ -131,7 +135,8 @@ def test_ratio_cap_below_clip_range_removes_the_clip():
     # Cap C = 1.1 < 1 + ε: A = +1, ρ = 1.5 → ρ' = 1.1, inside [0.8, 1.2] → ℓ = −1.1, not clipped.
     # Clipping first and truncating after would have given −1.2 (clipped); truncation comes first.
     old = [[-1.0]]
-    out = policy_loss(_with_ratios(old, [[1.5]]), _t(old), _t([1.0]), _mask([1], 1), epsilon=0.2, ratio_cap=1.1)
+    out = policy_loss(_with_ratios(old, [[1.5]]), _t(old), _t([1.0]), _mask([1], 1),
+                      LossSettings(epsilon=0.2, ratio_cap=1.1))
     torch.testing.assert_close(out.per_token, _t([[-1.1]]))
     assert out.clipped_tokens.item() == 0
 
@@ -149,7 +154,8 @@ def test_sequence_level_ratio_is_exp_of_mean_log_ratio():
     old = _t([[-1.0, -1.0, -1.0], [-2.0, -0.5, -1.5], [-0.2, -0.2, -0.2]])
     diffs = _t([[0.3, 0.2, 5.0], [-0.3, 0.1, -0.4], [0.5, 5.0, 5.0]])
     mask = _mask([2, 3, 1], 3)
-    out = policy_loss(old + diffs, old, _t([-1.0, 2.0, 1.0]), mask, epsilon=0.2, importance_level="sequence")
+    out = policy_loss(old + diffs, old, _t([-1.0, 2.0, 1.0]), mask,
+                      LossSettings(epsilon=0.2, importance_level="sequence"))
     rho0 = math.exp((0.3 + 0.2) / 2)
     rho1 = math.exp((-0.3 + 0.1 - 0.4) / 3)
     expected = [[rho0, rho0, 0.0], [-2.0 * rho1, -2.0 * rho1, -2.0 * rho1], [-1.2, 0.0, 0.0]]
@@ -158,7 +164,7 @@ def test_sequence_level_ratio_is_exp_of_mean_log_ratio():
 
     # Token level differs: row 1's tokens have their own ratios e^−0.3 = 0.741, e^0.1, e^−0.4 = 0.670, all
     # unclipped for A > 0 (the low side never clips), so ℓ_t = −2·ρ_t.
-    tok = policy_loss(old + diffs, old, _t([-1.0, 2.0, 1.0]), mask, epsilon=0.2)
+    tok = policy_loss(old + diffs, old, _t([-1.0, 2.0, 1.0]), mask, LossSettings(epsilon=0.2))
     torch.testing.assert_close(tok.per_token[1], _t([-2.0 * math.exp(d) for d in (-0.3, 0.1, -0.4)]))
 
 
@@ -189,8 +195,8 @@ def _luffy(lp, gamma):
     ],
 )
 def test_anchor_rows_use_psi_and_are_never_clipped(psi, gamma, shape):
-    out = policy_loss(_t(ANCHOR_LOGP), _t(ANCHOR_OLD), _t(ANCHOR_ADV), ANCHOR_MASK, is_anchor=IS_ANCHOR,
-                      epsilon=0.2, anchor_psi=psi, anchor_gamma=gamma)
+    out = policy_loss(_t(ANCHOR_LOGP), _t(ANCHOR_OLD), _t(ANCHOR_ADV), ANCHOR_MASK,
+                      LossSettings(epsilon=0.2, anchor_psi=psi, anchor_gamma=gamma), is_anchor=IS_ANCHOR)
     expected = [
         [-1.2 * 1.0, -1.0 * 1.0, 0.0],  # sampled row: ρ=1.5 clipped to 1.2, ρ=1 → −A
         [-2.0 * shape(-0.5, gamma), -2.0 * shape(-2.0, gamma), 0.0],  # ℓ = −A·ψ(p)
@@ -202,22 +208,23 @@ def test_anchor_rows_use_psi_and_are_never_clipped(psi, gamma, shape):
 
 def test_anchor_log_psi_hand_values():
     # ψ = log: row 1 (A=2): −2·(−0.5) = 1.0, −2·(−2.0) = 4.0; row 2 (A=0.5): 0.05, 0.5, 1.5.
-    out = policy_loss(_t(ANCHOR_LOGP), _t(ANCHOR_OLD), _t(ANCHOR_ADV), ANCHOR_MASK, is_anchor=IS_ANCHOR)
+    out = policy_loss(_t(ANCHOR_LOGP), _t(ANCHOR_OLD), _t(ANCHOR_ADV), ANCHOR_MASK, LossSettings(),
+                      is_anchor=IS_ANCHOR)
     torch.testing.assert_close(out.per_token[1:], _t([[1.0, 4.0, 0.0], [0.05, 0.5, 1.5]]))
 
 
 def test_without_anchor_rows_the_same_rows_would_clip():
     # The same tensors with is_anchor None: ρ = e^10 with A > 0 → −1.2·A, clipped on all 5 anchor tokens.
-    out = policy_loss(_t(ANCHOR_LOGP), _t(ANCHOR_OLD), _t(ANCHOR_ADV), ANCHOR_MASK, epsilon=0.2)
+    out = policy_loss(_t(ANCHOR_LOGP), _t(ANCHOR_OLD), _t(ANCHOR_ADV), ANCHOR_MASK, LossSettings(epsilon=0.2))
     torch.testing.assert_close(out.per_token[1:], _t([[-2.4, -2.4, 0.0], [-0.6, -0.6, -0.6]]))
     assert out.clipped_tokens.item() == 1 + 5
 
 
 def test_all_false_is_anchor_equals_none():
     kwargs = dict(epsilon=0.2, epsilon_high=0.28, dual_clip=3.0)
-    none = policy_loss(_t(ANCHOR_LOGP), _t(ANCHOR_OLD), _t([1.0, -2.0, 0.5]), ANCHOR_MASK, **kwargs)
-    false = policy_loss(_t(ANCHOR_LOGP), _t(ANCHOR_OLD), _t([1.0, -2.0, 0.5]), ANCHOR_MASK,
-                        is_anchor=torch.zeros(3, dtype=torch.bool), **kwargs)
+    none = policy_loss(_t(ANCHOR_LOGP), _t(ANCHOR_OLD), _t([1.0, -2.0, 0.5]), ANCHOR_MASK, LossSettings(**kwargs))
+    false = policy_loss(_t(ANCHOR_LOGP), _t(ANCHOR_OLD), _t([1.0, -2.0, 0.5]), ANCHOR_MASK, LossSettings(**kwargs),
+                        is_anchor=torch.zeros(3, dtype=torch.bool))
     assert torch.equal(none.per_token, false.per_token)
     assert torch.equal(none.clipped_tokens, false.clipped_tokens)
 
@@ -226,7 +233,7 @@ def test_anchor_log_gradient_is_minus_advantage():
     # ψ = log: ℓ = −A·logp, so ∂ℓ/∂logp_t = −A at response tokens and 0 at padding.
     # The sampled row 0: ρ=1.5 clipped → 0; ρ=1 → ∂(−ρA)/∂logp = −ρA = −1.
     logprobs = _t(ANCHOR_LOGP).requires_grad_()
-    out = policy_loss(logprobs, _t(ANCHOR_OLD), _t(ANCHOR_ADV), ANCHOR_MASK, is_anchor=IS_ANCHOR)
+    out = policy_loss(logprobs, _t(ANCHOR_OLD), _t(ANCHOR_ADV), ANCHOR_MASK, LossSettings(), is_anchor=IS_ANCHOR)
     out.per_token.sum().backward()
     torch.testing.assert_close(logprobs.grad, _t([[0.0, -1.0, 0.0], [-2.0, -2.0, 0.0], [-0.5, -0.5, -0.5]]))
 
@@ -235,8 +242,8 @@ def test_anchor_luffy_gradient():
     # ψ(p) = p/(p+γ): ∂ψ/∂logp = p · γ/(p+γ)², so ∂ℓ/∂logp = −A·γ·p/(p+γ)².
     gamma = 0.1
     logprobs = _t(ANCHOR_LOGP).requires_grad_()
-    out = policy_loss(logprobs, _t(ANCHOR_OLD), _t(ANCHOR_ADV), ANCHOR_MASK, is_anchor=IS_ANCHOR,
-                      anchor_psi="luffy", anchor_gamma=gamma)
+    out = policy_loss(logprobs, _t(ANCHOR_OLD), _t(ANCHOR_ADV), ANCHOR_MASK,
+                      LossSettings(anchor_psi="luffy", anchor_gamma=gamma), is_anchor=IS_ANCHOR)
     out.per_token.sum().backward()
 
     def g(a, lp):
@@ -248,9 +255,9 @@ def test_anchor_luffy_gradient():
 
 
 def test_unknown_anchor_psi_is_refused():
-    with pytest.raises(ValueError, match="psi"):
-        policy_loss(_t(ANCHOR_LOGP), _t(ANCHOR_OLD), _t(ANCHOR_ADV), ANCHOR_MASK, is_anchor=IS_ANCHOR,
-                    anchor_psi="sqrt")
+    # option values are validated once, by the config (rlvr.core.losses.ANCHOR_PSI holds log and luffy)
+    with pytest.raises(ValueError, match="anchor_psi"):
+        build_config({"model": "tiny-random", "algo": "dagrpo", "anchor_psi": "sqrt"})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -271,8 +278,8 @@ def test_kl_term_is_added_per_token_and_summed():
     ref = [[-1.2, -0.2], [-1.5, INF], [-0.7, -1.0]]
     mask = _mask([2, 1, 2], 2)
     adv = [1.0, -0.5, 2.0]
-    out = policy_loss(_t(logp), _t(logp), _t(adv), mask, is_anchor=torch.tensor([False, False, True]),
-                      ref_logprobs=_t(ref), beta=beta)
+    out = policy_loss(_t(logp), _t(logp), _t(adv), mask, LossSettings(beta=beta),
+                      is_anchor=torch.tensor([False, False, True]), ref_logprobs=_t(ref))
     kl = [[_k3(-1.2, -1.0), _k3(-0.2, -0.5)], [_k3(-1.5, -2.0), 0.0], [_k3(-0.7, -0.7), _k3(-1.0, -1.5)]]
     expected = [
         [-1.0 + beta * kl[0][0], -1.0 + beta * kl[0][1]],
@@ -287,9 +294,10 @@ def test_kl_term_is_added_per_token_and_summed():
 
 
 def test_beta_needs_ref_logprobs():
-    lp = _t([[-1.0, -0.5]])
-    with pytest.raises(ValueError, match="ref_logprobs"):
-        policy_loss(lp, lp, _t([1.0]), _mask([2], 2), beta=0.04)
+    # policy_loss trusts its caller: the plan computes reference log-probs exactly when beta > 0
+    for beta in (0.0, 0.04):
+        update = compile_plan(build_config({"model": "tiny-random", "beta": beta})).update
+        assert update.needs_reference == (beta > 0) and update.loss.beta == beta
 
 
 # ---------------------------------------------------------------------------------------------
@@ -307,10 +315,13 @@ def test_entropy_bonus_is_the_mean_over_sampled_tokens_times_the_share():
 
 
 def test_the_policy_loss_holds_no_entropy_term():
-    # the bonus is a term of its own (entropy_bonus): policy_loss takes no entropy at all
+    # the bonus is a term of its own (entropy_bonus): policy_loss takes no entropy at all, and the settings'
+    # entropy_coef (read by the update, for entropy_bonus) leaves its per-token loss unchanged
     logp = _t([[-1.0, -0.5]])
     with pytest.raises(TypeError, match="entropy"):
-        policy_loss(logp, logp, _t([1.0]), _mask([2], 2), entropy=_t([[1.0, 1.0]]), entropy_coef=0.1)
+        policy_loss(logp, logp, _t([1.0]), _mask([2], 2), LossSettings(entropy_coef=0.1), entropy=_t([[1.0, 1.0]]))
+    with_coef = policy_loss(logp, logp, _t([1.0]), _mask([2], 2), LossSettings(entropy_coef=0.1))
+    assert torch.equal(with_coef.per_token, policy_loss(logp, logp, _t([1.0]), _mask([2], 2), LossSettings()).per_token)
 
 
 def test_entropy_bonus_gradient_equals_the_formula_by_autograd():
@@ -324,7 +335,7 @@ def test_entropy_bonus_gradient_equals_the_formula_by_autograd():
     logp = token_logprobs(z, tokens)  # [1, 2]
     entropy = entropy_from_logits(z)  # [1, 2], with grad
     mask = _mask([2], 2)
-    out = policy_loss(logp, logp.detach(), _t([a], f32), mask)
+    out = policy_loss(logp, logp.detach(), _t([a], f32), mask, LossSettings())
     loss = aggregate(out.per_token, mask, "token_mean") - entropy_bonus(entropy, mask, coef=c, share=1.0)
     (grad,) = torch.autograd.grad(loss, z, retain_graph=True)
 
@@ -336,8 +347,8 @@ def test_entropy_bonus_gradient_equals_the_formula_by_autograd():
     torch.testing.assert_close(loss.detach(), by_hand.detach())
     torch.testing.assert_close(grad, grad_ref)
     # and the bonus is in it: without it the gradient differs
-    (grad_off,) = torch.autograd.grad(aggregate(policy_loss(logp, logp.detach(), _t([a], f32), mask).per_token,
-                                                mask, "token_mean"), z)
+    off = policy_loss(logp, logp.detach(), _t([a], f32), mask, LossSettings())
+    (grad_off,) = torch.autograd.grad(aggregate(off.per_token, mask, "token_mean"), z)
     assert (grad - grad_off).abs().max() > 1e-3
 
 
@@ -348,9 +359,9 @@ def test_kl_ratio_weighting_is_value_neutral_on_policy_but_adds_the_ratio_gradie
     logp = _t([[-1.0]]).requires_grad_()
     ref = _t([[-0.5]])
     beta = 0.1
-    plain = policy_loss(logp, logp.detach(), _t([0.0]), _mask([1], 1), ref_logprobs=ref, beta=beta)
-    weighted = policy_loss(logp, logp.detach(), _t([0.0]), _mask([1], 1), ref_logprobs=ref, beta=beta,
-                           kl_ratio_weighted=True)
+    plain = policy_loss(logp, logp.detach(), _t([0.0]), _mask([1], 1), LossSettings(beta=beta), ref_logprobs=ref)
+    weighted = policy_loss(logp, logp.detach(), _t([0.0]), _mask([1], 1),
+                           LossSettings(beta=beta, kl_ratio_weighted=True), ref_logprobs=ref)
     torch.testing.assert_close(weighted.per_token, plain.per_token)
     (g_plain,) = torch.autograd.grad(plain.per_token.sum(), logp)
     (g_weighted,) = torch.autograd.grad(weighted.per_token.sum(), logp)
@@ -371,9 +382,10 @@ def test_masked_junk_gives_exact_zero_and_no_nan(importance_level, psi):
     logprobs = _t([[-0.5, -1.0, INF], [-0.2, -INF, NAN], [-0.3, -0.9, -INF]]).requires_grad_()
     old = _t([[-0.6, -0.8, -INF], [-0.3, INF, 1e30], [-5.0, -6.0, NAN]])
     ref = _t([[-0.4, -0.9, NAN], [-0.1, INF, -INF], [-0.2, -1.1, INF]])
-    out = policy_loss(logprobs, old, _t([1.0, -1.0, 0.5]), mask, is_anchor=torch.tensor([False, False, True]),
-                      ref_logprobs=ref, beta=0.1, epsilon_high=0.28, dual_clip=3.0,
-                      importance_level=importance_level, anchor_psi=psi)
+    settings = LossSettings(beta=0.1, epsilon_high=0.28, dual_clip=3.0, importance_level=importance_level,
+                            anchor_psi=psi)
+    out = policy_loss(logprobs, old, _t([1.0, -1.0, 0.5]), mask, settings,
+                      is_anchor=torch.tensor([False, False, True]), ref_logprobs=ref)
     assert torch.isfinite(out.per_token).all()
     assert (out.per_token[~mask] == 0).all()
     assert torch.isfinite(out.kl_sum) and torch.isfinite(out.clipped_tokens)
@@ -384,9 +396,8 @@ def test_masked_junk_gives_exact_zero_and_no_nan(importance_level, psi):
 
     # And the same numbers as with clean padding (-1.0 everywhere masked).
     clean = torch.where(mask, logprobs.detach(), -1.0).requires_grad_()
-    out_c = policy_loss(clean, torch.where(mask, old, -1.0), _t([1.0, -1.0, 0.5]), mask,
-                        is_anchor=torch.tensor([False, False, True]), ref_logprobs=torch.where(mask, ref, -1.0),
-                        beta=0.1, epsilon_high=0.28, dual_clip=3.0, importance_level=importance_level, anchor_psi=psi)
+    out_c = policy_loss(clean, torch.where(mask, old, -1.0), _t([1.0, -1.0, 0.5]), mask, settings,
+                        is_anchor=torch.tensor([False, False, True]), ref_logprobs=torch.where(mask, ref, -1.0))
     out_c.per_token.sum().backward()
     torch.testing.assert_close(out.per_token, out_c.per_token)
     torch.testing.assert_close(out.kl_sum, out_c.kl_sum)

@@ -1,4 +1,5 @@
-"""DaGRPO masked pairwise advantages: every check docs/algorithms/dagrpo.md lists, with hand arithmetic."""
+"""DaGRPO masked pairwise advantages (the ``dagrpo`` estimator of rlvr.core.advantages): every check
+docs/algorithms/dagrpo.md lists, with hand arithmetic."""
 
 import math
 
@@ -7,10 +8,20 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlvr.core.advantages import grpo_advantages
-from rlvr.core.pairwise import masked_pairwise_advantages, pair_mask
+from rlvr.config import build_config
+from rlvr.core.advantages import ADVANTAGE_ESTIMATORS, AdvantageInputs, AdvantageSettings, pair_mask
 
 G8 = torch.zeros(8, dtype=torch.long)
+
+
+def masked_pairwise_advantages(rewards, scores, group_ids, *, stats_mask=None, **settings):
+    """The ``dagrpo`` estimator on (rewards, scores, group ids) with AdvantageSettings(**settings)."""
+    inputs = AdvantageInputs(rewards, group_ids, scores=scores, stats_mask=stats_mask)
+    return ADVANTAGE_ESTIMATORS["dagrpo"](inputs, AdvantageSettings(estimator="dagrpo", **settings))
+
+
+def grpo_advantages(rewards, group_ids, **settings):
+    return ADVANTAGE_ESTIMATORS["grpo"](AdvantageInputs(rewards, group_ids), AdvantageSettings(**settings))
 
 
 def test_worked_example_masking():
@@ -32,6 +43,7 @@ def test_worked_example_anchor():
     rewards = torch.tensor([1.0, 0, 0, 0, 0, 0, 0, 0])
     adv = masked_pairwise_advantages(rewards, rewards, G8, tau=0.0)
     assert adv[0].item() == pytest.approx(2.474867, abs=1e-5)
+    assert torch.equal(masked_pairwise_advantages(rewards, None, G8, tau=0.0), adv)  # no scores: s = r
     torch.testing.assert_close(adv[1:], torch.full((7,), -0.353553), atol=1e-5, rtol=0)
 
 
@@ -96,7 +108,7 @@ def test_contrast_score_gives_signal_inside_all_correct_group():
 def test_adaptive_tau_uses_group_score_std():
     scores = torch.tensor([0.0, 0.1, 1.0, 0.0, 0.1, 0.2])
     ids = torch.tensor([0, 0, 0, 1, 1, 1])
-    mask = pair_mask(scores, ids, tau=99.0, adaptive_kappa=0.5)
+    mask = pair_mask(scores, ids, tau=99.0, tau_kappa=0.5)
     # group 0: std = 0.5508 -> tau 0.2754: (0,1) masked, (0,2) and (1,2) kept.
     # group 1: std = 0.1 -> tau 0.05: every gap >= 0.1 is kept.
     assert mask[0].tolist() == [False, False, True, False, False, False]
@@ -122,8 +134,9 @@ def test_stats_mask_leaves_anchor_out_of_the_std():
 def test_group_of_one_and_bad_names():
     adv = masked_pairwise_advantages(torch.tensor([1.0]), torch.tensor([1.0]), torch.tensor([3]), tau=0.2)
     assert adv.tolist() == [0.0]
+    # option values are validated once, by the config
     with pytest.raises(ValueError, match="contrast"):
-        masked_pairwise_advantages(torch.ones(2), torch.ones(2), torch.zeros(2, dtype=torch.long), tau=0, contrast="x")
+        build_config({"model": "tiny-random", "algo": "dagrpo", "contrast": "x"})
 
 
 @pytest.mark.parametrize("value", [0.0, 0.1, 0.3, 0.7, 1 / 3, 0.65])
@@ -133,8 +146,8 @@ def test_adaptive_tau_on_equal_scores_masks_every_pair(value):
     scores = torch.full((6,), value, dtype=torch.float32)
     rewards = torch.tensor([0.0, 1, 0, 1, 0, 1])  # different rewards: a kept pair would carry a contrast
     ids = torch.zeros(6, dtype=torch.long)
-    assert not pair_mask(scores, ids, tau=0.0, adaptive_kappa=1.0).any()
-    adv = masked_pairwise_advantages(rewards, scores, ids, tau=0.0, adaptive_kappa=1.0)
+    assert not pair_mask(scores, ids, tau=0.0, tau_kappa=1.0).any()
+    adv = masked_pairwise_advantages(rewards, scores, ids, tau=0.0, tau_kappa=1.0)
     assert torch.equal(adv, torch.zeros(6))
 
 

@@ -196,7 +196,7 @@ def test_normalize_rows_reports_the_bad_row_index():
 
 
 def test_reward_columns_pass_a_short_solution_read_as_the_gold_under_its_name():
-    from rlvr.data import reward_columns
+    from rlvr.train.rewarding import reward_columns
     row = normalize_row({"prompt": [{"role": "user", "content": "2+2?"}], "solution": "4", "level": 3}, 0, "trl")
     assert "solution" not in row  # no expert text: no anchor or SFT target is made from it
     assert reward_columns(row) == {"id": "trl#0", "answer": "4", "solution": "4", "level": 3}

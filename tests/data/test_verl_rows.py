@@ -4,7 +4,8 @@ import re
 
 import pytest
 
-from rlvr.data import load_rows, normalize_row, reward_columns
+from rlvr.data import load_rows, normalize_row
+from rlvr.train.rewarding import reward_columns
 
 GSM8K = [  # (question, answer) as in openai/gsm8k
     (("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many "

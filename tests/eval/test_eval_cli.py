@@ -243,3 +243,23 @@ def test_the_stop_message_says_what_is_saved(tmp_path):
     message = eval_cli._stopped_message(signal.SIGINT, str(out))
     assert message == (f"rlvr eval: stopped by SIGINT; 1 finished problem is saved in {problems_path(out)}; "
                        "run the same command again to continue from there")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "auto"])
+def test_an_unchanged_command_resumes_and_adds_the_new_problems(tmp_path, capsys, dtype):
+    """The check before the model loads leaves out what only loading decides (the dtype under ``auto``,
+    raw strings for a tokenizer without a chat template): an unchanged command resumes instead of
+    reporting a change nobody made."""
+    from rlvr.models.tiny import tiny_random_model_and_tokenizer
+
+    model, tokenizer = tiny_random_model_and_tokenizer(0)
+    tokenizer.chat_template = None
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    out = tmp_path / "res.json"
+    argv = [*BASE[2:], "--model", str(tmp_path / "model"), "--data", "gsm8k-100", "--dtype", dtype, "--out", str(out)]
+    assert _eval([*argv, "--limit", "1"]) == 0
+    header = json.loads(problems_path(out).read_text().splitlines()[0])["settings"]
+    assert header.get("raw_strings") is True and header["dtype"] == "float32"
+    assert _eval([*argv, "--limit", "2"]) == 0, capsys.readouterr().err
+    assert len(problems_path(out).read_text().splitlines()) == 1 + 2

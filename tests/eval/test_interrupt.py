@@ -52,6 +52,9 @@ def test_a_stopped_evaluation_says_how_to_resume_and_resumes_to_the_same_result(
         if problems.exists() and problems.read_text().count("\n") >= 2:  # the header and one problem
             break
         time.sleep(0.01)
+    if proc.poll() is not None:  # ended before the signal: say how, instead of "No such process"
+        _, err = proc.communicate()
+        pytest.fail(f"the evaluation ended (exit {proc.returncode}) before it was signalled:\n{err.decode()[-3000:]}")
     os.killpg(proc.pid, signum)
     _, err = proc.communicate(timeout=120)
     err = err.decode()

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlvr.eval import evaluate, pass_at_k, runner
+from rlvr.eval import EvalSettings, evaluate, pass_at_k, runner
 from rlvr.eval.problems_file import problems_path
 from rlvr.eval.seeding import row_seed
 from rlvr.models import tiny_random_model_and_tokenizer
@@ -36,9 +36,9 @@ def _jsonl(path: Path, rows: list[dict]) -> str:
 
 def _run(tiny, specs, out, **overrides):
     kwargs = {"n": 4, "ks": [1, 2, 4], "temperature": 1.0, "top_p": 0.95, "max_completion_length": 8,
-              "out_path": out, "progress": False, "model_name": "tiny-random"}
+              "model_name": "tiny-random"}
     kwargs.update(overrides)
-    return evaluate(*tiny, specs, **kwargs)
+    return evaluate(*tiny, specs, EvalSettings(**kwargs), out_path=out, progress=False)
 
 
 def test_real_run_on_unreachable_golds(tiny, tmp_path):
@@ -274,3 +274,46 @@ def test_log_samples_writes_every_response_and_its_verdict(tiny, tmp_path, text_
         assert all(r["extracted"] == r["completion"] and r["answer"] == "1" for r in mine)  # extraction patched
     assert result == _run(tiny, [data], tmp_path / "plain.json")  # logging changes no number
     assert not runner.samples_path(tmp_path / "plain.json").exists()
+
+
+def _settings(**overrides) -> EvalSettings:
+    kwargs = {"n": 4, "ks": [1, 2, 4], "temperature": 1.0, "top_p": 0.95, "max_completion_length": 8}
+    return EvalSettings(**(kwargs | overrides))
+
+
+@pytest.mark.parametrize(("change", "message"), [({"n": 0}, "n must be a positive int, got 0"),
+                                                 ({"ks": []}, "ks is empty"),
+                                                 ({"ks": [1, 0]}, "every k must be a positive int"),
+                                                 ({"top_p": 0.0}, r"top_p must be in \(0, 1\]"),
+                                                 ({"temperature": -1.0}, "temperature must be >= 0"),
+                                                 ({"batch_size": True}, "batch_size must be a positive int"),
+                                                 ({"limit": 0}, "limit must be a positive int"),
+                                                 ({"max_completion_length": 0}, "max_completion_length must be"),
+                                                 ({"answer_extraction": "last"}, "answer_extraction must be one of")])
+def test_bad_settings_are_refused_when_built(change, message):
+    with pytest.raises(ValueError, match=message):
+        _settings(**change)
+
+
+def test_settings_sort_ks_and_copy_the_template_variables():
+    kwargs = {"enable_thinking": False}
+    settings = _settings(ks=[4, 1, 4, 2], chat_template_kwargs=kwargs)
+    kwargs["enable_thinking"] = True
+    assert settings.ks == (1, 2, 4) and settings.chat_template_kwargs == {"enable_thinking": False}
+    with pytest.raises(AttributeError):
+        settings.n = 8  # frozen: one validated object
+
+
+def test_the_problems_header_keeps_its_keys():
+    # A problems file written before is resumed only if this header is unchanged: the keys, and
+    # chat_template_kwargs / raw_strings present only when given.
+    header = runner.result_settings(_settings(model_name="m"), dtype="float32")
+    assert header == {"model": "m", "dtype": "float32", "n": 4, "temperature": 1.0, "top_p": 0.95,
+                      "max_completion_length": 8, "seed": 0, "instruction": runner.AUTO_INSTRUCTION,
+                      "system_prompt": None, "greedy": False, "answer_extraction": runner.DEFAULT_EXTRACTION,
+                      "diversity": False}
+    given = runner.result_settings(_settings(model_name="m", chat_template_kwargs={"enable_thinking": False},
+                                             raw_strings=True, batch_size=8, limit=2, log_samples=True),
+                                   dtype="bfloat16")
+    assert given == header | {"dtype": "bfloat16", "chat_template_kwargs": {"enable_thinking": False},
+                              "raw_strings": True}

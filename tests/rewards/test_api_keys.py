@@ -116,13 +116,12 @@ def test_an_https_host_that_is_not_the_keys_provider_warns_once(key_set, caplog)
 
 
 def test_the_judge_config_option_reaches_the_backend(key_set):
-    from rlvr.train.dagrpo_phase import build_run_scorer
+    from rlvr.train.setup import build_scorer
 
     options = {"scorer": "judge", "judge_base_url": "http://10.1.2.3:8000/v1", "judge_model_name": "m",
                "judge_api_key_env": key_set}
     assert build_config(options).dagrpo.judge_allow_plain_http is False
     with pytest.raises(ValueError, match="judge_allow_plain_http=true"):
-        build_run_scorer(build_config(options).dagrpo, model_dtype="float32", seed=0, device="cpu")
-    judge = build_run_scorer(build_config({**options, "judge_allow_plain_http": True}).dagrpo, model_dtype="float32",
-                             seed=0, device="cpu")
+        build_scorer(build_config(options), device="cpu")
+    judge = build_scorer(build_config({**options, "judge_allow_plain_http": True}), device="cpu")
     assert judge.backend.allow_plain_http and judge.backend.timeout_s == 30.0

@@ -56,7 +56,7 @@ def test_trl_rewards_score_right_chat_completions_through_rlvr(pool):
     rewarder = Rewarder(["trl.rewards.accuracy_reward", "trl.rewards.think_format_reward"], None,
                         verifier_workers=1, verifier_timeout=5.0, answer_extraction="boxed")
     try:
-        totals, parts, stats, extras = rewarder._score(rows, texts, [[[1], [2]], [[3], [4]]])
+        totals, parts, stats, extras = rewarder._reward(rows, texts, [[[1], [2]], [[3], [4]]])
     finally:
         rewarder.close()
     assert parts["accuracy_reward"] == [1.0, 0.0, 1.0, 1.0]
@@ -94,7 +94,7 @@ def test_the_extra_keyword_arguments_are_trls():
 
     rewarder = Rewarder([record], None, verifier_workers=1, verifier_timeout=5.0, answer_extraction="boxed")
     try:
-        rewarder.score([{"id": "a", "prompt": "q", "answer": "1", "level": 3}], [["x", "y"]])
+        rewarder.reward_texts([{"id": "a", "prompt": "q", "answer": "1", "level": 3}], [["x", "y"]])
     finally:
         rewarder.close()
     columns = {"id", "answer", "level"}

@@ -13,9 +13,8 @@ from transformers.cache_utils import DynamicCache
 
 from rlvr.models import eos_token_ids, tiny_random_model_and_tokenizer
 from rlvr.rollout import GREEDY, HFEngine, Sampling
-from rlvr.rollout.decode_engine import DecodeEngine, _Sampler
-from rlvr.rollout.kv_cache import PreallocatedLayer, make_cache
-from rlvr.train.scoring import score_no_grad
+from rlvr.rollout.decode_engine import DecodeEngine, PreallocatedLayer, _Sampler, make_cache
+from rlvr.train.response_logprobs import response_logprobs_no_grad
 
 
 def _engines(seed=0, eos=None, **kwargs):
@@ -77,7 +76,7 @@ def test_sampling_logprobs_equal_teacher_forced_scores(sampling):
     eos = [_frequent_token(model, tok)]
     fast, _, _, _ = _engines(seed=1, eos=eos, max_batch_size=5)  # two chunks, each with shared prompts
     out = fast.generate(PROMPTS, max_new_tokens=10, sampling=sampling, generator_seed=2)
-    scored = score_no_grad(model, PROMPTS, [c.token_ids for c in out], pad_token_id=tok.pad_token_id,
+    scored = response_logprobs_no_grad(model, PROMPTS, [c.token_ids for c in out], pad_token_id=tok.pad_token_id,
                            temperature=sampling.temperature, micro_batch_size=8)
     for c, lp in zip(out, scored):
         torch.testing.assert_close(torch.tensor(c.logprobs), lp, rtol=1e-5, atol=1e-5)

@@ -6,8 +6,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausa
 
 from rlvr.models import tiny_random_model_and_tokenizer
 from rlvr.rollout import GREEDY, Sampling, fused_decoder
-from rlvr.rollout.decode_engine import DecodeEngine
-from rlvr.rollout.kv_cache import CACHE_KWARG, make_cache
+from rlvr.rollout.decode_engine import CACHE_KWARG, DecodeEngine, make_cache
 
 PROMPTS = [[7, 8, 9, 10, 11]] * 3 + [[12, 13]] * 3 + [[14, 15, 16]] * 2
 
@@ -102,7 +101,7 @@ def test_engine_fused_equals_plain_sampling_and_greedy(name, monkeypatch):
 
 def test_fused_decoding_option_reaches_the_engine():
     from rlvr.config import load_config
-    from rlvr.train.engine_options import engine_spec
+    from rlvr.train.setup import engine_spec
 
     assert engine_spec(load_config(None, []), is_main=True) == ("rlvr", {"max_batch_size": 64, "fused": True})
     off = load_config(None, ["fused_decoding=false"])

@@ -4,7 +4,7 @@ import torch
 
 from rlvr.models import eos_token_ids, tiny_random_model_and_tokenizer
 from rlvr.rollout import GREEDY, HFEngine, Sampling
-from rlvr.train.scoring import score_no_grad
+from rlvr.train.response_logprobs import response_logprobs_no_grad
 
 
 def _engine(seed=0):
@@ -43,7 +43,7 @@ def test_sampling_logprobs_match_trainer_scoring():
     warped = Sampling(0.6, top_k=10, min_p=0.05, repetition_penalty=1.3)
     for sampling in (Sampling(1.0), Sampling(0.6), warped):
         out = engine.generate(prompts, max_new_tokens=10, sampling=sampling, generator_seed=2)
-        scored = score_no_grad(model, prompts, [c.token_ids for c in out], pad_token_id=tok.pad_token_id,
+        scored = response_logprobs_no_grad(model, prompts, [c.token_ids for c in out], pad_token_id=tok.pad_token_id,
                                temperature=sampling.temperature, micro_batch_size=4)
         for c, lp in zip(out, scored):
             torch.testing.assert_close(torch.tensor(c.logprobs), lp, rtol=1e-4, atol=1e-4)

@@ -25,7 +25,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from rlvr.models import apply_lora, tiny_random_model_and_tokenizer
 from rlvr.models.tiny import IM_END, PAD, tiny_byte_tokenizer
 from rlvr.rollout import GREEDY, HFEngine, Sampling, build_engine
-from rlvr.train.scoring import score_no_grad
+from rlvr.train.response_logprobs import response_logprobs_no_grad
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -67,7 +67,7 @@ def hf_engine(model):
 def trainer_logprobs(model, prompts, completions, temperature):
     # One sequence per micro-batch: the engine is compared with the plain forward pass; the
     # trainer's batched path (padding, shared prompts) is covered by the training test below.
-    return score_no_grad(model, prompts, [c.token_ids for c in completions], pad_token_id=PAD_ID,
+    return response_logprobs_no_grad(model, prompts, [c.token_ids for c in completions], pad_token_id=PAD_ID,
                          temperature=temperature, micro_batch_size=1)
 
 

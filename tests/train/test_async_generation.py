@@ -89,7 +89,7 @@ class InterruptAt:
 
 
 def test_async_run_interrupted_and_resumed_repeats_the_uninterrupted_one(tmp_path):
-    from rlvr.train.interrupts import TrainingInterrupted
+    from rlvr.run.stopping import TrainingInterrupted
 
     model_dir, reward = tiny_llama_folder(tmp_path, seed=3)
     straight = async_trainer(tmp_path, model_dir, reward, max_steps=3, out="straight").train()

@@ -2,6 +2,7 @@
 
 import pytest
 
+import rlvr.train.setup as train_setup
 import rlvr.train.trainer as trainer_module
 from rlvr.config import ExperimentConfig, build_config
 
@@ -22,7 +23,7 @@ def test_trust_remote_code_is_off_by_default_and_reaches_load_policy(tmp_path, m
 
     pickles = []
 
-    monkeypatch.setattr(trainer_module, "load_policy", spy)
+    monkeypatch.setattr(train_setup, "load_policy", spy)
     for value, overrides in ((False, {}), (True, {"trust_remote_code": True})):
         cfg = build_config(tiny_overrides(tmp_path / str(value), data="rg:chain_sum:size=4", **overrides))
         with pytest.raises(Loaded):

@@ -17,7 +17,7 @@ import time
 import torch
 from safetensors.torch import load_file
 
-from rlvr.train.checkpoint import latest_checkpoint, list_checkpoints, load_trainer_state
+from rlvr.run.checkpoints import latest_checkpoint, list_checkpoints, load_trainer_state
 from tests.helpers.metrics import comparable
 
 from .conftest import tiny_overrides

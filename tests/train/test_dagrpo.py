@@ -6,17 +6,17 @@ import logging
 import pytest
 import torch
 
-import rlvr.train.trainer as trainer_module
+import rlvr.train.setup as train_setup
 from rlvr.cli import main as cli_main
 from rlvr.config import build_config
 from rlvr.models import tiny_random_model_and_tokenizer
 from rlvr.rewards import VerifierPool
 from rlvr.rollout import Completion
-from rlvr.train.advantages import compute_advantages
-from rlvr.train.anchors import AnchorBank, inject_anchor, should_inject
-from rlvr.train.experience import Experience, Group
-from rlvr.train.plan import compile_plan, scoring_prompts
+from rlvr.train.dagrpo import AnchorBank, inject_anchor, should_inject
+from rlvr.train.experience import Experience, Group, compute_advantages
+from rlvr.train.plan import compile_plan
 from rlvr.train.sft import SFTTrainer
+from rlvr.train.tagrpo import LogprobPrompts
 from rlvr.train.trainer import Trainer
 from rlvr.train.update import OptimizerBatch, PolicyUpdate, UpdateResult
 
@@ -27,6 +27,11 @@ from .test_update import NoScheduler, RecordingOptimizer, _experience, update_po
 def _cfg(**extra):
     return build_config({"model": "tiny-random", "prompts_per_step": 3, "num_generations": 4,
                          "max_completion_length": 8, **extra})
+
+
+def _dagrpo(**extra):
+    """The plan's DaGRPOSettings for ``_cfg(**extra)`` (None when DaGRPO is off)."""
+    return compile_plan(_cfg(**extra)).dagrpo
 
 
 def test_tau_zero_without_anchors_equals_grpo_advantages_and_gradients():
@@ -81,24 +86,24 @@ def test_anchor_gradient_is_minus_adv_grad_logp_and_never_clipped():
 
 
 def test_anchor_trigger_and_placement():
-    cfg = _cfg(anchors="failed", anchor_max_correct=1).dagrpo
-    assert should_inject(0, cfg) and should_inject(1, cfg) and not should_inject(2, cfg)
-    assert should_inject(5, _cfg(anchors="always").dagrpo)
+    settings = _dagrpo(anchors="failed", anchor_max_correct=1)
+    assert should_inject(0, settings) and should_inject(1, settings) and not should_inject(2, settings)
+    assert should_inject(5, _dagrpo(anchors="always"))
 
     def group():
         comps = [Completion([1], [0.0], False) for _ in range(3)]
         return Group(group_id=1, row={"id": "r"}, prompt_ids=[1], completions=comps, texts=["a", "b", "c"],
                      rewards=[0.0, 0.0, 0.0], reward_parts={"accuracy": [0.0, 0.0, 0.0]}, scores=[0.3, 0.1, 0.1])
 
-    from rlvr.train.anchors import Anchor
+    from rlvr.train.dagrpo import Anchor
     anchor = Anchor([7, 8], "sol", False, reward=1.0, reward_parts={"accuracy": 1.0})
     g = group()
-    inject_anchor(g, anchor, _cfg(anchors="always").dagrpo)
+    inject_anchor(g, anchor, _dagrpo(anchors="always").anchor_placement)  # the default: replace_worst
     assert [c.is_anchor for c in g.completions] == [False, True, False]  # lowest score, first of ties
     assert g.rewards == [0.0, 1.0, 0.0] and g.reward_parts["accuracy"][1] == 1.0
     assert g.before_anchor.texts == ["a", "b", "c"] and not any(c.is_anchor for c in g.before_anchor.completions)
     g = group()
-    inject_anchor(g, anchor, _cfg(anchors="always", anchor_placement="append").dagrpo)
+    inject_anchor(g, anchor, _dagrpo(anchors="always", anchor_placement="append").anchor_placement)
     assert len(g.completions) == 4 and g.completions[-1].is_anchor and g.rewards[-1] == 1.0
     assert len(g.scores) == len(g.reward_parts["accuracy"]) == 4 and len(g.before_anchor.completions) == 3
 
@@ -162,7 +167,7 @@ class _ModelLoaded(Exception):
 def _no_model(monkeypatch):
     def refuse(*args, **kwargs):
         raise _ModelLoaded  # the data check must come before the model is loaded
-    monkeypatch.setattr(trainer_module, "load_policy", refuse)
+    monkeypatch.setattr(train_setup, "load_policy", refuse)  # (the trainer loads the policy in setup.build_models)
 
 
 def test_sft_on_data_without_solutions_fails_before_the_model_with_the_fix(tmp_path, monkeypatch, capsys):
@@ -251,10 +256,10 @@ def _variant_group(rewards, *, variants=None):
 @pytest.mark.parametrize("placement", ["replace_worst", "append"])
 def test_anchor_placements_flatten_with_variants(placement):
     # The append crash: generate_groups always sets `variants`; the anchor must get an entry too.
-    from rlvr.train.anchors import Anchor
+    from rlvr.train.dagrpo import Anchor
     g = _variant_group([0.0, 0.0, 0.0], variants=[0, 1, 1])
-    inject_anchor(g, Anchor([7, 257], "sol", False, 1.0, {"accuracy": 1.0}), _cfg(anchor_placement=placement).dagrpo)
-    exp = Experience.from_groups([g], scoring_prompts("unanchored"))
+    inject_anchor(g, Anchor([7, 257], "sol", False, 1.0, {"accuracy": 1.0}), placement)
+    exp = Experience.from_groups([g], LogprobPrompts.for_ratio_anchor("unanchored"))
     anchor = int(exp.is_anchor.nonzero())
     assert len(exp) == (4 if placement == "append" else 3)
     # an anchor answers q_0: variant 0 and scored on q_0 in every mode, even in a slot sampled from q_1
@@ -262,11 +267,11 @@ def test_anchor_placements_flatten_with_variants(placement):
 
 
 def test_anchor_replacing_a_q1_slot_is_scored_on_q0_in_every_ratio_mode():
-    from rlvr.train.anchors import Anchor
+    from rlvr.train.dagrpo import Anchor
     for mode in ("original", "unanchored", "truncated_is"):
         g = _variant_group([1.0, 1.0, 0.0], variants=[0, 0, 1])  # the worst response was sampled from q_1
-        inject_anchor(g, Anchor([7, 257], "sol", False, 1.0, {"accuracy": 1.0}), _cfg().dagrpo)
-        exp = Experience.from_groups([g], scoring_prompts(mode))
+        inject_anchor(g, Anchor([7, 257], "sol", False, 1.0, {"accuracy": 1.0}), "replace_worst")
+        exp = Experience.from_groups([g], LogprobPrompts.for_ratio_anchor(mode))
         assert bool(exp.is_anchor[2]) and exp.variants[2] == 0
         assert exp.prompt_ids[2] == [1, 2] and exp.behaviour_prompt_ids[2] == [1, 2], mode
         assert bool(exp.on_own_prompt[2])
@@ -275,11 +280,12 @@ def test_anchor_replacing_a_q1_slot_is_scored_on_q0_in_every_ratio_mode():
 def test_rollout_metrics_describe_the_policy_samples_before_injection():
     # 3 of 4 right; anchors=always replaces the wrong one. The policy's accuracy is 0.75 and the
     # group is not uniform, whatever the anchor did to the group that trains.
-    from rlvr.train.anchors import Anchor
+    from rlvr.train.dagrpo import Anchor
     from rlvr.train.metrics import rollout_metrics
     from rlvr.train.rollout_phase import RolloutResult
     g = _variant_group([1.0, 1.0, 0.0, 1.0])
-    inject_anchor(g, Anchor([7, 257], "sol", False, 1.0, {"accuracy": 1.0}), _cfg(anchors="always").dagrpo)
+    inject_anchor(g, Anchor([7, 257], "sol", False, 1.0, {"accuracy": 1.0}),
+                  _dagrpo(anchors="always").anchor_placement)
     assert g.uniform and g.rewards == [1.0] * 4  # the group as trained: all 1.0
     m = rollout_metrics(RolloutResult(compile_plan(_cfg()).rollout, 1, kept=[g], generated=[g], rounds=1), ["accuracy"])
     assert m["rollout/reward_mean"] == 0.75 and m["rollout/accuracy"] == 0.75
@@ -295,9 +301,10 @@ def test_anchor_is_rewarded_by_the_runs_reward_functions():
     _, tok = tiny_random_model_and_tokenizer()
     rewarder = Rewarder(["accuracy", "format"], [1.0, 0.1], verifier_workers=1, verifier_timeout=5.0,
                         answer_extraction="boxed")
+    row = {"id": "a", "prompt": "3 + 4 = ?", "answer": "7", "solution": "3 + 4 = 7\n#### 7"}
     try:
-        phase = build_dagrpo_phase_for_test(rewarder, tok)
-        row = {"id": "a", "prompt": "3 + 4 = ?", "answer": "7", "solution": "3 + 4 = 7\n#### 7"}
+        phase = build_dagrpo_phase_for_test(rewarder, tok, rows=[row])
+        assert phase.anchors.texts == {"a": "3 + 4 = 7\nThe answer is \\boxed{7}."}  # written at set-up
         anchor = phase.anchors.get(row)
     finally:
         rewarder.close()
@@ -305,11 +312,14 @@ def test_anchor_is_rewarded_by_the_runs_reward_functions():
     assert anchor.reward_parts == {"accuracy": 1.0, "format": 1.0}
 
 
-def build_dagrpo_phase_for_test(rewarder, tok):
-    from rlvr.train.dagrpo_phase import build_dagrpo_phase
+def build_dagrpo_phase_for_test(rewarder, tok, *, rows):
+    """The phase as the trainer builds it: the plan's settings, the config's scorer (none here: s = r)."""
+    from rlvr.train.dagrpo import build_dagrpo_phase
+    from rlvr.train.setup import build_scorer
     cfg = _cfg(anchors="failed", max_completion_length=64)
-    return build_dagrpo_phase(cfg.dagrpo, max_completion_length=64, model_dtype="float32", seed=0, tokenizer=tok,
-                              eos_token_id=257, rewarder=rewarder, device="cpu")
+    scorer = build_scorer(cfg, device="cpu")
+    return build_dagrpo_phase(compile_plan(cfg).dagrpo, scorer, rows=rows, max_completion_length=64, tokenizer=tok,
+                              eos_token_id=257, rewarder=rewarder)
 
 
 def test_dagrpo_run_with_appended_anchors(tmp_path):

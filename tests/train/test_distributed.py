@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import load_file
 
 from rlvr.config import build_config
-from rlvr.train.distributed import DistContext
+from rlvr.parallel.runtime import DistContext
 from rlvr.train.trainer import Trainer
 from rlvr.train.update import rank_share
 

@@ -9,7 +9,7 @@ import yaml
 
 from rlvr.cli import main
 from rlvr.config import build_config
-from rlvr.train.checkpoint import latest_checkpoint, list_checkpoints
+from rlvr.run.checkpoints import latest_checkpoint, list_checkpoints
 from rlvr.train.trainer import Trainer
 from tests.helpers.metrics import comparable
 

@@ -12,9 +12,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, 
 
 from rlvr.config import build_config
 from rlvr.models import load_policy
-from rlvr.train.checkpoint import list_checkpoints
-from rlvr.train.checkpoint_files import TRAINING_FILES
-from rlvr.train.model_export import FINAL_RECORD
+from rlvr.run.checkpoint_files import TRAINING_FILES, list_checkpoints
+from rlvr.run.export import FINAL_RECORD
 from rlvr.train.trainer import Trainer
 from tests.helpers.metrics import comparable
 
@@ -128,7 +127,7 @@ def test_resume_from_an_earlier_checkpoint_equals_the_uninterrupted_run(tmp_path
     options = tiny_overrides(split, reward_funcs=[reward], learning_rate=1e-3, max_steps=2, save_steps=1,
                              save_total_limit=None, resume_from_checkpoint=str(split / "checkpoint-1"))
     del options["output_dir"]  # unset: the checkpoint's own run folder
-    with caplog.at_level("WARNING", logger="rlvr.train.checkpoint"):
+    with caplog.at_level("WARNING", logger="rlvr.run.checkpoints"):
         history = Trainer(build_config(options)).train()
     assert [m["step"] for m in history] == [2]
     assert [p.name for p in list_checkpoints(split)] == ["checkpoint-1", "checkpoint-2"]  # step 3 was abandoned

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from rlvr.config import build_config
-from rlvr.train.optimizer import build_optimizer, build_scheduler
+from rlvr.train.setup import build_optimizer, build_scheduler
 
 
 def _step(optim: str, dtype=torch.float32) -> tuple[torch.optim.Optimizer, list[torch.Tensor]]:

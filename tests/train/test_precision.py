@@ -5,8 +5,8 @@ import torch
 
 from rlvr.config import build_config
 from rlvr.models import load_policy
-from rlvr.train.precision import autocast
-from rlvr.train.scoring import collate, score
+from rlvr.parallel.runtime import autocast
+from rlvr.train.response_logprobs import collate, response_logprobs
 from rlvr.train.trainer import Trainer
 
 from .conftest import tiny_overrides
@@ -26,7 +26,7 @@ def _batch(tokenizer):
 def _gradient(model, batch, *, dtype=None, head_chunk=0) -> torch.Tensor:
     model.zero_grad(set_to_none=True)
     with autocast("cpu", dtype):
-        logprobs, _ = score(model, batch, temperature=1.0, head_chunk=head_chunk)
+        logprobs, _ = response_logprobs(model, batch, temperature=1.0, head_chunk=head_chunk)
     weights = torch.linspace(-1.0, 1.0, logprobs.numel()).view_as(logprobs)
     (logprobs * weights * batch.response_mask).sum().backward()
     return torch.cat([p.grad.flatten().float() for p in model.parameters() if p.grad is not None])

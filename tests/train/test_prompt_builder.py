@@ -6,10 +6,10 @@ import pytest
 
 from rlvr.config import build_config
 from rlvr.data import DEFAULT_INSTRUCTION, PromptFormat
-from rlvr.data.prompts import carries_instruction
+from rlvr.data.prompts import PromptBuilder, carries_instruction
 from rlvr.eval.runner import prompt_ids
 from rlvr.models.tiny import CHATML_TEMPLATE, tiny_byte_tokenizer
-from rlvr.train.prompt_builder import PromptBuilder, chat_rows, prompt_format, question_rows
+from rlvr.train.setup import chat_rows, prompt_format, question_rows
 
 THINK = "<think>\n\n</think>\n\n"  # what Qwen3's template adds after the generation prompt with enable_thinking=false
 VERL_QUESTION = ('Natalia sold clips to 48 of her friends in April. How many clips? Let\'s think step by step and '

@@ -1,5 +1,5 @@
 """Reward failures are loud: a function that cannot work stops the run with its name and exception;
-unscorable completions are out of the statistics; columns reach reward functions under their names."""
+unrewarded completions are out of the statistics; columns reach reward functions under their names."""
 
 import json
 import subprocess
@@ -12,8 +12,7 @@ import torch
 from rlvr.cli import main
 from rlvr.config import build_config
 from rlvr.rollout import Completion
-from rlvr.train.advantages import compute_advantages
-from rlvr.train.experience import Experience, Group
+from rlvr.train.experience import Experience, Group, compute_advantages
 from rlvr.train.plan import compile_plan
 from rlvr.train.rewarding import RewardFunctionFailed
 from rlvr.train.trainer import Trainer
@@ -121,21 +120,21 @@ def test_a_short_solution_read_as_the_gold_still_reaches_reward_functions(tmp_pa
     assert metrics["rewards/echo_columns_mean"] == 1.0 and metrics["rewards/echo_columns/errors"] == 0.0
 
 
-def _group(gid, rewards, scorable):
+def _group(gid, rewards, rewarded):
     return Group(group_id=gid, row={"id": str(gid)}, prompt_ids=[1],
                  completions=[Completion([2], [0.0], False) for _ in rewards], texts=[""] * len(rewards),
-                 rewards=list(rewards), scorable=list(scorable))
+                 rewards=list(rewards), rewarded=list(rewarded))
 
 
 def test_unscorable_completions_are_out_of_the_statistics_and_get_zero_advantage():
-    # group 1: rewards [1, 0, (0: unscorable), 1] -> statistics over [1, 0, 1]: mean 2/3,
+    # group 1: rewards [1, 0, (0: unrewarded), 1] -> statistics over [1, 0, 1]: mean 2/3,
     # unbiased std sqrt(((1/3)^2 * 2 + (2/3)^2) / 2) = 0.57735; A = [0.57735, -1.1547, 0, 0.57735]
-    # group 2: every completion unscorable -> all 0
+    # group 2: every completion unrewarded -> all 0
     groups = [_group(1, [1.0, 0.0, 0.0, 1.0], [True, True, False, True]), _group(2, [0.0, 0.0], [False, False])]
     exp = Experience.from_groups(groups)
     adv, _ = compute_advantages(compile_plan(build_config({"model": "tiny-random"})).advantages, exp)
     torch.testing.assert_close(adv, torch.tensor([0.57735, -1.1547, 0.0, 0.57735, 0.0, 0.0]), atol=1e-4, rtol=0)
-    assert groups[1].uniform and not groups[0].uniform  # no scorable value: no signal
+    assert groups[1].uniform and not groups[0].uniform  # no rewarded value: no signal
 
 
 def test_none_rewards_make_completions_unscorable_in_a_run(tmp_path, rewards_file):
@@ -218,7 +217,7 @@ def test_the_accuracy_rewards_own_failures_are_not_hidden_by_its_verifier_counte
     from rlvr.train.rewarding import Rewarder
     rewarder = Rewarder(["accuracy"], None, verifier_workers=1, verifier_timeout=5.0, answer_extraction="boxed")
     try:  # a row without `answer`: the accuracy function raises; that is a failed call, counted as such
-        _, _, stats = rewarder.score([{"id": "a", "prompt": "q"}], [["\\boxed{1}"]])
+        _, _, stats = rewarder.reward_texts([{"id": "a", "prompt": "q"}], [["\\boxed{1}"]])
     finally:
         rewarder.close()
     assert stats["rewards/accuracy/errors"] == 1.0 and stats["rewards/accuracy/verifier_errors"] == 0.0
@@ -229,4 +228,4 @@ def test_the_end_of_run_summary_names_what_went_wrong(tmp_path, rewards_file, ca
     Trainer(cfg).train()
     out = capsys.readouterr().out
     assert "rlvr: look at metrics.jsonl: " in out and "huge: 8 non-finite values" in out
-    assert "8 unscorable completions" in out
+    assert "8 unrewarded completions" in out

@@ -1,4 +1,4 @@
-"""Rollouts (rlvr.train.rollout_ahead): responses sampled now, or ahead on another thread, and the
+"""Rollouts (rlvr.train.rollout_phase): responses sampled now, or ahead on another thread, and the
 checkpoint round trip of a round sampled ahead. A stub generator stands in for GroupGenerator (the
 trainer-level checks with vLLM are in tests/train/test_async_generation.py)."""
 
@@ -8,8 +8,7 @@ import pytest
 
 from rlvr.data import PromptSampler
 from rlvr.rollout import Completion
-from rlvr.train.group_ids import GroupIds
-from rlvr.train.rollout_ahead import Rollouts
+from rlvr.train.rollout_phase import GroupIds, Rollouts
 
 
 class StubGenerator:

@@ -14,9 +14,10 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from rlvr.config import build_config
-from rlvr.train.checkpoint import checkpoint_dir, latest_checkpoint, list_checkpoints, load_trainer_state
-from rlvr.train.checkpoint_check import MANIFEST, checkpoint_problem, write_manifest
-from rlvr.train.run_folder import RunFolderBusy, RunFolderLock, new_run_folder
+from rlvr.run.checkpoint_check import checkpoint_problem
+from rlvr.run.checkpoint_files import MANIFEST, write_manifest
+from rlvr.run.checkpoints import checkpoint_dir, latest_checkpoint, list_checkpoints, load_trainer_state
+from rlvr.run.folder import RunFolderBusy, RunFolderLock, new_run_folder
 from rlvr.train.trainer import Trainer
 from tests.helpers.metrics import comparable
 
@@ -123,7 +124,7 @@ def _damage_and_resume(tmp_path, lowercase_reward, damage, caplog):
     Trainer(_cfg(run, lowercase_reward, max_steps=3, save_steps=1, save_total_limit=None)).train()
     damage(checkpoint_dir(run, 3))
     assert checkpoint_problem(checkpoint_dir(run, 3)) is not None
-    with caplog.at_level("WARNING", logger="rlvr.train.resume"):
+    with caplog.at_level("WARNING", logger="rlvr.run.resume"):
         Trainer(_cfg(run, lowercase_reward, max_steps=3, save_steps=1, save_total_limit=None, resume=True)).train()
     assert any("checkpoint-3 is damaged" in r.getMessage() and "resuming from checkpoint-2" in r.getMessage()
                for r in caplog.records)
@@ -235,7 +236,7 @@ def test_resume_and_overwrite_together_are_refused():
 
 
 def test_a_run_from_before_the_marker_is_still_a_run(tmp_path):
-    from rlvr.train.run_folder import check_not_foreign, is_run_folder
+    from rlvr.run.folder import check_not_foreign, is_run_folder
     committed = tmp_path / "seed0"  # as the committed study runs: logs and config, no checkpoint, no marker
     committed.mkdir()
     (committed / "metrics.jsonl").write_text('{"step": 1}\n')

@@ -7,8 +7,8 @@ from rlvr.config import build_config
 from rlvr.rollout import Completion
 from rlvr.train.experience import Experience, Group, minibatches
 from rlvr.train.metrics import tagrpo_rollout_metrics
-from rlvr.train.plan import scoring_prompts
-from rlvr.train.scoring import score_no_grad
+from rlvr.train.response_logprobs import response_logprobs_no_grad
+from rlvr.train.tagrpo import LogprobPrompts
 from rlvr.train.trainer import Trainer
 
 from .conftest import tiny_overrides
@@ -63,8 +63,8 @@ def test_anchored_scores_on_q0_and_unanchored_on_qj(tmp_path):
     trainer.rewarder.close()
     group.rewards = [0.0] * len(group.completions)
     for mode in ("original", "unanchored"):
-        exp = Experience.from_groups([group], scoring_prompts(mode))
-        got = score_no_grad(trainer.policy, exp.prompt_ids, exp.response_ids, pad_token_id=trainer.tokenizer.pad_token_id,
+        exp = Experience.from_groups([group], LogprobPrompts.for_ratio_anchor(mode))
+        got = response_logprobs_no_grad(trainer.policy, exp.prompt_ids, exp.response_ids, pad_token_id=trainer.tokenizer.pad_token_id,
                             temperature=1.0, micro_batch_size=5)
         for i, c in enumerate(group.completions):
             j = group.variants[i]
@@ -73,7 +73,7 @@ def test_anchored_scores_on_q0_and_unanchored_on_qj(tmp_path):
                                        rtol=1e-5, atol=1e-5)
             if mode == "original" and j > 0:
                 assert group.variant_prompt_ids[j] != group.variant_prompt_ids[0]
-    exp = Experience.from_groups([group], scoring_prompts("truncated_is"))
+    exp = Experience.from_groups([group], LogprobPrompts.for_ratio_anchor("truncated_is"))
     assert all(p == group.prompt_ids for p in exp.prompt_ids)
     assert [p == group.prompt_ids for p in exp.behaviour_prompt_ids] == [v == 0 for v in group.variants]
 

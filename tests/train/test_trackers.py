@@ -16,7 +16,7 @@ import yaml
 
 from rlvr.config import build_config, parse_cli_value
 from rlvr.config.sections import TRACKER_NAMES
-from rlvr.train import trackers
+from rlvr.run import trackers
 from rlvr.train.trainer import Trainer
 
 from .conftest import LOWERCASE_REWARD, tiny_overrides
@@ -93,7 +93,7 @@ def test_a_tracker_that_raises_never_stops_training_and_is_counted(tmp_path, mon
         monkeypatch.setitem(trackers.TRACKER_PACKAGES, name, ("json", "json"))  # "installed"
     cfg = build_config(tiny_overrides(tmp_path / "run", max_steps=2, report_to="tensorboard,wandb",
                                       run_name="my-run"))
-    with caplog.at_level(logging.WARNING, logger="rlvr.train.trackers"):
+    with caplog.at_level(logging.WARNING, logger="rlvr.run.trackers"):
         history = Trainer(cfg).train()
     assert len(history) == 2
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]

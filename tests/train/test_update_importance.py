@@ -10,7 +10,8 @@ from rlvr.config import build_config
 from rlvr.models import tiny_random_model_and_tokenizer
 from rlvr.rollout import Completion
 from rlvr.train.experience import Experience, Group
-from rlvr.train.plan import ISCorrection, compile_plan, scoring_prompts
+from rlvr.train.plan import ISCorrection, compile_plan
+from rlvr.train.tagrpo import LogprobPrompts
 from rlvr.train.update import PolicyUpdate
 
 from .test_update import ADVANTAGES, NoScheduler, RecordingOptimizer, _experience
@@ -64,7 +65,7 @@ def _run(settings, exp, advantages=ADVANTAGES, *, ref_model=None):
     opt = RecordingOptimizer(model.parameters())
     update = PolicyUpdate(settings, model, opt, NoScheduler(), pad_token_id=tok.pad_token_id, ref_model=ref_model)
     result = update(exp, advantages)
-    return opt.grads[0], result.metrics(beta=settings.beta)
+    return opt.grads[0], result.metrics(with_kl=settings.needs_reference)
 
 
 def _on(mode, **extra):
@@ -167,7 +168,7 @@ def test_tagrpo_ratio_uses_the_prompt_the_response_was_sampled_from(ratio_anchor
     # the IS ratio is exp(offset): π_old(o | q_j) / π_sampler(o | q_j)
     model, _ = tiny_random_model_and_tokenizer(seed=0)
     model.eval()
-    exp = Experience.from_groups([_tagrpo_group()], scoring_prompts(ratio_anchor))
+    exp = Experience.from_groups([_tagrpo_group()], LogprobPrompts.for_ratio_anchor(ratio_anchor))
     assert exp.sampled_prompt_ids[2] != exp.prompt_ids[2] or ratio_anchor == "unanchored"
     exp = _perturbed(exp, model)
     cfg = _on("token_truncate", algo="tagrpo", num_generations=2, prompts_per_step=1, ratio_anchor=ratio_anchor)

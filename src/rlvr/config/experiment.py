@@ -95,7 +95,7 @@ class ExperimentConfig:
 
     def _check_algorithm(self) -> None:
         a, d = self.algorithm, self.dagrpo
-        if (d.pair_masking or d.anchors != "off") and a.advantage_estimator != "grpo":
+        if (d.pair_masking or d.anchors != "off") and a.advantage_estimator not in ("grpo", "dagrpo"):
             _fail("advantage_estimator", a.advantage_estimator,
                   "DaGRPO's pair masking and anchors define their own (pairwise) advantage; use grpo")
         if a.algo == "sft" and d.anchors == "off":

@@ -1,8 +1,21 @@
-"""Policy-gradient losses per token, and the one named reduction :func:`aggregate`.
+"""The loss of every algorithm here: per-token policy losses (a registry, one signature), the anchor
+term, the KL penalty, the composed objective :func:`policy_loss`, the aggregation by name and TRL's
+entropy bonus.
 
-Every loss here returns a per-token tensor [N, T]; nothing reduces except :func:`aggregate`.
+    ℓ_t = w_t · POLICY_LOSSES[policy_loss](log π_θ, log π_old, A, mask, settings)   sampled responses
+        = −A · ψ(π_θ(a_t))                                  anchors (expert responses): no ratio, never clipped
+        + β · KL_k3(log π_θ, log π_ref) [· ρ_t]             when β > 0 (· ρ_t: TRL's use_bias_correction_kl)
+    loss = AGGREGATIONS[aggregation](ℓ, mask, denominators)
+    loss −= entropy_bonus(...)                             when entropy_coef > 0 (TRL's L = L_policy − c·H)
 
-Safety (docs/design/pitfalls.md #4): the log-ratio is masked at padding and clamped to ±``log_ratio_clamp``
+GRPO, Dr. GRPO, DAPO, GSPO, RLOO differ only in the advantages and the settings; DaGRPO's anchors
+are the ``is_anchor`` rows; TA-GRPO's choice of prompts is made before (which log-probs are passed).
+w_t is the sampler/trainer importance weight (``rlvr.core.importance``; 1 without the correction):
+as in TRL it weights the policy term only, before β·KL is added. Adding a policy loss is one
+decorated function (docs/design/architecture.md, "Add a loss"). The settings are validated once, by
+the config (an aggregation name is canonical here: the config resolves TRL's and verl's aliases).
+
+Safety (docs/design/pitfalls.md #4): the log-ratio is masked at padding and clamped to ±``LOG_RATIO_CLAMP``
 *before* ``exp``, so a padded position can never produce inf, and 0·inf = NaN can never leak
 through the unselected branch of ``min``/``max``.
 """
@@ -10,204 +23,267 @@ through the unselected branch of ``min``/``max``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
-from rlvr.core.names import IMPORTANCE_LEVELS, resolve_aggregation
+from rlvr.core.names import POLICY_LOSS_NAMES
+
+LOG_RATIO_CLAMP = 20.0
 
 
-def log_ratio(
-    logprobs: torch.Tensor,
-    old_logprobs: torch.Tensor,
-    response_mask: torch.Tensor,
-    *,
-    importance_level: str = "token",
-    log_ratio_clamp: float = 20.0,
-) -> torch.Tensor:
-    """Masked, clamped log importance ratio log π_θ − log π_old.
+@dataclass(frozen=True)
+class LossSettings:
+    """One settings object for the whole loss (the plan builds it from the validated config)."""
 
-    ``sequence`` (GSPO): the length-normalised sequence log-ratio
-    (1/|o|) Σ_t (log π_θ − log π_old), broadcast over the sequence's tokens.
+    policy_loss: str = "clip"  # a name of POLICY_LOSSES
+    epsilon: float = 0.2  # ε_low
+    epsilon_high: float | None = None  # ε_high (None: ε_low)
+    dual_clip: float | None = None  # c > 1: for A < 0 the loss is at most −c·A (verl's clip_ratio_c)
+    importance_level: str = "token"  # token | sequence (GSPO: the length-normalised sequence ratio)
+    ratio_cap: float | None = None  # TA-GRPO's truncated IS: ρ ≤ C before clipping
+    beta: float = 0.0  # KL coefficient (0: no reference log-probs)
+    kl_ratio_weighted: bool = False  # TRL's use_bias_correction_kl: the KL term times ρ
+    anchor_psi: str = "log"  # DaGRPO's anchor shaping ψ: log | luffy
+    anchor_gamma: float = 0.1  # γ of LUFFY's ψ(p) = p / (p + γ)
+    aggregation: str = "token_mean"  # a name of AGGREGATIONS
+    max_completion_length: int | None = None  # L_max of seq_mean_token_sum_norm
+    entropy_coef: float = 0.0  # TRL's entropy bonus c (0: off)
 
-    Args:
-        logprobs: [N, T] current policy log-probs (with grad).
-        old_logprobs: [N, T] behaviour log-probs (no grad).
-        response_mask: [N, T] bool/0-1, True on response tokens.
 
-    Returns:
-        [N, T] log-ratio, 0 at masked positions, within ±log_ratio_clamp.
+@dataclass
+class PolicyLoss:
+    """The per-token loss and its statistics, as tensors (nothing is synced to the host here)."""
+
+    per_token: torch.Tensor  # [N, T], zero at masked positions
+    clipped_tokens: torch.Tensor  # scalar: masked tokens whose gradient the clip removed (anchors never)
+    kl_sum: torch.Tensor | None  # scalar: Σ of the per-token KL over the mask (None when β = 0)
+    kl: torch.Tensor | None = None  # [N, T] the per-token KL, detached (None when β = 0)
+    low_clipped: torch.Tensor | None = None  # [N, T] bool: ρ < 1 − ε_low with A < 0 (TRL's clip_ratio/low)
+    high_clipped: torch.Tensor | None = None  # [N, T] bool: ρ > 1 + ε_high with A > 0 (clip_ratio/high)
+
+
+# fn(logprobs [N, T], old_logprobs [N, T], advantages [N], mask [N, T], settings) -> (loss [N, T], clipped [N, T])
+PolicyLossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, LossSettings],
+                        tuple[torch.Tensor, torch.Tensor]]
+POLICY_LOSSES: dict[str, PolicyLossFn] = {}
+
+
+def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
+    """Decorator: the function becomes the sampled responses' per-token loss ``policy_loss=name``.
+
+    It returns (loss [N, T], zero off the mask; clipped [N, T] bool, the tokens whose gradient it removed).
     """
-    mask = response_mask.bool()
+
+    def register(fn: PolicyLossFn) -> PolicyLossFn:
+        POLICY_LOSSES[name] = fn
+        POLICY_LOSS_NAMES.add(name)  # the config accepts it from now on
+        return fn
+
+    return register
+
+
+def log_ratio(logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Tensor, *,
+              importance_level: str = "token") -> torch.Tensor:
+    """[N, T] masked, clamped log π_θ − log π_old; ``sequence`` (GSPO): the length-normalised sequence
+    log-ratio (1/|o|) Σ_t (log π_θ − log π_old), broadcast over the sequence's tokens. 0 off the mask."""
+    mask = mask.bool()
     diff = torch.where(mask, logprobs - old_logprobs, torch.zeros_like(logprobs))  # [N, T]
     if importance_level == "sequence":
         lengths = mask.sum(-1, keepdim=True).clamp(min=1)  # [N, 1]
         diff = (diff.sum(-1, keepdim=True) / lengths).expand_as(diff)  # [N, T]
         diff = torch.where(mask, diff, torch.zeros_like(diff))
-    elif importance_level != "token":
-        raise ValueError(f"importance_level={importance_level!r}; valid: {IMPORTANCE_LEVELS}")
-    return diff.clamp(-log_ratio_clamp, log_ratio_clamp)
+    return diff.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
 
 
-def clipped_surrogate(
-    logprobs: torch.Tensor,
-    old_logprobs: torch.Tensor,
-    advantages: torch.Tensor,
-    response_mask: torch.Tensor,
-    *,
-    epsilon: float = 0.2,
-    epsilon_high: float | None = None,
-    dual_clip: float | None = None,
-    importance_level: str = "token",
-    log_ratio_clamp: float = 20.0,
-    ratio_cap: float | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """PPO clipped surrogate per token.
+@register_policy_loss("clip")
+def clip(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+         s: LossSettings) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's clipped surrogate: L_t = −min(ρ_t A, clip(ρ_t, 1−ε_low, 1+ε_high) A).
 
-    L_t = −min(ρ_t A, clip(ρ_t, 1−ε_low, 1+ε_high) A); with dual clip c (A < 0 only):
-    L_t = min(L_t, −c·A). With ``ratio_cap`` C, ρ_t is first truncated to min(ρ_t, C)
-    (truncated importance sampling, e.g. TA-GRPO's ``truncated_is``).
+    With ``dual_clip`` c (A < 0 only): L_t = min(L_t, −c·A). With ``ratio_cap`` C, ρ_t is first truncated
+    to min(ρ_t, C) (truncated importance sampling, TA-GRPO's ``truncated_is``). ``importance_level``
+    sequence: ρ is GSPO's sequence ratio. ``advantages``: [N] (broadcast over tokens) or [N, T].
+    """
+    epsilon_high = s.epsilon if s.epsilon_high is None else s.epsilon_high
+    mask = mask.bool()
+    adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages  # [N, 1] or [N, T]
+    log_rho = log_ratio(logprobs, old_logprobs, mask, importance_level=s.importance_level)  # [N, T]
+    if s.ratio_cap is not None:
+        log_rho = log_rho.clamp(max=math.log(s.ratio_cap))
+    ratio = torch.exp(log_rho)  # [N, T]
+    unclipped = -ratio * adv  # [N, T]
+    clipped = -ratio.clamp(1.0 - s.epsilon, 1.0 + epsilon_high) * adv  # [N, T]
+    loss = torch.maximum(unclipped, clipped)
+    was_clipped = clipped > unclipped
+    if s.dual_clip is not None:
+        cap = -s.dual_clip * adv
+        was_clipped = was_clipped | ((adv < 0) & (loss > cap))
+        loss = torch.where(adv < 0, torch.minimum(loss, cap), loss)
+    return torch.where(mask, loss, torch.zeros_like(loss)), was_clipped & mask
+
+
+def _psi_log(p_log: torch.Tensor, gamma: float) -> torch.Tensor:
+    return p_log
+
+
+def _psi_luffy(p_log: torch.Tensor, gamma: float) -> torch.Tensor:
+    p = p_log.exp()
+    return p / (p + gamma)
+
+
+ANCHOR_PSI = {"log": _psi_log, "luffy": _psi_luffy}
+
+
+def anchor_surrogate(logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+                     s: LossSettings) -> torch.Tensor:
+    """[N, T] loss on off-policy anchor tokens (expert solutions), never clipped: L_t = −Â · ψ(π_θ(a_t)).
+
+    ψ(p) = log p (``anchor_psi=log``: an advantage-weighted SFT term, gradient exactly −Â ∇log π) or
+    LUFFY's policy shaping ψ(p) = p / (p + γ) (``luffy``), which up-weights low-probability expert
+    tokens. Anchors have no behaviour log-prob, so there is no ratio and nothing to clip
+    (docs/design/pitfalls.md #11). [design] docs/algorithms/dagrpo.md; LUFFY (arXiv 2504.14945), γ = 0.1.
+    """
+    mask = mask.bool()
+    adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages
+    safe = torch.where(mask, logprobs, torch.zeros_like(logprobs))  # no exp of junk at padding
+    loss = -adv * ANCHOR_PSI[s.anchor_psi](safe, s.anchor_gamma)
+    return torch.where(mask, loss, torch.zeros_like(loss))
+
+
+def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """[N, T] k3 estimate of KL(π_θ ‖ π_ref) per token (Schulman): with δ = log π_ref − log π_θ,
+    KL_t ≈ exp(δ) − δ − 1 (≥ 0, unbiased under samples from π_θ). δ is masked at padding and clamped
+    to ±LOG_RATIO_CLAMP before ``exp``; 0 off the mask. Aggregated exactly like the policy term."""
+    mask = mask.bool()
+    delta = torch.where(mask, ref_logprobs - logprobs, torch.zeros_like(logprobs))  # [N, T]
+    delta = delta.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    kl = torch.exp(delta) - delta - 1.0
+    return torch.where(mask, kl, torch.zeros_like(kl))
+
+
+def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+                s: LossSettings, *, is_anchor: torch.Tensor | None = None, ref_logprobs: torch.Tensor | None = None,
+                is_weights: torch.Tensor | None = None) -> PolicyLoss:
+    """The per-token objective ℓ (module doc) and its clip and KL statistics.
 
     Args:
         logprobs: [N, T] log π_θ (with grad).
-        old_logprobs: [N, T] log π_old.
-        advantages: [N] per sequence (broadcast over tokens) or [N, T].
-        response_mask: [N, T].
+        old_logprobs: [N, T] log π_old (behaviour; ``logprobs.detach()`` on the on-policy pass).
+        advantages: [N].
+        mask: [N, T] bool, True on the response tokens that are trained on.
+        s: the settings.
+        is_anchor: [N] bool, the expert responses (None: the batch has none, and their term is not computed).
+        ref_logprobs: [N, T] log π_ref, required when β > 0.
+        is_weights: [N, T] detached sampler/trainer weights w_t of the sampled rows (None: 1).
 
-    Returns:
-        (loss [N, T] zero at masked tokens, clipped [N, T] bool: tokens whose gradient the clip
-        removed).
-
-    Convention: ε_high defaults to ε (symmetric); ratio = exp(clamped, masked log-ratio).
+    Convention: anchors keep their tokens out of ``clipped_tokens``; the KL is added to anchor rows
+    too (a penalty on the policy, whatever the response); with ``kl_ratio_weighted`` an anchor's ρ is 1.
     """
-    epsilon_high = epsilon if epsilon_high is None else epsilon_high
-    mask = response_mask.bool()
-    adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages  # [N, 1] or [N, T]
-    log_rho = log_ratio(
-        logprobs,
-        old_logprobs,
-        mask,
-        importance_level=importance_level,
-        log_ratio_clamp=log_ratio_clamp,
-    )  # [N, T]
-    if ratio_cap is not None:
-        log_rho = log_rho.clamp(max=math.log(ratio_cap))
-    ratio = torch.exp(log_rho)  # [N, T]
-    unclipped = -ratio * adv  # [N, T]
-    clipped_ratio = ratio.clamp(1.0 - epsilon, 1.0 + epsilon_high)
-    clipped = -clipped_ratio * adv  # [N, T]
-    loss = torch.maximum(unclipped, clipped)
-    was_clipped = clipped > unclipped
-    if dual_clip is not None:
-        if dual_clip <= 1.0:
-            raise ValueError(f"dual_clip must be > 1 (verl default 3.0), got {dual_clip}")
-        cap = -dual_clip * adv
-        capped = (adv < 0) & (loss > cap)
-        loss = torch.where(adv < 0, torch.minimum(loss, cap), loss)
-        was_clipped = was_clipped | capped
-    zeros = torch.zeros_like(loss)
-    return torch.where(mask, loss, zeros), was_clipped & mask
+    per_token, clipped = POLICY_LOSSES[s.policy_loss](logprobs, old_logprobs, advantages, mask, s)  # [N, T]
+    low, high = clip_regions(logprobs.detach(), old_logprobs, advantages, mask, s, is_anchor=is_anchor)
+    if is_weights is not None:
+        per_token = per_token * is_weights.detach()
+    if is_anchor is not None:
+        anchor = is_anchor.unsqueeze(-1)  # [N, 1]
+        per_token = torch.where(anchor, anchor_surrogate(logprobs, advantages, mask, s), per_token)
+        clipped = clipped & ~anchor
+    kl_sum = kl_detached = None
+    if s.beta > 0:
+        kl = kl_k3(logprobs, ref_logprobs, mask)  # [N, T]
+        kl_sum = kl.detach()[mask].sum()
+        if s.kl_ratio_weighted:
+            ratio = log_ratio(logprobs, old_logprobs, mask, importance_level=s.importance_level).exp()  # [N, T]
+            if is_anchor is not None:
+                ratio = torch.where(is_anchor.unsqueeze(-1), torch.ones_like(ratio), ratio)
+            kl = kl * ratio  # (TRL logs the weighted KL)
+        kl_detached = kl.detach()
+        per_token = per_token + s.beta * kl
+    return PolicyLoss(per_token, clipped.sum(), kl_sum, kl_detached, low, high)
 
 
-def aggregate(
-    per_token: torch.Tensor,
-    mask: torch.Tensor,
-    mode: str,
-    *,
-    max_completion_length: int | None = None,
-    num_tokens: float | torch.Tensor | None = None,
-    num_sequences: float | torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Reduce a per-token loss to a scalar by a named mode.
+def clip_regions(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+                 s: LossSettings, *, is_anchor: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """TRL's clip statistics per token: (ρ < 1 − ε_low and A < 0, ρ > 1 + ε_high and A > 0), [N, T] bool each,
+    False at masked positions and on anchor rows (they have no ratio)."""
+    epsilon_high = s.epsilon if s.epsilon_high is None else s.epsilon_high
+    ratio = log_ratio(logprobs, old_logprobs, mask, importance_level=s.importance_level).exp()  # [N, T]
+    adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages
+    keep = mask.bool() if is_anchor is None else mask.bool() & ~is_anchor.unsqueeze(-1)
+    return (ratio < 1 - s.epsilon) & (adv < 0) & keep, (ratio > 1 + epsilon_high) & (adv > 0) & keep
 
-    - ``token_mean``: Σ_{i,t} m·ℓ / Σ m (verl "token-mean").
-    - ``seq_mean_token_mean``: (1/N) Σ_i (Σ_t m·ℓ / Σ_t m) (TRL "grpo").
-    - ``seq_mean_token_sum_norm``: Σ_{i,t} m·ℓ / (N · L_max) (Dr. GRPO as in TRL).
-    - ``dapo`` (TRL's): Σ_{i,t} m·ℓ / ``num_tokens``, where the caller passes TRL's normaliser, the
-      step's tokens ÷ its optimiser steps per pass (the same as token_mean with one optimiser step).
-    - ``bnpo`` (TRL's): this micro-batch's own token mean, times n / ``num_sequences`` (1/A with
-      A equal micro-batches, as TRL divides by gradient_accumulation_steps).
 
-    Under gradient accumulation or data parallelism pass the *global* denominators
-    (``num_tokens`` = response tokens in the whole optimiser batch, ``num_sequences`` = its
-    sequences); then summing the per-micro-batch results gives exactly the full-batch value.
+@dataclass(frozen=True)
+class Denominators:
+    """The global counts an aggregation divides by (under gradient accumulation or several processes: the
+    whole optimiser batch's, so that summing the micro-batches' results gives the full-batch value)."""
 
-    Args:
-        per_token: [N, T] losses.
-        mask: [N, T] response mask.
-        mode: an aggregation name or a TRL/verl alias (``rlvr.core.names.AGGREGATION_ALIASES``).
-        max_completion_length: L_max, required by ``seq_mean_token_sum_norm``.
-        num_tokens: global token count (default: this batch's).
-        num_sequences: global sequence count (default: this batch's N).
-
-    Returns:
-        scalar tensor.
-
-    Convention: a sequence with no response tokens contributes 0 to ``seq_mean_token_mean`` but
-    still counts in N; a zero denominator is treated as 1 (the numerator is then 0).
-    """
-    mode = resolve_aggregation(mode)
-    m = mask.to(per_token.dtype)  # [N, T]
-    masked = per_token * m
-    if num_sequences is None:
-        num_sequences = per_token.shape[0]
-    if mode in ("token_mean", "dapo"):
-        denom = m.sum() if num_tokens is None else num_tokens
-        return masked.sum() / _at_least_one(denom, per_token)
-    if mode == "bnpo":
-        share = per_token.shape[0] / _at_least_one(num_sequences, per_token)
-        return masked.sum() / _at_least_one(m.sum(), per_token) * share
-    if mode == "seq_mean_token_mean":
-        per_seq = masked.sum(-1) / m.sum(-1).clamp(min=1)  # [N]
-        return per_seq.sum() / _at_least_one(num_sequences, per_token)
-    if max_completion_length is None or max_completion_length <= 0:
-        raise ValueError("seq_mean_token_sum_norm needs max_completion_length > 0")
-    denom = _at_least_one(num_sequences, per_token) * max_completion_length
-    return masked.sum() / denom
+    num_tokens: float | torch.Tensor | None = None  # response tokens (None: this batch's)
+    num_sequences: float | torch.Tensor | None = None  # sequences (None: this batch's N)
+    max_completion_length: int | None = None  # L_max of seq_mean_token_sum_norm
 
 
 def _at_least_one(value: float | torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return torch.as_tensor(value, dtype=like.dtype, device=like.device).clamp(min=1)
 
 
-ANCHOR_PSI = ("log", "luffy")
+def _token_mean(per_token, m, d: Denominators):
+    """Σ m·ℓ / Σ m (verl's token-mean); ``dapo``: the caller passes TRL's normaliser as num_tokens."""
+    return (per_token * m).sum() / _at_least_one(m.sum() if d.num_tokens is None else d.num_tokens, per_token)
 
 
-def anchor_surrogate(
-    logprobs: torch.Tensor,
-    advantages: torch.Tensor,
-    response_mask: torch.Tensor,
-    *,
-    psi: str = "log",
-    gamma: float = 0.1,
-) -> torch.Tensor:
-    """Loss on off-policy anchor tokens (expert solutions), never clipped.
+def _bnpo(per_token, m, d: Denominators):
+    """TRL's bnpo: this micro-batch's own token mean × n / num_sequences (1/A for A equal micro-batches)."""
+    n = per_token.shape[0]
+    share = n / _at_least_one(n if d.num_sequences is None else d.num_sequences, per_token)
+    return (per_token * m).sum() / _at_least_one(m.sum(), per_token) * share
 
-    L_t = −Â · ψ(π_θ(a_t)), with ψ(p) = log p (default: an advantage-weighted SFT term, whose
-    gradient is exactly −Â ∇log π) or LUFFY's policy shaping ψ(p) = p / (p + γ), which up-weights
-    low-probability expert tokens (gradient −Â · γ/(p+γ)² · p ∇log p).
 
-    Anchors have no behaviour log-prob, so there is no ratio and nothing to clip (docs/design/pitfalls.md #11:
-    clipping is what made expert tokens contribute little in TRL's experiments).
+def _seq_mean_token_mean(per_token, m, d: Denominators):
+    """(1/N) Σ_i (Σ_t m·ℓ / Σ_t m) (TRL's grpo); a sequence with no tokens adds 0 but counts in N."""
+    per_seq = (per_token * m).sum(-1) / m.sum(-1).clamp(min=1)  # [N]
+    return per_seq.sum() / _at_least_one(per_token.shape[0] if d.num_sequences is None else d.num_sequences, per_token)
+
+
+def _seq_mean_token_sum_norm(per_token, m, d: Denominators):
+    """Σ m·ℓ / (N · L_max) (Dr. GRPO, as TRL's dr_grpo)."""
+    if d.max_completion_length is None or d.max_completion_length <= 0:
+        raise ValueError("seq_mean_token_sum_norm needs max_completion_length > 0")
+    n = _at_least_one(per_token.shape[0] if d.num_sequences is None else d.num_sequences, per_token)
+    return (per_token * m).sum() / (n * d.max_completion_length)
+
+
+AGGREGATIONS = {"token_mean": _token_mean, "dapo": _token_mean, "bnpo": _bnpo,
+                "seq_mean_token_mean": _seq_mean_token_mean, "seq_mean_token_sum_norm": _seq_mean_token_sum_norm}
+
+
+def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: str, *, max_completion_length: int | None = None,
+              num_tokens: float | torch.Tensor | None = None,
+              num_sequences: float | torch.Tensor | None = None) -> torch.Tensor:
+    """A per-token loss [N, T] reduced to a scalar by the aggregation ``mode`` (a canonical name of
+    :data:`AGGREGATIONS`; ``rlvr.core.names.resolve_aggregation`` maps TRL's and verl's aliases), dividing
+    by the given global denominators (:class:`Denominators`); a zero denominator counts as 1."""
+    denominators = Denominators(num_tokens, num_sequences, max_completion_length)
+    return AGGREGATIONS[mode](per_token, mask.to(per_token.dtype), denominators)
+
+
+def entropy_bonus(entropy: torch.Tensor, mask: torch.Tensor, *, coef: float, share: float | torch.Tensor,
+                  is_anchor: torch.Tensor | None = None) -> torch.Tensor:
+    """TRL's entropy bonus of one micro-batch, to subtract from its loss: c · (Σ m·H / Σ m) · share.
 
     Args:
-        logprobs: [N, T] log π_θ of the anchor tokens (with grad).
-        advantages: [N] or [N, T].
-        response_mask: [N, T].
+        entropy: [N, T] H(π_θ(·|prefix)) at each position (with grad).
+        mask: [N, T] the tokens trained on.
+        coef: c (entropy_coef).
+        share: the micro-batch's share of the optimiser step, n / (the step's sequences): 1/A for A equal
+            micro-batches, as TRL divides by gradient_accumulation_steps.
+        is_anchor: [N] rows that are expert responses: not sampled from the policy, so left out.
 
-    Returns:
-        [N, T] per-token loss, zero at masked positions.
-
-    Convention: [design] docs/algorithms/dagrpo.md; LUFFY (arXiv 2504.14945) for ψ(p) = p/(p+γ), γ = 0.1.
+    Convention: TRL's definition (L = L_policy − c·H): the mean is over the micro-batch's sampled tokens,
+    whatever the loss's aggregation ("never by a loss-type-specific normalizer", TRL 1.16). So, as in TRL,
+    with several micro-batches per step the bonus depends on which completions share one.
     """
-    mask = response_mask.bool()
-    adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages
-    safe = torch.where(mask, logprobs, torch.zeros_like(logprobs))  # no exp of junk at padding
-    if psi == "log":
-        shaped = safe
-    elif psi == "luffy":
-        p = safe.exp()
-        shaped = p / (p + gamma)
-    else:
-        raise ValueError(f"anchor psi={psi!r}; valid: {ANCHOR_PSI}")
-    loss = -adv * shaped
-    return torch.where(mask, loss, torch.zeros_like(loss))
+    sampled = mask.bool() if is_anchor is None else mask.bool() & ~is_anchor.unsqueeze(-1)  # [N, T]
+    kept = torch.where(sampled, entropy, torch.zeros_like(entropy))  # padding may hold junk (inf): never 0·inf
+    return coef * kept.sum() / sampled.sum().clamp(min=1).to(entropy.dtype) * share

@@ -1,13 +1,16 @@
 """The names the core math accepts, without torch: ``rlvr.config`` validates options against them.
 
 ``advantages`` and ``losses`` import torch; the config (and so ``rlvr train --help``) must not, so
-the option values they take live here and those modules re-export them.
+the option values they take live here. The two registries' name sets start with the built-ins and
+grow when a function is registered (``register_advantage``, ``register_policy_loss``).
 """
 
 from __future__ import annotations
 
 # advantage_estimator values; rlvr.core.advantages.ADVANTAGE_ESTIMATORS maps each to its function.
-ADVANTAGE_ESTIMATOR_NAMES = ("grpo", "rloo")
+ADVANTAGE_ESTIMATOR_NAMES = {"grpo", "rloo", "dagrpo"}
+# policy_loss values; rlvr.core.losses.POLICY_LOSSES maps each to its function.
+POLICY_LOSS_NAMES = {"clip"}
 SCALE_REWARDS = ("group", "batch", "none")
 
 IMPORTANCE_LEVELS = ("token", "sequence")

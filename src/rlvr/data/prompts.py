@@ -1,4 +1,5 @@
-"""A row's prompt as the model sees it: chat messages through the chat template, or raw text.
+"""The prompts of a run: the order rows are drawn in, and each row's prompt as the model sees it (chat
+messages through the chat template, or raw text).
 
 :class:`PromptFormat` holds the few choices, made once at start-up (``rlvr.train.trainer``):
 
@@ -18,11 +19,23 @@
 
 `None` means "no system prompt" / "no instruction"; an empty string is rejected, so a config typo
 cannot silently drop the instruction.
+
+:class:`PromptBuilder` gives each (row, variant) its token ids once and caches them: variant 0 is the
+question, variant j > 0 TA-GRPO's j-th rephrasing put in the question's place (:func:`variant_prompt`).
+
+:class:`PromptSampler` draws the rows a step asks for: an endless, resumable stream of dataset rows,
+epoch after epoch. Epoch e is the permutation random.Random(f"{seed}:{e}").shuffle(range(num_rows)) (identity when
+shuffle=False). It depends only on (seed, e) — not on the global RNG, on PYTHONHASHSEED (a str
+seed is hashed with SHA-512) or on how rows were taken before — so the state is just the number of
+rows consumed, and a resumed run draws exactly the rows an uninterrupted run would.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import random
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -159,3 +172,123 @@ class PromptFormat:
             return len((instruction_for("", self.instruction) or "").encode("utf-8")) + 2
         messages = prompt_messages("", system_prompt=self.system_prompt, instruction=self.instruction)
         return len(render_prompt(tokenizer, messages, chat_template_kwargs=self.chat_template_kwargs).encode("utf-8"))
+
+
+def variant_prompt(prompt: str | list[dict], rephrasing: str) -> str | list[dict]:
+    """The dataset prompt with its question replaced by a rephrasing (last user message for chats)."""
+    if isinstance(prompt, str):
+        return rephrasing
+    messages = [dict(m) for m in prompt]
+    last_user = max(i for i, m in enumerate(messages) if m.get("role") == "user")
+    messages[last_user]["content"] = rephrasing
+    return messages
+
+
+class PromptBuilder:
+    """Prompt token ids in the run's :class:`~rlvr.data.PromptFormat` (chat template or raw text, system
+    prompt, instruction), cached per (row, variant).
+
+    ``rephrased``: TA-GRPO is on, so a row's variants are the question and its rephrasings.
+    """
+
+    def __init__(self, tokenizer, prompt_format: PromptFormat, *, rephrased: bool):
+        self.tokenizer, self.format = tokenizer, prompt_format
+        self.rephrased = rephrased
+        self.max_tokens: int | None = None  # truncation=left: keep a prompt's last max_tokens tokens
+        self.truncated: set[str] = set()  # ids of the rows one of whose prompts was cut
+        self._cache: dict[tuple[str, int], list[int]] = {}
+
+    def ids(self, row: dict, variant: int = 0) -> list[int]:
+        """The prompt of the row's question (variant 0) or of its rephrasing ``variant`` (cached)."""
+        key = (row["id"], variant)
+        if key not in self._cache:
+            fmt, prompt = self.format, row["prompt"]
+            if variant:  # a rephrasing is asked the way its question is (instruction=auto decides on q_0)
+                fmt = dataclasses.replace(fmt, instruction=instruction_for(prompt, fmt.instruction))
+                prompt = variant_prompt(prompt, row["rephrasings"][variant - 1])
+            ids = fmt.token_ids(self.tokenizer, prompt)
+            if self.max_tokens is not None and len(ids) > self.max_tokens:
+                ids = ids[-self.max_tokens :]  # from the left: the question's end and the generation prompt stay
+                self.truncated.add(row["id"])
+            self._cache[key] = ids
+        return self._cache[key]
+
+    def truncate_to(self, max_tokens: int) -> None:
+        """From now on keep at most a prompt's last ``max_tokens`` tokens (truncation=left)."""
+        self.max_tokens = max_tokens
+        self._cache.clear()
+
+    def is_truncated(self, row: dict) -> bool:
+        """Some prompt of the row (the question or a rephrasing) was cut to ``max_tokens``."""
+        return row["id"] in self.truncated
+
+    def variants(self, row: dict) -> list[list[int]]:
+        """[q_0, q_1, ..., q_N] prompt ids: the question, then its rephrasings when TA-GRPO is on."""
+        count = len(row.get("rephrasings") or []) if self.rephrased else 0
+        return [self.ids(row, j) for j in range(count + 1)]
+
+
+class PromptSampler:
+    """take(n) returns the next n rows of the stream; n may exceed the dataset (epochs wrap)."""
+
+    def __init__(self, rows: Sequence[dict], *, seed: int, shuffle: bool = True) -> None:
+        if len(rows) == 0:
+            raise ValueError("PromptSampler got no rows; load a dataset with at least one row")
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"seed is {seed!r}; give an integer")
+        self._rows = list(rows)
+        self._seed = seed
+        self._shuffle = shuffle
+        self._position = 0
+        self._order_epoch = -1
+        self._order: list[int] = []
+
+    @property
+    def position(self) -> int:
+        """Rows consumed so far, over all epochs."""
+        return self._position
+
+    def _epoch_order(self, epoch: int) -> list[int]:
+        if epoch != self._order_epoch:
+            order = list(range(len(self._rows)))
+            if self._shuffle:
+                random.Random(f"{self._seed}:{epoch}").shuffle(order)
+            self._order, self._order_epoch = order, epoch
+        return self._order
+
+    def take(self, n: int) -> list[dict]:
+        """The next n rows (shallow copies, so callers may add keys freely)."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"take(n) got n={n!r}; give a non-negative integer")
+        taken = []
+        for _ in range(n):
+            epoch, offset = divmod(self._position, len(self._rows))
+            taken.append(dict(self._rows[self._epoch_order(epoch)[offset]]))
+            self._position += 1
+        return taken
+
+    def state_dict(self) -> dict:
+        """Everything needed to resume; seed/shuffle/num_rows guard against resuming on other data."""
+        return {
+            "position": self._position,
+            "seed": self._seed,
+            "shuffle": self._shuffle,
+            "num_rows": len(self._rows),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from `state`; ValueError if it was saved for another seed, order or dataset size."""
+        expected = self.state_dict()
+        missing = sorted(set(expected) - set(state))
+        if missing:
+            raise ValueError(f"sampler state lacks {missing}; pass a dict saved by PromptSampler.state_dict()")
+        for key in ("seed", "shuffle", "num_rows"):
+            if state[key] != expected[key]:
+                raise ValueError(
+                    f"sampler state has {key}={state[key]!r} but this sampler has {key}={expected[key]!r}; "
+                    "resume with the same dataset and data seed, or start a fresh run"
+                )
+        position = state["position"]
+        if isinstance(position, bool) or not isinstance(position, int) or position < 0:
+            raise ValueError(f"sampler state has position={position!r}; it must be a non-negative integer")
+        self._position = position

@@ -9,7 +9,7 @@ A normalized row has
     rephrasings  optional list of non-empty strings (TA-GRPO)
     solution_as_gold  the short `solution` that was read as the gold (see below), if any
 plus every other column unchanged, because reward functions receive dataset columns
-(`reward_columns`: every column but the prompt, under the dataset's own names).
+(``rlvr.train.rewarding.reward_columns``: every column but the prompt, under the dataset's own names).
 
 Aliases: prompt ← prompt | question | problem (first present wins);
 gold ← answer | ground_truth | reward_model.ground_truth (verl's rows: `reward_model` is
@@ -227,7 +227,7 @@ def normalize_row(row: dict, index: int, source: str) -> dict:
         normalized["solution"] = solution
     elif gold_field == "solution":
         normalized[GOLD_ONLY_SOLUTION] = row["solution"]  # a bare answer: no expert text, but reward
-        # functions written for TRL datasets read it as their `solution` column (reward_columns)
+        # functions written for TRL datasets read it as their `solution` column (rewarding.reward_columns)
     if rephrasings is not None:
         normalized["rephrasings"] = rephrasings
     # Optional fields are present only when usable: a null column, or a bare-answer `solution`
@@ -236,20 +236,6 @@ def normalize_row(row: dict, index: int, source: str) -> dict:
         if key not in normalized and key not in OPTIONAL_FIELDS:
             normalized[key] = value
     return normalized
-
-
-def reward_columns(row: dict) -> dict[str, Any]:
-    """The columns a reward function receives for ``row`` (TRL's convention: every dataset column
-    but the prompt), under the names the dataset gave them.
-
-    The gold is in ``answer`` (as rlvr verifies it) and also under the column it was read from:
-    a row whose only answer was a short ``solution`` (TRL's math datasets) still passes
-    ``solution``, so ``trl.rewards.accuracy_reward(completions, solution)`` finds it.
-    """
-    columns = {key: value for key, value in row.items() if key not in INTERNAL_FIELDS}
-    if GOLD_ONLY_SOLUTION in row:
-        columns["solution"] = row[GOLD_ONLY_SOLUTION]
-    return columns
 
 
 def select_prompt_column(rows: list[dict], column: str, source: str) -> list[dict]:

@@ -71,8 +71,12 @@ def _parse(path: Path, data: bytes | None = None) -> tuple[dict | None, dict[tup
     return settings, records, good_end
 
 
-def settings_mismatch(path: str | os.PathLike, settings: dict) -> str | None:
-    """Why ``path`` cannot be resumed with ``settings`` (each differing option, old → new), or None."""
+def settings_mismatch(path: str | os.PathLike, settings: dict, *, undecided: tuple[str, ...] = ()) -> str | None:
+    """Why ``path`` cannot be resumed with ``settings`` (each differing option, old → new), or None.
+
+    ``undecided``: keys not known yet (a check before the model loads cannot know its dtype under
+    ``auto`` or whether its tokenizer has a chat template); they are left out of the comparison.
+    """
     path = Path(path)
     if not path.is_file():
         return None
@@ -82,6 +86,9 @@ def settings_mismatch(path: str | os.PathLike, settings: dict) -> str | None:
         return None
     # The header alone (read before the records, so a file of an older format reports its settings).
     old_settings, _, _ = _parse(path, first)
+    if old_settings is not None and undecided:
+        old_settings = {key: value for key, value in old_settings.items() if key not in undecided}
+        settings = {key: value for key, value in settings.items() if key not in undecided}
     if old_settings is None or old_settings == settings:
         return None
     return (f"{path} holds results of an evaluation with other settings ("

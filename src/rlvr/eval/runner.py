@@ -12,6 +12,9 @@ Prompts are built exactly as in training (rlvr.data.PromptFormat: the tokenizer'
 template, same default instruction), so a trained policy is evaluated on the format it learned.
 A verifier timeout scores the sample wrong and is counted (``timeouts``).
 
+Called as ``evaluate(model, tokenizer, specs, EvalSettings(n=16, ks=[1, 4, 16], temperature=1.0, top_p=1.0,
+max_completion_length=1024), out_path="eval.json")``: the settings are one validated object.
+
 Output (the report tool reads exactly these keys):
     {"model": str,
      "settings": {"n", "k": [...], "temperature", "top_p", "max_completion_length", "seed",
@@ -29,6 +32,7 @@ import json
 import os
 import statistics
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tqdm.auto import tqdm
@@ -80,31 +84,82 @@ def load_eval_datasets(specs: Sequence[str], *, limit: int | None = None) -> dic
 
 
 # ----------------------------------------------------------------------------------- settings
-def _check_args(n, ks, temperature, top_p, max_completion_length, batch_size, answer_extraction, limit) -> list[int]:
-    """Sorted unique ks after validating every setting (ValueError naming the setting and the fix)."""
-    def positive_int(value, name):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+def _positive_int(value, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
 
-    positive_int(n, "n")
-    positive_int(max_completion_length, "max_completion_length")
-    positive_int(batch_size, "batch_size")
-    if limit is not None:
-        positive_int(limit, "limit")
-    if not ks:
-        raise ValueError("ks is empty; give at least one k, e.g. [1]")
-    for k in ks:
-        positive_int(k, "every k")
-        if k > n:
-            raise ValueError(f"k={k} is larger than n={n}: pass@k needs at least k samples per problem; "
-                             f"raise n to {k} or drop k={k}")
-    if not temperature >= 0:
-        raise ValueError(f"temperature must be >= 0 (0 = greedy samples), got {temperature!r}")
-    if not 0 < top_p <= 1:
-        raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
-    if answer_extraction not in EXTRACTION_MODES:
-        raise ValueError(f"answer_extraction must be one of {EXTRACTION_MODES}, got {answer_extraction!r}")
-    return sorted(set(ks))
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """How an evaluation samples, scores and runs: validated once, on construction (ValueError naming the
+    setting and the fix); ``ks`` becomes a sorted tuple without repeats.
+
+    Attributes:
+        n: samples per problem; ks: the k of each pass@k (each ≤ n).
+        temperature, top_p, max_completion_length: sampling settings (temperature 0 = greedy).
+        instruction, system_prompt: prompt format, as in training (None = none; ``auto``: rlvr's instruction
+            for plain-string questions that carry none, rlvr.data.prompts).
+        greedy: also score one temperature-0 response per problem (``greedy_accuracy``).
+        answer_extraction: 'boxed' or 'flexible' (also the last number), see rlvr.rewards.extract_answer.
+        seed: sampling seed; problem p's sample j uses row_seed(seed, dataset, p's id, j).
+        batch_size: sequences per generate call (memory bound; results do not depend on it).
+        diversity: per-problem mean pairwise embedding distance (needs sentence-transformers).
+        limit: evaluate only the first `limit` problems of each dataset.
+        model_name: recorded as "model" (None: the model's name_or_path).
+        chat_template_kwargs: extra chat-template variables (e.g. {"enable_thinking": False}), as in
+            training (``chat_template_kwargs``).
+        raw_strings: feed plain-string questions as raw text (as training does with preset=trl); a
+            tokenizer without a chat template always does.
+        log_samples: also append every sampled response (completion, extracted answer, correct,
+            verifier error) to ``<out_path>.samples.jsonl``, as lm-eval's ``--log_samples``: to
+            read what a score is made of. A resumed evaluation logs the problems it runs.
+    """
+
+    n: int
+    ks: tuple[int, ...]
+    temperature: float
+    top_p: float
+    max_completion_length: int
+    instruction: str | None = AUTO_INSTRUCTION
+    system_prompt: str | None = None
+    greedy: bool = False
+    answer_extraction: str = DEFAULT_EXTRACTION
+    seed: int = 0
+    batch_size: int = 64
+    diversity: bool = False
+    limit: int | None = None
+    model_name: str | None = None
+    chat_template_kwargs: dict | None = None
+    raw_strings: bool = False
+    log_samples: bool = False
+
+    def __post_init__(self) -> None:
+        _positive_int(self.n, "n")
+        _positive_int(self.max_completion_length, "max_completion_length")
+        _positive_int(self.batch_size, "batch_size")
+        if self.limit is not None:
+            _positive_int(self.limit, "limit")
+        if not self.ks:
+            raise ValueError("ks is empty; give at least one k, e.g. [1]")
+        for k in self.ks:
+            _positive_int(k, "every k")
+            if k > self.n:
+                raise ValueError(f"k={k} is larger than n={self.n}: pass@k needs at least k samples per problem; "
+                                 f"raise n to {k} or drop k={k}")
+        if not self.temperature >= 0:
+            raise ValueError(f"temperature must be >= 0 (0 = greedy samples), got {self.temperature!r}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if self.answer_extraction not in EXTRACTION_MODES:
+            raise ValueError(f"answer_extraction must be one of {EXTRACTION_MODES}, got {self.answer_extraction!r}")
+        object.__setattr__(self, "ks", tuple(sorted(set(self.ks))))
+        if self.chat_template_kwargs is not None:
+            object.__setattr__(self, "chat_template_kwargs", dict(self.chat_template_kwargs))
+
+    def prompt_format(self) -> PromptFormat:
+        """The prompt format these settings ask for (as training builds it)."""
+        return PromptFormat(system_prompt=self.system_prompt, instruction=self.instruction,
+                            chat_template_kwargs=self.chat_template_kwargs, raw_strings=self.raw_strings)
 
 
 def _model_name(model) -> str:
@@ -112,29 +167,45 @@ def _model_name(model) -> str:
     return str(name) or type(model).__name__
 
 
+def resolve_settings(settings: EvalSettings, model, tokenizer) -> EvalSettings:
+    """``settings`` as run on ``model``: ``model_name`` defaults to the model's name, and a tokenizer without
+    a chat template always feeds raw strings."""
+    return replace(settings, model_name=settings.model_name or _model_name(model),
+                   raw_strings=settings.raw_strings or not has_chat_template(tokenizer))
+
+
 def dtype_name(dtype) -> str:
     """'float32', 'bfloat16', ... for a torch.dtype (the form recorded in the problems file)."""
     return str(dtype).removeprefix("torch.")
 
 
-def result_settings(*, model_name: str, dtype: str, n: int, temperature: float, top_p: float,
-                    max_completion_length: int, seed: int, instruction: str | None, system_prompt: str | None,
-                    greedy: bool, answer_extraction: str, diversity: bool,
-                    chat_template_kwargs: dict | None = None, raw_strings: bool = False) -> dict:
+def result_settings(settings: EvalSettings, *, dtype: str) -> dict:
     """Everything that changes a problem's result: the problems file's header, compared on resume.
 
+    ``settings.model_name`` is recorded as given (evaluate resolves it first, resolve_settings); ``dtype``:
+    the model's parameters' (dtype_name).
     Not in it: k (pass@k is recomputed from the counts), batch_size (row seeds make samples independent
-    of it), limit (it selects problems, it does not change one), the device (last-bit float
+    of it), limit (it selects problems, it does not change one), log_samples, the device (last-bit float
     differences only, as batch size), and the data (each record carries its row's fingerprint).
     ``chat_template_kwargs`` and ``raw_strings`` are in it only when given, so files written before they
     existed resume.
     """
-    settings = {"model": model_name, "dtype": dtype, "n": n, "temperature": temperature, "top_p": top_p,
-                "max_completion_length": max_completion_length, "seed": seed, "instruction": instruction,
-                "system_prompt": system_prompt, "greedy": greedy, "answer_extraction": answer_extraction,
-                "diversity": diversity}
-    settings |= {"chat_template_kwargs": dict(chat_template_kwargs)} if chat_template_kwargs else {}
-    return settings | ({"raw_strings": True} if raw_strings else {})
+    s = settings
+    header = {"model": s.model_name, "dtype": dtype, "n": s.n, "temperature": s.temperature, "top_p": s.top_p,
+              "max_completion_length": s.max_completion_length, "seed": s.seed, "instruction": s.instruction,
+              "system_prompt": s.system_prompt, "greedy": s.greedy, "answer_extraction": s.answer_extraction,
+              "diversity": s.diversity}
+    header |= {"chat_template_kwargs": dict(s.chat_template_kwargs)} if s.chat_template_kwargs else {}
+    return header | ({"raw_strings": True} if s.raw_strings else {})
+
+
+def output_settings(settings: EvalSettings) -> dict:
+    """The ``settings`` block of the output JSON (module docstring)."""
+    s = settings
+    block = {"n": s.n, "k": list(s.ks), "temperature": s.temperature, "top_p": s.top_p,
+             "max_completion_length": s.max_completion_length, "seed": s.seed, "instruction": s.instruction,
+             "system_prompt": s.system_prompt, "greedy": s.greedy, "answer_extraction": s.answer_extraction}
+    return block | ({"chat_template_kwargs": dict(s.chat_template_kwargs)} if s.chat_template_kwargs else {})
 
 
 def problem_fingerprint(row: dict) -> str:
@@ -171,33 +242,33 @@ def check_out_path(out_path: str | os.PathLike) -> None:
 class _ChunkEvaluator:
     """Generates, verifies and scores a chunk of problems of one dataset."""
 
-    def __init__(self, model, tokenizer, pool: VerifierPool, settings: dict, batch_size: int):
+    def __init__(self, model, tokenizer, pool: VerifierPool, settings: EvalSettings, prompt_format: PromptFormat):
         self.tokenizer = tokenizer
         self.pool = pool
-        self.s = settings
-        self.batch_size = batch_size
+        self.settings = settings
+        self.format = prompt_format
         self.engine = DecodeEngine(model, pad_token_id=tokenizer.pad_token_id,
-                                   eos_token_ids=eos_token_ids(model, tokenizer), max_batch_size=batch_size)
+                                   eos_token_ids=eos_token_ids(model, tokenizer), max_batch_size=settings.batch_size)
         self.device = str(next(model.parameters()).device)
 
     def prompt_ids(self, row: dict) -> list[int]:
-        return self.s["format"].token_ids(self.tokenizer, row["prompt"])
+        return self.format.token_ids(self.tokenizer, row["prompt"])
 
     def _texts(self, prompts: list[list[int]], seeds: list[int] | None, sampling: Sampling) -> list[str]:
         completions = self.engine.generate(prompts, sampling=sampling, row_seeds=seeds,
-                                           max_new_tokens=self.s["max_completion_length"])
+                                           max_new_tokens=self.settings.max_completion_length)
         return [self.tokenizer.decode(c.token_ids, skip_special_tokens=True) for c in completions]
 
     def run(self, dataset: str, rows: list[dict], keep_samples: bool = False) -> list[dict]:
         """One record per problem; with ``keep_samples`` also ``self.samples``, one row per response."""
-        n = self.s["n"]
+        n = self.settings.n
         prompts = [self.prompt_ids(row) for row in rows]
-        seeds = [row_seed(self.s["seed"], dataset, row["id"], j) for row in rows for j in range(n)]
-        sampling = Sampling(temperature=self.s["temperature"], top_p=self.s["top_p"])
+        seeds = [row_seed(self.settings.seed, dataset, row["id"], j) for row in rows for j in range(n)]
+        sampling = Sampling(temperature=self.settings.temperature, top_p=self.settings.top_p)
         samples = self._texts([p for p in prompts for _ in range(n)], seeds, sampling)  # [P·n]
-        greedy = self._texts(prompts, None, GREEDY) if self.s["greedy"] else []  # [P]
+        greedy = self._texts(prompts, None, GREEDY) if self.settings.greedy else []  # [P]
         golds = [row["answer"] for row in rows for _ in range(n)] + ([row["answer"] for row in rows] if greedy else [])
-        preds = [extract_answer(text, self.s["answer_extraction"]) for text in samples + greedy]
+        preds = [extract_answer(text, self.settings.answer_extraction) for text in samples + greedy]
         results = self.pool.verify_batch(golds, preds)
         self.samples = [{"dataset": dataset, "id": row["id"], "sample": j, "answer": row["answer"],
                          "completion": samples[i * n + j], "extracted": preds[i * n + j],
@@ -219,7 +290,7 @@ class _ChunkEvaluator:
         return records
 
     def _diversity(self, texts: list[str]) -> float | None:
-        if not self.s["diversity"]:
+        if not self.settings.diversity:
             return None
         from rlvr.eval.diversity import group_diversity
 
@@ -287,26 +358,10 @@ def evaluate(
     model,
     tokenizer,
     specs: Sequence[str] | Mapping[str, list[dict]],
+    settings: EvalSettings,
     *,
-    n: int,
-    ks: Sequence[int],
-    temperature: float,
-    top_p: float,
-    max_completion_length: int,
     out_path: str | os.PathLike,
-    instruction: str | None = AUTO_INSTRUCTION,
-    system_prompt: str | None = None,
-    greedy: bool = False,
-    answer_extraction: str = DEFAULT_EXTRACTION,
-    seed: int = 0,
-    batch_size: int = 64,
-    diversity: bool = False,
-    limit: int | None = None,
     progress: bool = True,
-    model_name: str | None = None,
-    log_samples: bool = False,
-    chat_template_kwargs: dict | None = None,
-    raw_strings: bool = False,
 ) -> dict:
     """Evaluate ``model`` on each dataset; write ``out_path`` (JSON) and return the same dict.
 
@@ -314,77 +369,57 @@ def evaluate(
         model, tokenizer: a causal LM on its device and its tokenizer (e.g. from rlvr.models.load_policy).
         specs: dataset specs (anything rlvr.data.load_rows takes, or a benchmark name of
             rlvr.data.benchmarks), or {spec: rows} already loaded with load_eval_datasets.
-        n: samples per problem; ks: the k of each pass@k (each ≤ n).
-        temperature, top_p, max_completion_length: sampling settings (temperature 0 = greedy).
-        out_path: summary JSON; per-problem results go to ``<out_path>.problems.jsonl``.
-        instruction, system_prompt: prompt format, as in training (None = none; ``auto``: rlvr's instruction
-            for plain-string questions that carry none, rlvr.data.prompts).
-        greedy: also score one temperature-0 response per problem (``greedy_accuracy``).
-        answer_extraction: 'boxed' or 'flexible' (also the last number), see rlvr.rewards.extract_answer.
-        seed: sampling seed; problem p's sample j uses row_seed(seed, dataset, p's id, j).
-        batch_size: sequences per generate call (memory bound; results do not depend on it).
-        diversity: per-problem mean pairwise embedding distance (needs sentence-transformers).
-        limit: evaluate only the first `limit` problems of each dataset.
+        settings: what to sample and score, and how (EvalSettings, validated when built).
+        out_path: summary JSON; per-problem results go to ``<out_path>.problems.jsonl``
+            (and, with ``settings.log_samples``, every response to ``<out_path>.samples.jsonl``).
         progress: progress bar per dataset and the final table on stdout.
-        model_name: recorded as "model" (default: the model's name_or_path).
-        log_samples: also append every sampled response (completion, extracted answer, correct,
-            verifier error) to ``<out_path>.samples.jsonl``, as lm-eval's ``--log_samples``: to
-            read what a score is made of. A resumed evaluation logs the problems it runs.
-        chat_template_kwargs: extra chat-template variables (e.g. {"enable_thinking": False}), as in
-            training (``chat_template_kwargs``).
-        raw_strings: feed plain-string questions as raw text (as training does with preset=trl); a
-            tokenizer without a chat template always does.
 
     Raises:
-        ValueError: a bad setting, an output that cannot be written, an unknown or unloadable dataset,
-            or a problems file written with other settings (result_settings, dtype from the model's
-            parameters) or for other data.
+        ValueError: an output that cannot be written, an unknown or unloadable dataset, a prompt too
+            long for the model, or a problems file written with other settings (result_settings, dtype
+            from the model's parameters) or for other data.
     """
-    ks = _check_args(n, ks, temperature, top_p, max_completion_length, batch_size, answer_extraction, limit)
     check_out_path(out_path)
-    if diversity:
+    if settings.diversity:
         require_embedding_packages("diversity=True")
     if isinstance(specs, Mapping):
-        datasets = {spec: list(rows)[:limit] for spec, rows in specs.items()}
+        datasets = {spec: list(rows)[:settings.limit] for spec, rows in specs.items()}
     else:
-        datasets = load_eval_datasets(specs, limit=limit)
-    raw_strings = raw_strings or not has_chat_template(tokenizer)
-    prompt_format = PromptFormat(system_prompt=system_prompt, instruction=instruction,
-                                 chat_template_kwargs=chat_template_kwargs, raw_strings=raw_strings)
-    _check_input_lengths(model, tokenizer, datasets, max_completion_length=max_completion_length,
+        datasets = load_eval_datasets(specs, limit=settings.limit)
+    settings = resolve_settings(settings, model, tokenizer)
+    prompt_format = settings.prompt_format()
+    _check_input_lengths(model, tokenizer, datasets, max_completion_length=settings.max_completion_length,
                          prompt_format=prompt_format)
-    model_name = model_name or _model_name(model)
-    settings = {"n": n, "k": ks, "temperature": temperature, "top_p": top_p,
-                "max_completion_length": max_completion_length, "seed": seed, "instruction": instruction,
-                "system_prompt": system_prompt, "greedy": greedy, "answer_extraction": answer_extraction}
-    if chat_template_kwargs:
-        settings["chat_template_kwargs"] = dict(chat_template_kwargs)
-    fingerprint = result_settings(
-        model_name=model_name, dtype=dtype_name(next(model.parameters()).dtype), n=n, temperature=temperature,
-        top_p=top_p, max_completion_length=max_completion_length, seed=seed, instruction=instruction,
-        system_prompt=system_prompt, greedy=greedy, answer_extraction=answer_extraction, diversity=diversity,
-        chat_template_kwargs=chat_template_kwargs, raw_strings=raw_strings)
-    per_call = max(1, batch_size // n)
+    header = result_settings(settings, dtype=dtype_name(next(model.parameters()).dtype))
     with VerifierPool(num_workers=VERIFIER_WORKERS, timeout_s=VERIFIER_TIMEOUT_S) as pool, \
-            ProblemsFile(problems_path(out_path), fingerprint) as record:
-        chunk_evaluator = _ChunkEvaluator(model, tokenizer, pool, fingerprint | {"format": prompt_format}, batch_size)
+            ProblemsFile(problems_path(out_path), header) as record:
+        chunk_evaluator = _ChunkEvaluator(model, tokenizer, pool, settings, prompt_format)
         for spec, rows in datasets.items():
-            todo = [row for row in rows if not record.done(spec, row["id"], problem_fingerprint(row))]
-            with tqdm(total=len(rows), initial=len(rows) - len(todo), desc=spec, disable=not progress) as bar:
-                for start in range(0, len(todo), per_call):
-                    problems = chunk_evaluator.run(spec, todo[start:start + per_call], keep_samples=log_samples)
-                    if log_samples:  # before the problems are recorded: a resume re-logs, never skips
-                        _append_jsonl(samples_path(out_path), chunk_evaluator.samples)
-                    for problem in problems:
-                        record.add(problem)
-                        bar.update(1)
-        blocks = {spec: summarize_dataset([record.records[(spec, row["id"])] for row in rows], ks, greedy=greedy)
+            _run_dataset(chunk_evaluator, record, spec, rows, out_path=out_path, progress=progress)
+        blocks = {spec: summarize_dataset([record.records[(spec, row["id"])] for row in rows], list(settings.ks),
+                                          greedy=settings.greedy)
                   for spec, rows in datasets.items()}
-    result = {"model": model_name, "settings": settings, "datasets": blocks}
+    result = {"model": settings.model_name, "settings": output_settings(settings), "datasets": blocks}
     _write_json_atomic(Path(out_path), result)
     if progress:
         print(format_table(result))
     return result
+
+
+def _run_dataset(chunk_evaluator: _ChunkEvaluator, record: ProblemsFile, spec: str, rows: list[dict], *,
+                 out_path: str | os.PathLike, progress: bool) -> None:
+    """Evaluate the problems of one dataset that ``record`` does not hold yet, ⌊batch_size / n⌋ per chunk."""
+    settings = chunk_evaluator.settings
+    per_call = max(1, settings.batch_size // settings.n)
+    todo = [row for row in rows if not record.done(spec, row["id"], problem_fingerprint(row))]
+    with tqdm(total=len(rows), initial=len(rows) - len(todo), desc=spec, disable=not progress) as bar:
+        for start in range(0, len(todo), per_call):
+            problems = chunk_evaluator.run(spec, todo[start:start + per_call], keep_samples=settings.log_samples)
+            if settings.log_samples:  # before the problems are recorded: a resume re-logs, never skips
+                _append_jsonl(samples_path(out_path), chunk_evaluator.samples)
+            for problem in problems:
+                record.add(problem)
+                bar.update(1)
 
 
 def _check_input_lengths(model, tokenizer, datasets: dict[str, list[dict]], *, max_completion_length: int,

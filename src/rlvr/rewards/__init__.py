@@ -7,6 +7,7 @@
 - ``resolve_reward``, ``combine_rewards``: config names → callables, weighted sum per completion.
 """
 
+from rlvr.rewards.combine import combine_rewards, reward_name
 from rlvr.rewards.extract import (
     DEFAULT_EXTRACTION,
     EXTRACTION_MODES,
@@ -20,7 +21,7 @@ from rlvr.rewards.math_rewards import (
     completion_text,
     format_reward,
 )
-from rlvr.rewards.registry import BUILTIN_REWARDS, combine_rewards, resolve_reward, reward_name
+from rlvr.rewards.registry import BUILTIN_REWARDS, resolve_reward
 from rlvr.rewards.reward_function import RewardFunction
 from rlvr.rewards.verify import VerifierPool, VerifyResult, normalize_answer
 

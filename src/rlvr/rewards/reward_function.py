@@ -11,8 +11,8 @@ completions' token ids; every dataset column comes as a keyword list aligned wit
 samples.jsonl, ``log_metric(name, value)`` a metric (``reward_fn/<name>`` in metrics.jsonl, the
 mean over the step's calls). These are TRL GRPOTrainer's keyword arguments, so a function takes
 the ones it needs and ``**kwargs`` for the rest; ``async def`` functions are awaited (concurrently,
-``rlvr.rewards.async_calls``). None means "not applicable"
-(left out of the weighted sum; when every function gives None the completion is unscorable and
+``rlvr.rewards.combine``). None means "not applicable"
+(left out of the weighted sum; when every function gives None the completion is unrewarded and
 gets advantage 0). A function is logged under its ``__name__``.
 
 Optional members rlvr reads when present:

@@ -5,7 +5,7 @@ Same contract and same sampler as :class:`~rlvr.rollout.hf_engine.HFEngine` (tra
 
 - **shared prefill**: a prompt repeated G times (a GRPO group) is run through the model once; its
   keys/values are copied to the G rows;
-- **preallocated KV cache** (:mod:`rlvr.rollout.kv_cache`): no per-step concatenation;
+- **preallocated KV cache** (:class:`PreallocatedLayer`, below): no per-step concatenation;
 - **finished rows leave the batch**: when rows emit EOS the cache keeps only the live rows, so
   decoding cost follows the responses still running (sampling draws one uniform number per
   original row each step, so the samples do not depend on when rows leave);
@@ -20,12 +20,26 @@ warps not renormalised into it: the trainer's convention). The repetition penalt
 prompt without its left padding and the response so far, as ``generate`` does. ``row_seeds``
 gives each row its own generator, so a row's sample does not depend on the rest of the batch (used
 by ``rlvr eval``).
+
+The KV cache. A KV cache that is allocated once per generation and can drop finished rows.
+
+transformers' ``DynamicCache`` concatenates every new key/value onto the old ones, copying the
+whole cache at every decoding step (measured: a quarter of a SmolLM2 decoding step at batch 32).
+:class:`PreallocatedLayer` writes into a buffer sized for prompt + max_new_tokens and hands the
+attention the filled prefix as a view; ``batch_select_indices`` (inherited API) keeps only the
+given rows, so the decoding batch shrinks as responses finish.
+
+Only full-attention layers are supported; :func:`make_cache` falls back to ``DynamicCache`` for
+models with sliding-window or other layer kinds.
 """
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from transformers import (
+    DynamicCache,
     LogitsProcessorList,
     MinPLogitsWarper,
     RepetitionPenaltyLogitsProcessor,
@@ -33,12 +47,80 @@ from transformers import (
     TopKLogitsWarper,
     TopPLogitsWarper,
 )
+from transformers.cache_utils import Cache, DynamicLayer
+from transformers.models.llama.modeling_llama import LlamaModel
 
 from rlvr.rollout import fused_decoder
 from rlvr.rollout.base import LocalEngine, left_pad
 from rlvr.rollout.completion import Completion
-from rlvr.rollout.kv_cache import CACHE_KWARG, PreallocatedLayer, make_cache
 from rlvr.rollout.sampling import Sampling
+
+# The forward keyword that takes a cache: `cache` in recent transformers, `past_key_values` before
+# (older versions silently ignore an unknown `cache=`, which would score without the prompt).
+CACHE_KWARG = "cache" if "cache" in inspect.signature(LlamaModel.forward).parameters else "past_key_values"
+
+
+class PreallocatedLayer(DynamicLayer):
+    """One layer's keys/values in a [batch, heads, capacity, head_dim] buffer."""
+
+    def __init__(self, capacity: int):
+        super().__init__()
+        self.capacity = capacity
+        self.length = 0
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.device = key_states.device
+        batch, heads, _, dim_k = key_states.shape
+        self._keys = key_states.new_zeros((batch, heads, self.capacity, dim_k))
+        self._values = value_states.new_zeros((batch, heads, self.capacity, value_states.shape[-1]))
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        end = self.length + key_states.shape[-2]
+        if end > self.capacity:
+            raise RuntimeError(f"KV cache full: {end} tokens > capacity {self.capacity}")
+        self._keys[:, :, self.length : end] = key_states
+        self._values[:, :, self.length : end] = value_states
+        self.length = end
+        self.keys = self._keys[:, :, :end]
+        self.values = self._values[:, :, :end]
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def get_max_length(self) -> int:  # transformers' cache-layer interface (abstract there; Bloom reads it)
+        return self.capacity
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self.is_initialized:
+            self._keys = self._keys[indices]
+            self._values = self._values[indices]
+            self.keys = self._keys[:, :, : self.length]
+            self.values = self._values[:, :, : self.length]
+
+    def reset(self) -> None:
+        self.length = 0
+        super().reset()
+
+
+def full_attention_only(config) -> bool:
+    """True when every layer of the text model attends to the whole past (no sliding windows)."""
+    text = config.get_text_config(decoder=True)
+    layer_types = getattr(text, "layer_types", None)
+    if layer_types is not None:
+        return all(kind == "full_attention" for kind in layer_types)
+    return getattr(text, "sliding_window", None) is None or not getattr(text, "use_sliding_window", True)
+
+
+def make_cache(config, capacity: int) -> Cache:
+    """A preallocated cache of ``capacity`` tokens when the model allows it, else a DynamicCache."""
+    if full_attention_only(config):
+        text = config.get_text_config(decoder=True)
+        return Cache(layers=[PreallocatedLayer(capacity) for _ in range(text.num_hidden_layers)])
+    return DynamicCache(config=config)
 
 
 class DecodeEngine(LocalEngine):
@@ -151,7 +233,7 @@ class _Sampler:
         self.penalty = (RepetitionPenaltyLogitsProcessor(float(sampling.repetition_penalty))
                         if sampling.repetition_penalty != 1 else None)
         warpers = []
-        if not sampling.greedy:  # generate's order: temperature, top_k, top_p, min_p
+        if self.temperature > 0:  # (T = 0: greedy) generate's order: temperature, top_k, top_p, min_p
             warpers.append(TemperatureLogitsWarper(sampling.temperature))
             if sampling.top_k > 0:
                 warpers.append(TopKLogitsWarper(sampling.top_k))

@@ -8,25 +8,11 @@ counts them. A problem is a ValueError naming it and the fix, as the run itself 
 
 from __future__ import annotations
 
-import inspect
-
 from rlvr.config import ExperimentConfig
 from rlvr.config.experiment import configured_world_size
-from rlvr.data import load_python_rows, load_rows, reward_columns
-from rlvr.rewards import resolve_reward
-from rlvr.rewards.registry import logged_names
+from rlvr.data import load_python_rows, load_rows
 from rlvr.train.plan import run_length
-from rlvr.train.prompt_builder import chat_rows, question_rows
-
-# keyword arguments every reward function gets besides the dataset's columns (TRL 1.16's)
-_CALL_ARGUMENTS = {"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric"}
-
-
-class _NoPool:
-    """A stand-in verifier pool: resolving ``accuracy`` needs one, checking it does not."""
-
-    def verify_batch(self, golds, preds):  # pragma: no cover - never called
-        raise AssertionError("a dry run verifies nothing")
+from rlvr.train.setup import chat_rows, check_reward_functions, check_scheduler, question_rows
 
 
 def dry_run_report(cfg: ExperimentConfig) -> list[str]:
@@ -46,42 +32,10 @@ def dry_run_report(cfg: ExperimentConfig) -> list[str]:
     ]
 
 
-def check_reward_functions(cfg: ExperimentConfig, rows: list[dict]) -> list[str]:
-    """Resolve every reward function by name and check the rows have the columns each needs, without a
-    model (the trainer calls it before loading one); their logged names. ValueError naming the problem."""
-    funcs = [resolve_reward(cfg.python.reward(spec), _NoPool(), answer_extraction=cfg.reward.answer_extraction,
-                            names=cfg.run.preset) for spec in cfg.reward.reward_funcs]
-    columns = set().union(*(reward_columns(row) for row in rows))
-    names = logged_names(funcs)
-    for name, fn in zip(names, funcs):
-        missing = sorted(set(needed_columns(fn)) - columns - _CALL_ARGUMENTS)
-        if missing:
-            raise ValueError(f"reward function {name} needs the dataset column(s) {missing}, which {cfg.data.data} "
-                             f"lacks (it has {sorted(columns)}); use data with them, or another reward function")
-    return names
 
 
-def check_scheduler(cfg: ExperimentConfig, total_steps: int) -> None:
-    """Build the learning-rate schedule on a stand-in parameter: lr_scheduler_kwargs a schedule does not take
-    fail here, not after the model loads."""
-    import torch
-
-    from rlvr.train.optimizer import build_scheduler
-
-    build_scheduler(torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=cfg.optim.learning_rate), cfg.optim,
-                    max(1, total_steps))
 
 
-def needed_columns(fn) -> tuple[str, ...]:
-    """The columns a reward function needs: its ``required_columns``, and its parameters without a default."""
-    declared = tuple(getattr(fn, "required_columns", ()))
-    try:
-        parameters = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):  # a builtin or C callable: nothing to read
-        return declared
-    required = tuple(p.name for p in parameters if p.default is inspect.Parameter.empty
-                     and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
-    return declared + required
 
 
 def _prompt_kind(rows: list[dict]) -> str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlvr.data import PromptFormat
-from rlvr.eval.runner import evaluate, load_eval_datasets
+from rlvr.eval.runner import EvalSettings, evaluate, load_eval_datasets
 
 logger = logging.getLogger(__name__)
 
@@ -41,17 +41,21 @@ class TrainingEval:
     def due(self, step: int) -> bool:
         return bool(self.every) and (step % self.every == 0 or step == self.max_steps)
 
+    def settings(self, step: int) -> EvalSettings:
+        """The evaluation's settings at ``step`` (the model is recorded with its step)."""
+        return EvalSettings(
+            n=self.n, ks=self.ks, temperature=self.temperature, top_p=self.top_p,
+            max_completion_length=self.max_completion_length, instruction=self.prompt_format.instruction,
+            system_prompt=self.prompt_format.system_prompt, answer_extraction=self.answer_extraction, seed=self.seed,
+            limit=self.limit, model_name=f"{self.model_name} (step {step})",
+            chat_template_kwargs=self.prompt_format.chat_template_kwargs, raw_strings=self.prompt_format.raw_strings,
+        )
+
     def run(self, policy, tokenizer, output_dir: Path, step: int) -> dict[str, float]:
         """Evaluate the current policy; return eval/ metrics."""
         t0 = time.perf_counter()
-        result = evaluate(
-            policy, tokenizer, list(self.datasets), n=self.n, ks=list(self.ks), temperature=self.temperature,
-            top_p=self.top_p, max_completion_length=self.max_completion_length,
-            out_path=output_dir / "eval" / f"step-{step:06d}.json", instruction=self.prompt_format.instruction,
-            system_prompt=self.prompt_format.system_prompt, answer_extraction=self.answer_extraction, seed=self.seed,
-            limit=self.limit, progress=False, model_name=f"{self.model_name} (step {step})",
-            chat_template_kwargs=self.prompt_format.chat_template_kwargs, raw_strings=self.prompt_format.raw_strings,
-        )
+        result = evaluate(policy, tokenizer, list(self.datasets), self.settings(step),
+                          out_path=output_dir / "eval" / f"step-{step:06d}.json", progress=False)
         metrics = {
             f"eval/{name}/pass@{k}": value
             for name, summary in result["datasets"].items()

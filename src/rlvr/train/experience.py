@@ -1,8 +1,20 @@
-"""Experience: the responses of one training step, grouped, with their rewards (advantages are computed from it).
+"""Experience: the responses of one training step, grouped, with their rewards, and their advantages.
 
 A :class:`Group` is one prompt with its G responses. Every response carries its group's stable
 ``group_id`` (a run-wide counter assigned when the prompt was drawn), and advantages are computed
 from those ids, never from positions in the batch (docs/design/pitfalls.md #9).
+
+Advantages (:func:`compute_advantages`): advantages for a step: the configured estimator, or DaGRPO's masked pairwise form.
+
+A batch holding anchors, or a run with DaGRPO's pair masking, uses the ``dagrpo`` estimator (with
+τ = 0 and no anchors it equals GRPO exactly, so plain GRPO runs keep their configured estimator). A
+DaGRPO run logs the pair metrics on every step (on a step without pairwise advantages, what the
+τ = 0 mask removes: pairs of equal scores), so its metrics have the same keys throughout.
+
+Unscorable responses (every reward function returned None: ``Experience.rewarded`` is False) are
+left out: the statistics (group mean, std, size; batch std) are computed over the rewarded
+responses only, and an unrewarded response gets advantage exactly 0 (TRL treats None the same
+way: "not applicable", not "wrong").
 """
 
 from __future__ import annotations
@@ -12,8 +24,10 @@ from dataclasses import dataclass, field
 
 import torch
 
+from rlvr.core.advantages import ADVANTAGE_ESTIMATORS, AdvantageInputs, pair_mask
 from rlvr.rollout import Completion
-from rlvr.train.plan import SAMPLED, ScoringPrompts
+from rlvr.train.plan import AdvantagePlan
+from rlvr.train.tagrpo import SAMPLED, LogprobPrompts, logprob_prompt
 
 
 @dataclass
@@ -37,7 +51,7 @@ class Group:
     variants: list[int] | None = None  # per response: 0 = q_0, j = rephrasing j (None: all 0)
     variant_prompt_ids: list[list[int]] | None = None  # index j -> q_j's prompt (None: [prompt_ids])
     pool_id: int | None = None  # TA-GRPO pool (None: the group itself)
-    scorable: list[bool] | None = None  # per response: some reward function gave a value (None: all)
+    rewarded: list[bool] | None = None  # per response: some reward function gave a value (None: all)
     before_anchor: Group | None = None  # DaGRPO: the policy's own samples, as they were before injection
     correctness: str | None = None  # the reward function whose 1.0 means correct (Rewarder.correctness)
 
@@ -47,7 +61,7 @@ class Group:
         return dataclasses.replace(
             self, completions=list(self.completions), texts=list(self.texts), rewards=list(self.rewards),
             reward_parts={name: list(values) for name, values in self.reward_parts.items()},
-            scores=copy(self.scores), variants=copy(self.variants), scorable=copy(self.scorable))
+            scores=copy(self.scores), variants=copy(self.variants), rewarded=copy(self.rewarded))
 
     @property
     def policy_samples(self) -> Group:
@@ -55,8 +69,8 @@ class Group:
         or appended): what ``rollout/`` metrics describe. The group itself when no anchor went in."""
         return self.before_anchor if self.before_anchor is not None else self
 
-    def is_scorable(self, i: int) -> bool:
-        return self.scorable is None or self.scorable[i]
+    def is_rewarded(self, i: int) -> bool:
+        return self.rewarded is None or self.rewarded[i]
 
     @property
     def pool(self) -> int:
@@ -72,8 +86,8 @@ class Group:
 
     @property
     def uniform(self) -> bool:
-        """All rewards of the scorable responses equal (anchors included): no group-relative signal."""
-        values = [r for i, r in enumerate(self.rewards) if self.is_scorable(i)]
+        """All rewards of the rewarded responses equal (anchors included): no group-relative signal."""
+        values = [r for i, r in enumerate(self.rewards) if self.is_rewarded(i)]
         return not values or max(values) == min(values)
 
     @property
@@ -108,33 +122,37 @@ class Experience:
     reference_prompt_ids: list[list[int]]  # prompts for the reference log-probs
     sampled_prompt_ids: list[list[int]]  # the prompts the responses were sampled from (q_j; the IS correction's)
     on_own_prompt: torch.Tensor  # [N] bool: the policy scores it on the prompt it was sampled from
-    scorable: torch.Tensor  # [N] bool: some reward function gave a value (else advantage 0, out of the statistics)
+    rewarded: torch.Tensor  # [N] bool: some reward function gave a value (else advantage 0, out of the statistics)
 
     @classmethod
-    def from_groups(cls, groups: list[Group], prompts: ScoringPrompts | None = None) -> Experience:
-        """Flatten groups; ``prompts`` says which prompt (q_0 or the sampled q_j) each log-prob pass uses
-        (default: q_0 for all three)."""
-        prompts = prompts or ScoringPrompts()
+    def from_groups(cls, groups: list[Group], prompts: LogprobPrompts | None = None) -> Experience:
+        """Flatten groups; ``prompts``: TA-GRPO's choice of prompt (q_0 or the sampled q_j) for each log-prob
+        pass (``train/tagrpo.py``; None: no rephrasings, every response is scored on the q_0 it came from)."""
         group_ids, policy, responses, sampled, truncated, rewards, scores, anchor = ([] for _ in range(8))
-        pools, variants, behaviour, reference, scorable, generation = [], [], [], [], [], []
-        pick = lambda choice, group, i: group.generation_prompt(i) if choice == SAMPLED else group.prompt_ids
+        pools, variants, behaviour, reference, rewarded, generation = [], [], [], [], [], []
         for group in groups:
             group_scores = group.scores if group.scores is not None else group.rewards
             for i, (completion, reward, score) in enumerate(zip(group.completions, group.rewards, group_scores)):
+                question, sampled_from = group.prompt_ids, group.generation_prompt(i)
+                if prompts is None:  # no rephrasings: every pass scores on q_0, the prompt it was sampled from
+                    on_policy = on_old = on_reference = question
+                else:
+                    on_policy, on_old, on_reference = (logprob_prompt(choice, question, sampled_from)
+                                                       for choice in (prompts.policy, prompts.old, prompts.reference))
                 group_ids.append(group.group_id)
                 pools.append(group.pool)
                 variants.append(group.variant_of(i))
-                policy.append(pick(prompts.policy, group, i))
-                behaviour.append(pick(prompts.old, group, i))
-                reference.append(pick(prompts.reference, group, i))
-                generation.append(group.generation_prompt(i))
+                policy.append(on_policy)
+                behaviour.append(on_old)
+                reference.append(on_reference)
+                generation.append(sampled_from)
                 responses.append(completion.token_ids)
                 sampled.append(completion.logprobs)
                 truncated.append(completion.truncated)
                 rewards.append(reward)
                 scores.append(score)
                 anchor.append(completion.is_anchor)
-                scorable.append(group.is_scorable(i))
+                rewarded.append(group.is_rewarded(i))
         return cls(
             groups=groups,
             group_ids=torch.tensor(group_ids, dtype=torch.long),
@@ -150,8 +168,9 @@ class Experience:
             behaviour_prompt_ids=behaviour,
             reference_prompt_ids=reference,
             sampled_prompt_ids=generation,
-            on_own_prompt=torch.tensor([prompts.policy == SAMPLED or v == 0 for v in variants], dtype=torch.bool),
-            scorable=torch.tensor(scorable, dtype=torch.bool),
+            on_own_prompt=torch.tensor([(prompts is not None and prompts.policy == SAMPLED) or v == 0
+                                        for v in variants], dtype=torch.bool),
+            rewarded=torch.tensor(rewarded, dtype=torch.bool),
         )
 
     def __len__(self) -> int:
@@ -226,3 +245,48 @@ def pad_rows(rows: list[torch.Tensor], width: int) -> torch.Tensor:
     for i, row in enumerate(rows):
         out[i, : row.numel()] = row
     return out
+
+
+def compute_advantages(plan: AdvantagePlan, exp: Experience) -> tuple[torch.Tensor, dict[str, float]]:
+    """Advantages [N] and the dagrpo/ pair metrics (the same keys on every step of a DaGRPO run; none otherwise)."""
+    keep = exp.rewarded  # [N] bool
+    advantages = torch.zeros_like(exp.rewards)  # [N]; unrewarded responses keep 0
+    if not bool(keep.any()):
+        return advantages, ({"dagrpo/masked_pair_frac": 0.0, "dagrpo/masked_contrast_frac": 0.0,
+                             "dagrpo/zero_adv_frac": 1.0} if plan.report_pairs else {})
+    if bool(keep.all()):
+        return _advantages(plan, exp)
+    advantages[keep], metrics = _advantages(plan, exp.subset(keep))
+    if metrics:
+        metrics["dagrpo/zero_adv_frac"] = _zero_frac(advantages)
+    return advantages, metrics
+
+
+def _advantages(plan: AdvantagePlan, exp: Experience) -> tuple[torch.Tensor, dict[str, float]]:
+    s = plan.settings
+    has_anchors = bool(exp.is_anchor.any())
+    stats_mask = ~exp.is_anchor if has_anchors and not plan.anchor_in_stats else None
+    inputs = AdvantageInputs(exp.rewards, exp.group_ids, scores=exp.scores, stats_mask=stats_mask)
+    advantages = ADVANTAGE_ESTIMATORS["dagrpo" if has_anchors else s.estimator](inputs, s)
+    if not plan.report_pairs:
+        return advantages, {}
+    mask = pair_mask(exp.scores, exp.group_ids, tau=s.tau, tau_kappa=s.tau_kappa)  # [N, N], for the metrics
+    return advantages, pair_metrics(mask, exp, advantages, contrast=s.contrast)
+
+
+def pair_metrics(mask: torch.Tensor, exp: Experience, advantages: torch.Tensor, *, contrast: str) -> dict[str, float]:
+    """Fractions of within-group pairs that the distinctiveness mask removed."""
+    same = exp.group_ids.unsqueeze(0) == exp.group_ids.unsqueeze(1)  # [N, N]
+    same &= ~torch.eye(len(exp), dtype=torch.bool)
+    c = exp.rewards if contrast == "reward" else exp.scores
+    contrasting = same & (c.unsqueeze(0) != c.unsqueeze(1))  # pairs that carry a gradient in GRPO
+    masked = same & ~mask
+    return {
+        "dagrpo/masked_pair_frac": float(masked.sum()) / max(1.0, float(same.sum())),
+        "dagrpo/masked_contrast_frac": float((masked & contrasting).sum()) / max(1.0, float(contrasting.sum())),
+        "dagrpo/zero_adv_frac": _zero_frac(advantages),
+    }
+
+
+def _zero_frac(advantages: torch.Tensor) -> float:
+    return float((advantages == 0).float().mean())

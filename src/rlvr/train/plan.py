@@ -6,11 +6,13 @@ so a reader auditing a combination (TA-GRPO × DaGRPO × DAPO, say) reads this m
 - **rollout**: how many prompts and responses a round draws, whether rephrasings are sampled and
   pooled, and whether rounds repeat until B groups have mixed rewards (DAPO's dynamic sampling);
 - **scoring prompts**: on which prompt each log-prob pass scores a response — the question q_0 or
-  the variant q_j it was sampled from (TA-GRPO's ``ratio_anchor``), and whether old log-probs are
-  computed at all;
-- **advantages**: the estimator, or DaGRPO's masked pairwise form and its settings;
-- **update**: the loss settings handed to ``rlvr.core.objective.policy_loss``, the batch layout, and
+  the variant q_j it was sampled from (TA-GRPO's ``ratio_anchor``, ``train/tagrpo.py``), and whether
+  old and reference log-probs are computed at all;
+- **advantages**: the estimator's settings (``rlvr.core.advantages``: DaGRPO's masked pairwise form
+  with pair masking), and DaGRPO's step options (:class:`DaGRPOSettings`);
+- **update**: the loss settings handed to ``rlvr.core.losses.policy_loss``, the batch layout, and
   whether the sampler/trainer importance-sampling correction is on (:class:`ISCorrection`);
+- **precision**: the autocast dtype, decided once for generation and the update;
 - **mode**: reinforcement learning, or supervised fine-tuning on the anchors (``algo=sft``);
 - **batch and length**: the step's prompts, micro-batches and optimiser steps as TRL computes them
   (``rlvr.config.batch``), and how many steps the run takes (:func:`run_length`: ``max_steps``, or
@@ -21,16 +23,15 @@ Which reward decides "correct" is the reward functions' business (``Rewarder.cor
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 
 from rlvr.config import ExperimentConfig
 from rlvr.config.batch import BatchShape
+from rlvr.core.advantages import AdvantageSettings
+from rlvr.core.losses import LossSettings
 from rlvr.rollout.sampling import Sampling
-
-QUESTION = "question"  # score on q_0, the original question
-SAMPLED = "sampled"  # score on the prompt the response was sampled from (q_j)
+from rlvr.train.tagrpo import LogprobPrompts
 
 
 @dataclass(frozen=True)
@@ -44,52 +45,26 @@ class RolloutSettings:
     dynamic_sampling: bool  # DAPO: keep only groups with mixed rewards, draw more prompts until B are kept
     max_rounds: int  # generation rounds per step at most (1 without dynamic sampling)
     seed: int
-    autocast: str | None  # "bfloat16": generate under bf16 autocast (bf16=true), as the update computes
+    autocast: str | None  # StepPlan.autocast: generate as the update computes
 
 
 @dataclass(frozen=True)
-class ScoringPrompts:
-    """The prompt (``QUESTION`` or ``SAMPLED``) each log-prob pass scores a response on.
-
-    TA-GRPO's ``ratio_anchor``: ``original`` → q_0 for all three; ``unanchored`` → q_j for all three;
-    ``truncated_is`` → q_0 for the policy and the reference, q_j for the behaviour (old) policy.
-    Without rephrasings every response was sampled from q_0 and the choice makes no difference.
-    """
-
-    policy: str = QUESTION
-    old: str = QUESTION
-    reference: str = QUESTION
-
-
-@dataclass(frozen=True)
-class AdvantageSettings:
-    estimator: str  # grpo | rloo (rlvr.core.advantages)
-    scale_rewards: str
-    eps: float
-    pair_masking: bool  # DaGRPO's masked pairwise form on every step (else only on batches holding anchors)
-    tau: float  # 0 without pair masking: the pairwise form then equals GRPO's up to the anchors
-    tau_kappa: float | None
-    contrast: str  # reward | score
-    anchor_in_stats: bool
+class AdvantagePlan:
+    settings: AdvantageSettings  # the estimator and its settings (rlvr.core.advantages)
+    anchor_in_stats: bool  # DaGRPO: an anchor's reward enters its group's σ
     report_pairs: bool  # DaGRPO is on: log the dagrpo/ pair metrics on every step
 
 
 @dataclass(frozen=True)
-class LossSettings:
-    """The keyword settings of ``rlvr.core.objective.policy_loss``."""
+class DaGRPOSettings:
+    """DaGRPO's step options (the scorer and the anchors' source are built at set-up)."""
 
-    epsilon: float
-    epsilon_high: float | None
-    dual_clip: float | None
-    importance_level: str
-    ratio_cap: float | None  # TA-GRPO's truncated IS cap on π(o|q_0)/π_old(o|q_j)
-    beta: float
-    kl_ratio_weighted: bool  # TRL's use_bias_correction_kl: the KL term times the (differentiable) ratio
-    anchor_psi: str
-    anchor_gamma: float
-
-    def as_kwargs(self) -> dict:
-        return dataclasses.asdict(self)
+    score_alpha: float  # s = α·r + (1−α)·q
+    anchors: str  # off | failed | always
+    anchor_max_correct: int  # κ: "failed" means at most κ correct on-policy responses
+    anchor_placement: str  # replace_worst | append
+    anchor_overlong: str  # truncate | skip
+    score_anchors: bool = True  # reward each anchor with the run's reward functions (False in SFT: unused)
 
 
 @dataclass(frozen=True)
@@ -104,34 +79,30 @@ class ISCorrection:
 
 @dataclass(frozen=True)
 class UpdateSettings:
-    loss: LossSettings
-    aggregation: str
-    max_completion_length: int  # L_max of seq_mean_token_sum_norm
+    loss: LossSettings  # everything the loss computes with (rlvr.core.losses), aggregation included
     num_iterations: int  # μ
     num_minibatches: int  # optimiser steps per pass (steps_per_generation / gradient_accumulation_steps)
     per_device_train_batch_size: int  # completions per micro-batch on each process
     max_tokens_per_micro_batch: int | None  # padded response tokens per micro-batch (None: rows only)
     mask_truncated: bool
-    entropy_coef: float  # TRL's entropy bonus (rlvr.core.objective.entropy_bonus; 0: off, no entropy gradient)
     max_grad_norm: float  # 0: no clipping
     temperature: float
     needs_old_logprobs: bool  # else old = logp.detach(): the ratio is exactly 1
+    needs_reference: bool  # β > 0: reference log-probs (and a reference model)
     head_chunk: int  # > 0: the LM head on this many tokens at a time (rlvr.core.lm_head); 0: plain logits
-    autocast: str | None  # "bfloat16": forwards under bf16 autocast, fp32 master weights (bf16=true)
+    autocast: str | None  # StepPlan.autocast
     is_correction: ISCorrection | None = None  # the sampler/trainer IS correction (None: off)
-
-    @property
-    def beta(self) -> float:
-        return self.loss.beta
 
 
 @dataclass(frozen=True)
 class StepPlan:
     mode: str  # rl | sft
     batch: BatchShape  # B, micro-batches, optimiser steps per pass (rlvr.config.batch)
+    autocast: str | None  # "bfloat16": forwards under bf16 autocast, fp32 master weights (bf16=true); None: off
     rollout: RolloutSettings
-    prompts: ScoringPrompts
-    advantages: AdvantageSettings
+    prompts: LogprobPrompts | None  # TA-GRPO: the prompt of each log-prob pass (None: no rephrasings, q_0)
+    advantages: AdvantagePlan
+    dagrpo: DaGRPOSettings | None  # None: DaGRPO's phase is off
     update: UpdateSettings
     tagrpo_metrics: bool  # log the tagrpo/ pool metrics
     diversity_every: int  # log rollout/diversity every K steps (0: never)
@@ -148,9 +119,11 @@ def compile_plan(cfg: ExperimentConfig, *, world_size: int = 1) -> StepPlan:
     """The decisions of :class:`StepPlan` for a validated config, on ``world_size`` processes."""
     a, d, t, r = cfg.algorithm, cfg.dagrpo, cfg.tagrpo, cfg.rollout
     batch = cfg.batch_shape(world_size)
+    autocast = "bfloat16" if cfg.model.bf16 else None  # decided here only
     return StepPlan(
         mode=step_kind(cfg),
         batch=batch,
+        autocast=autocast,
         rollout=RolloutSettings(
             prompts_per_step=batch.prompts_per_step,
             responses_per_prompt=r.num_generations * (t.responses_per_prompt_factor if t.equal_sampling else 1),
@@ -159,54 +132,53 @@ def compile_plan(cfg: ExperimentConfig, *, world_size: int = 1) -> StepPlan:
                               repetition_penalty=r.repetition_penalty),
             dynamic_sampling=a.dynamic_sampling,
             max_rounds=a.max_num_gen_batches if a.dynamic_sampling else 1, seed=cfg.run.seed,
-            autocast="bfloat16" if cfg.model.bf16 else None,
+            autocast=autocast,
         ),
-        prompts=scoring_prompts(t.ratio_anchor if t.enabled else "original"),
-        advantages=AdvantageSettings(
-            estimator=a.advantage_estimator, scale_rewards=a.scale_rewards, eps=a.advantage_eps,
-            pair_masking=d.pair_masking,
-            tau=d.pair_tau if d.pair_masking else 0.0,
-            tau_kappa=d.pair_tau_kappa if d.pair_masking else None,
-            contrast=d.contrast if d.pair_masking else "reward",
+        prompts=LogprobPrompts.for_ratio_anchor(t.ratio_anchor) if t.enabled else None,
+        advantages=AdvantagePlan(
+            settings=AdvantageSettings(
+                estimator="dagrpo" if d.pair_masking else a.advantage_estimator, scale_rewards=a.scale_rewards,
+                eps=a.advantage_eps,
+                # without pair masking the pairwise form (batches holding anchors) keeps every pair: τ = 0
+                tau=d.pair_tau if d.pair_masking else 0.0, tau_kappa=d.pair_tau_kappa if d.pair_masking else None,
+                contrast=d.contrast if d.pair_masking else "reward",
+            ),
             anchor_in_stats=d.anchor_in_stats, report_pairs=d.enabled,
         ),
-        update=update_settings(cfg, batch),
+        dagrpo=DaGRPOSettings(score_alpha=d.score_alpha, anchors=d.anchors, anchor_max_correct=d.anchor_max_correct,
+                              anchor_placement=d.anchor_placement, anchor_overlong=d.anchor_overlong,
+                              score_anchors=step_kind(cfg) == "rl")
+        if d.enabled else None,
+        update=update_settings(cfg, batch, autocast),
         tagrpo_metrics=t.enabled,
         diversity_every=t.diversity_steps, diversity_groups=t.diversity_groups,
         num_completions_to_log=cfg.run.num_completions_to_log,
     )
 
 
-def scoring_prompts(ratio_anchor: str) -> ScoringPrompts:
-    """TA-GRPO's ``ratio_anchor`` as the prompt of each log-prob pass (see :class:`ScoringPrompts`)."""
-    return {
-        "original": ScoringPrompts(QUESTION, QUESTION, QUESTION),
-        "unanchored": ScoringPrompts(SAMPLED, SAMPLED, SAMPLED),
-        "truncated_is": ScoringPrompts(QUESTION, SAMPLED, QUESTION),
-    }[ratio_anchor]
-
-
-def update_settings(cfg: ExperimentConfig, batch: BatchShape) -> UpdateSettings:
+def update_settings(cfg: ExperimentConfig, batch: BatchShape, autocast: str | None) -> UpdateSettings:
     a, t, o = cfg.algorithm, cfg.tagrpo, cfg.optim
     truncated_is = t.enabled and t.ratio_anchor == "truncated_is"
     loss = LossSettings(
-        epsilon=a.epsilon, epsilon_high=a.epsilon_high, dual_clip=a.dual_clip,
+        policy_loss=a.policy_loss, epsilon=a.epsilon, epsilon_high=a.epsilon_high, dual_clip=a.dual_clip,
         importance_level=a.importance_sampling_level, ratio_cap=t.truncated_is_cap if truncated_is else None,
         beta=a.beta, kl_ratio_weighted=a.use_bias_correction_kl and a.beta > 0,
         anchor_psi=cfg.dagrpo.anchor_psi, anchor_gamma=cfg.dagrpo.anchor_gamma,
+        aggregation=a.aggregation, max_completion_length=cfg.rollout.max_completion_length,
+        entropy_coef=a.entropy_coef,
     )
     return UpdateSettings(
-        loss=loss, aggregation=a.aggregation, max_completion_length=cfg.rollout.max_completion_length,
-        num_iterations=a.num_iterations, num_minibatches=batch.optimizer_steps_per_pass,
+        loss=loss, num_iterations=a.num_iterations, num_minibatches=batch.optimizer_steps_per_pass,
         per_device_train_batch_size=batch.micro_batch,
         max_tokens_per_micro_batch=o.max_tokens_per_micro_batch,
-        mask_truncated=a.mask_truncated_completions, entropy_coef=a.entropy_coef, max_grad_norm=o.max_grad_norm,
+        mask_truncated=a.mask_truncated_completions, max_grad_norm=o.max_grad_norm,
         temperature=cfg.rollout.temperature,
         # the ratio can differ from 1 only after an update (μ > 1 or several mini-batches), or when the
         # behaviour policy sees another prompt than the policy (truncated IS: q_j vs q_0)
         needs_old_logprobs=a.num_iterations > 1 or batch.optimizer_steps_per_pass > 1 or truncated_is,
+        needs_reference=a.beta > 0,
         head_chunk=o.lm_head_chunk_tokens,
-        autocast="bfloat16" if cfg.model.bf16 else None,
+        autocast=autocast,
         is_correction=is_correction(cfg),
     )
 
@@ -233,6 +205,7 @@ class RunLength:
     steps_per_epoch: int  # steps per pass over the prompts (TRL: dataset rows // prompts per step)
     optimizer_steps_per_step: int  # μ × optimiser steps per pass (TRL counts max_steps and global_step in these)
     optimizer_steps: int  # of the whole run: the last step stops there (TRL trains part of its last generation)
+    epochs: float = 0.0  # num_train_epochs when the run is counted in epochs (0: by max_steps), as TrainerState logs it
 
 
 def run_length(cfg: ExperimentConfig, batch: BatchShape, num_rows: int) -> RunLength:
@@ -258,4 +231,4 @@ def run_length(cfg: ExperimentConfig, batch: BatchShape, num_rows: int) -> RunLe
     else:
         total = cfg.run.max_steps * k
     return RunLength(steps=math.ceil(total / k), steps_per_epoch=max(1, per_epoch), optimizer_steps_per_step=k,
-                     optimizer_steps=total)
+                     optimizer_steps=total, epochs=cfg.run.num_train_epochs or 0)

@@ -5,7 +5,7 @@ Reward functions receive TRL GRPOTrainer's keyword arguments (``rlvr.rewards.rew
 ``prompts`` (the dataset prompt: a string or a message list), ``completions`` (strings; for
 message-list prompts, ``[{"role": "assistant", "content": ...}]``, as in TRL), ``completion_ids``
 (token ids), every other dataset column as a keyword list aligned with the completions
-(``rlvr.data.reward_columns``: a short ``solution`` read as the gold still arrives as ``solution``;
+(:func:`reward_columns`, as TRL's ``_calculate_rewards``: a short ``solution`` read as the gold still arrives as ``solution``;
 rlvr adds ``answer``, its gold, and ``id``), ``trainer_state`` (a ``transformers.TrainerState``:
 ``global_step`` = steps finished before this one, ``max_steps``), ``log_extra`` and ``log_metric``.
 ``log_metric(name, value)`` values are averaged over the step's calls (every rank, every round)
@@ -22,7 +22,7 @@ stops with the function's name and its exception, exit code 3, when
 - later, more than ``max_reward_error_frac`` of its calls over the last
   ``ERROR_WINDOW_STEPS`` steps failed.
 A value of None (TRL's "not applicable") is not a failure; a completion for which every function
-returned None is *unscorable* (``rewards/all_none``) and gets advantage 0 (``train/advantages``).
+returned None is *unrewarded* (``rewards/all_none``) and gets advantage 0 (``train/advantages``).
 """
 
 from __future__ import annotations
@@ -37,11 +37,11 @@ from collections import deque
 
 from transformers import TrainerState
 
-from rlvr.data import reward_columns
+from rlvr.data.rows import GOLD_ONLY_SOLUTION, INTERNAL_FIELDS
 from rlvr.rewards import MathAccuracy, VerifierPool, resolve_reward
-from rlvr.rewards.registry import combine_rewards, logged_names
+from rlvr.rewards.combine import combine_rewards, logged_names
+from rlvr.run.stopping import TrainingStopped
 from rlvr.train.experience import Group
-from rlvr.train.stopping import TrainingStopped
 
 logger = logging.getLogger(__name__)
 
@@ -83,16 +83,16 @@ class Rewarder:
     def close(self) -> None:
         self.pool.close()
 
-    def score(self, rows: list[dict], texts: list[list[str]]) -> tuple[list[float], dict[str, list], dict[str, float]]:
+    def reward_texts(self, rows: list[dict], texts: list[list[str]]) -> tuple[list[float], dict[str, list], dict[str, float]]:
         """Rewards for ``texts[k]`` (completions) answering ``rows[k]``'s prompt: (totals, parts, counters).
 
         ``parts`` maps each function's logged name to its values (None: not applicable or failed).
         """
-        totals, parts, stats, _ = self._score(rows, texts, None)
+        totals, parts, stats, _ = self._reward(rows, texts, None)
         return totals, parts, stats
 
-    def _score(self, rows: list[dict], texts: list[list[str]], ids: list[list[list[int]]] | None):
-        """``score``, with the completions' token ids (None: tokenised here) and the ``log_extra`` columns."""
+    def _reward(self, rows: list[dict], texts: list[list[str]], ids: list[list[list[int]]] | None):
+        """``reward_texts``, with the completions' token ids (None: tokenised here) and the ``log_extra`` columns."""
         if ids is None:
             encode = (lambda text: self.tokenizer(text, add_special_tokens=False)["input_ids"]) if self.tokenizer else None
             ids = [[encode(text) if encode else None for text in row_texts] for row_texts in texts]
@@ -125,7 +125,7 @@ class Rewarder:
         return totals, parts, stats, _extra_columns(extras, len(completions))
 
     def reward_groups(self, groups: list[Group], *, step: int | None = None) -> dict[str, float]:
-        """Fill ``rewards``, ``reward_parts``, ``reward_extras``, ``scorable`` and ``correctness`` of each group;
+        """Fill ``rewards``, ``reward_parts``, ``reward_extras``, ``rewarded`` and ``correctness`` of each group;
         return counters for this call (``rewards/`` metrics, summed over rounds and ranks).
 
         ``step``: the training step (``trainer_state.global_step`` = step - 1, the steps finished).
@@ -133,14 +133,14 @@ class Rewarder:
         if step is not None:
             self.state.global_step = step - 1
         ids = [[c.token_ids for c in g.completions] for g in groups]
-        totals, parts, stats, extras = self._score([g.row for g in groups], [g.texts for g in groups], ids)
+        totals, parts, stats, extras = self._reward([g.row for g in groups], [g.texts for g in groups], ids)
         start = 0
         for group in groups:
             end = start + len(group.texts)
             group.rewards = totals[start:end]
             group.reward_parts = {name: values[start:end] for name, values in parts.items()}
             group.reward_extras = {column: values[start:end] for column, values in extras.items()}
-            group.scorable = [any(values[i] is not None for values in parts.values()) for i in range(start, end)]
+            group.rewarded = [any(values[i] is not None for values in parts.values()) for i in range(start, end)]
             group.correctness = self.correctness
             start = end
         return stats
@@ -249,3 +249,17 @@ def _json_value(value):
         return value
     except (TypeError, ValueError):
         return str(value)
+
+
+def reward_columns(row: dict) -> dict:
+    """The columns a reward function receives for ``row`` (TRL's convention, ``_calculate_rewards``:
+    every dataset column but the prompt), under the names the dataset gave them.
+
+    The gold is in ``answer`` (as rlvr verifies it) and also under the column it was read from:
+    a row whose only answer was a short ``solution`` (TRL's math datasets) still passes
+    ``solution``, so ``trl.rewards.accuracy_reward(completions, solution)`` finds it.
+    """
+    columns = {key: value for key, value in row.items() if key not in INTERNAL_FIELDS}
+    if GOLD_ONLY_SOLUTION in row:
+        columns["solution"] = row[GOLD_ONLY_SOLUTION]
+    return columns

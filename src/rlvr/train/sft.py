@@ -63,7 +63,7 @@ class SFTTrainer(Trainer):
         if groups:
             experience = Experience.from_groups(groups)
             update = self.update(experience, torch.ones(len(experience)))
-            metrics.update(update.metrics(beta=self.plan.update.beta))
+            metrics.update(update.metrics(with_kl=self.plan.update.needs_reference))
             metrics["sft/tokens"] = sum(len(ids) for ids in experience.response_ids)
         metrics.update(self.grad_spikes.update(metrics.get("train/grad_norm")))
         metrics["time/step_s"] = time.perf_counter() - t0

@@ -4,15 +4,16 @@
 
 The set-up (``Trainer.__init__``) is the only code that reads the config: it compiles the decisions
 of a step once (``plan.py``) and builds the phases from plain settings — ``GroupGenerator`` and
-``RolloutResult`` (rollout_phase.py), ``Rewarder`` (rewarding.py), ``DaGRPOPhase`` (dagrpo_phase.py),
-``compute_advantages`` (advantages.py), ``PolicyUpdate`` (update.py). docs/training.md walks through
-one step. Checkpoints and resume are in ``checkpoint.py`` and ``resume.py``.
+``RolloutResult`` (rollout_phase.py), ``Rewarder`` (rewarding.py), ``DaGRPOPhase`` (dagrpo.py),
+``compute_advantages`` (experience.py), ``PolicyUpdate`` (update.py). docs/training.md walks through
+one step; docs/design/architecture.md maps the rooms. Checkpoints and resume are in ``rlvr/run/``
+(checkpoints.py, resume.py).
 
 Reproducibility: every sampled response has its own seed, from (seed, step, round, its position
 in the step's requests); data order depends only on (seed, rows consumed), and the policy runs in
 eval mode (no dropout), so a resumed run repeats an uninterrupted one exactly on CPU with one
 thread (docs/design/pitfalls.md #7; with several, some CPUs' float sums vary at ~1e-7 run to run),
-and W processes sample what one process samples (``distributed.py``).
+and W processes sample what one process samples (``rlvr/parallel/``).
 """
 
 from __future__ import annotations
@@ -27,64 +28,56 @@ from rlvr import threads
 from rlvr.config import ExperimentConfig
 from rlvr.config.origin import defaults_line
 from rlvr.data import PromptSampler, load_python_rows, load_rows
+from rlvr.data.prompts import PromptBuilder
 from rlvr.eval import group_diversity
-from rlvr.models import apply_lora, copy_for_reference, eos_token_ids, load_policy
-from rlvr.models.checkpointing import enable_activation_checkpointing
+from rlvr.models import eos_token_ids
 from rlvr.models.embedding import require_embedding_packages
-from rlvr.models.loading import warn_unapplied_dropout
+from rlvr.parallel.runtime import full_weights, is_sharded
+from rlvr.parallel.setup import full_state_dicts, init_distributed, shutdown_distributed
 from rlvr.rollout import build_engine
-from rlvr.train import checkpoint as ckpt
-from rlvr.train.advantages import compute_advantages
-from rlvr.train.callbacks import Callbacks
-from rlvr.train.dagrpo_phase import build_dagrpo_phase
-from rlvr.train.distributed import init_distributed, shutdown_distributed, wrap_policy
-from rlvr.train.dry_run import check_reward_functions, check_scheduler
-from rlvr.train.engine_options import engine_spec
-from rlvr.train.evaluation import TrainingEval, training_overlap
-from rlvr.train.experience import Experience
-from rlvr.train.fsdp import full_state_dicts, full_weights, is_sharded
-from rlvr.train.grad_spikes import GradSpikes
-from rlvr.train.group_ids import GroupIds
-from rlvr.train.hub import HubPush
-from rlvr.train.input_limits import check_training_lengths
-from rlvr.train.interrupts import StopOnSignal, TrainingInterrupted
-from rlvr.train.metrics import PhaseTimer, sample_records, step_metrics
-from rlvr.train.model_export import export_final_model
-from rlvr.train.optimizer import build_optimizer, build_scheduler
+from rlvr.run import checkpoints as ckpt
+from rlvr.run.callbacks import Callbacks
+from rlvr.run.export import export_final_model
+from rlvr.run.folder import JsonlLog, RunFolderLock, check_not_foreign, mark_run_folder, new_run_folder, write_config
+from rlvr.run.hub import HubPush
+from rlvr.run.progress import Progress
+from rlvr.run.resume import check_logged_steps, check_resumable_config, resume_checkpoint, resume_output_dir
+from rlvr.run.stopping import StopOnSignal, TrainingInterrupted, TrainingStopped
+from rlvr.run.trackers import Trackers, open_trackers, require_trackers
+from rlvr.train.dagrpo import build_dagrpo_phase
+from rlvr.train.experience import Experience, compute_advantages
+from rlvr.train.metrics import (
+    SAMPLING_METRICS,
+    GradSpikes,
+    PhaseTimer,
+    memory_metrics,
+    sample_records,
+    step_metrics,
+    trl_rollout_metrics,
+    trl_update_metrics,
+)
 from rlvr.train.plan import compile_plan, run_length, step_kind
-from rlvr.train.progress import Progress, memory_metrics
-from rlvr.train.prompt_builder import PromptBuilder, chat_rows, prompt_format, question_rows
-from rlvr.train.reference import AdapterOffReference
-from rlvr.train.rephrasings import attach_rephrasings
-from rlvr.train.resume import check_logged_steps, check_resumable_config, resume_checkpoint, resume_output_dir
-from rlvr.train.rewarding import Rewarder
-from rlvr.train.rollout_ahead import Rollouts
-from rlvr.train.rollout_phase import GroupGenerator, RolloutResult
-from rlvr.train.run_files import JsonlLog, write_config
-from rlvr.train.run_folder import RunFolderLock, check_not_foreign, mark_run_folder, new_run_folder
-from rlvr.train.stopping import TrainingStopped
-from rlvr.train.trackers import Trackers, open_trackers, require_trackers
-from rlvr.train.trl_metrics import SAMPLING_METRICS, trl_rollout_metrics, trl_update_metrics
+from rlvr.train.rollout_phase import GroupGenerator, GroupIds, RolloutResult, Rollouts
+from rlvr.train.setup import (
+    attach_rephrasings,
+    build_models,
+    build_optimizer,
+    build_rewarder,
+    build_scheduler,
+    build_scorer,
+    build_training_eval,
+    chat_rows,
+    check_eval_overlap,
+    check_reward_functions,
+    check_scheduler,
+    check_training_lengths,
+    engine_spec,
+    prompt_format,
+    question_rows,
+)
 from rlvr.train.update import PolicyUpdate, UpdateResult
 
 logger = logging.getLogger(__name__)
-
-
-def resolve_device(name: str, *, local_rank: int | None = None) -> torch.device:
-    """``auto`` picks CUDA when present; an explicit CUDA device that is absent is an error.
-
-    Under torchrun (``local_rank`` given) ``auto``/``cuda`` mean this process's GPU, cuda:LOCAL_RANK.
-    """
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"device={name} but torch sees no CUDA device; use device=cpu or a CUDA build of torch")
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if local_rank is not None and name.startswith("cuda:"):
-        raise ValueError(f"device={name} with several processes would put every rank on one GPU; use "
-                         "device=auto or cuda (rank r then uses cuda:LOCAL_RANK), and CUDA_VISIBLE_DEVICES")
-    if name == "cuda" and local_rank is not None:
-        return torch.device("cuda", local_rank)
-    return torch.device(name)
 
 
 def async_lag_warning(async_generation: bool, is_correction) -> str | None:
@@ -155,65 +148,11 @@ class Trainer:
         check_scheduler(cfg, self.max_steps * self.length.optimizer_steps_per_step)
         if self.dist.is_main:
             self._log_start(cfg)
-        if cfg.eval.enabled and self.dist.is_main:
-            training_overlap(self.rows, list(cfg.eval.eval_data), limit=cfg.eval.eval_limit)
-        m = cfg.model
-        self.policy, self.tokenizer = load_policy(
-            m.model, dtype=m.dtype, trust_remote_code=m.trust_remote_code, seed=cfg.run.seed,
-            allow_pickle_weights=m.allow_pickle_weights, attn_implementation=m.attn_implementation,
-            chat_template=cfg.data.chat_template,
-        )
-        if m.lora_r > 0:
-            targets = m.lora_target_modules
-            self.policy = apply_lora(
-                self.policy, r=m.lora_r, alpha=m.lora_alpha, dropout=m.lora_dropout,
-                target_modules=targets if targets in (None, "all-linear") else [t.strip() for t in targets.split(",")],
-            )
-        if not m.disable_dropout and self.dist.is_main:
-            warn_unapplied_dropout(self.policy)
-        self.device = resolve_device(m.device, local_rank=self.dist.local_rank if self.dist.enabled else None)
-        self.policy.to(self.device)
-        if self.device.type == "cpu" and self.dist.is_main:
-            logger.info("CPU: %d torch threads; %s", torch.get_num_threads(), threads.applied())
-        self.policy.eval()  # no dropout: the on-policy ratio is exactly 1
-        self.ref_model = self._reference_model()  # (a copy made before checkpointing wraps the policy's layers)
-        if m.gradient_checkpointing:
-            enable_activation_checkpointing(self.policy)
-        self.train_model = wrap_policy(self.policy, self.dist, cfg.run.parallelism, self.device,  # DDP/FSDP2
-                                       compute_dtype=self.plan.update.autocast)
-        engine, options = engine_spec(cfg, is_main=self.dist.is_main)  # rlvr | hf | vllm colocated | vllm server
-        self.engine = build_engine(engine, self.policy, pad_token_id=self.tokenizer.pad_token_id,
-                                   eos_token_ids=eos_token_ids(self.policy, self.tokenizer), **options)
-        self.dist.barrier()  # vllm_mode=server: rank 0 has pushed the weights (version 1) before any rank samples
-        self.prompt_format = prompt_format(cfg, self.tokenizer, self.rows, log=self.dist.is_main)  # template or raw
-        self.prompts = PromptBuilder(self.tokenizer, self.prompt_format, rephrased=self.plan.rollout.rephrased)
-        self._apply_length_limits()  # before anything is generated
-        self.sampler = PromptSampler(self.rows, seed=cfg.run.seed, shuffle=cfg.data.shuffle)
-        self.group_ids = GroupIds()
-        self.generate_groups = GroupGenerator(self.plan.rollout, self.engine, self.tokenizer, self.prompts,
-                                              self.group_ids, self.dist, policy=self.policy)
-        self.rollouts = Rollouts(self.generate_groups, self.sampler, self.group_ids,  # async_generation: ahead
-                                 prompts_per_step=self.plan.rollout.prompts_per_step,
-                                 ahead=cfg.rollout.async_generation)
-        r = cfg.reward
-        self.rewarder = Rewarder([cfg.python.reward(spec) for spec in r.reward_funcs], r.reward_weights,
-                                 verifier_workers=r.verifier_workers, verifier_timeout=r.verifier_timeout,
-                                 answer_extraction=r.answer_extraction, max_reward_error_frac=r.max_reward_error_frac,
-                                 reward_timeout=r.reward_timeout, max_steps=self.max_steps, tokenizer=self.tokenizer,
-                                 names=cfg.run.preset)
         if self.dist.is_main:
-            self.rewarder.check_golds(self.rows, cfg.data.data)  # one warning when most golds are not math
-        if cfg.tagrpo.diversity_steps:
-            require_embedding_packages("diversity_steps")
-        self.dagrpo = build_dagrpo_phase(cfg.dagrpo, max_completion_length=cfg.rollout.max_completion_length,
-                                         model_dtype=cfg.model.dtype, seed=cfg.run.seed, tokenizer=self.tokenizer,
-                                         eos_token_id=self.engine.eos_token_ids[0], rewarder=self.rewarder,
-                                         device=self.device)
-        self.optimizer, self.scheduler = self._optimizer()
-        self.update = PolicyUpdate(self.plan.update, self.train_model, self.optimizer, self.scheduler,
-                                   pad_token_id=self.tokenizer.pad_token_id, ref_model=self.ref_model, ctx=self.dist,
-                                   max_optimizer_steps=self.length.optimizer_steps)
-        self.evaluation = self._training_eval()
+            check_eval_overlap(cfg, self.rows)  # eval problems that are also training rows: a warning
+        self._set_up_model(cfg)
+        self._set_up_rollout(cfg)
+        self._set_up_phases(cfg)
         self.metrics_log = JsonlLog(self.output_dir / "metrics.jsonl")
         self.samples_log = JsonlLog(self.output_dir / "samples.jsonl")
         self.grad_spikes = GradSpikes(factor=cfg.run.grad_spike_factor)
@@ -224,6 +163,51 @@ class Trainer:
         self.callbacks = Callbacks(self.user_callbacks, output_dir=self.output_dir, max_steps=self.max_steps,
                                    objects={"model": self.policy, "processing_class": self.tokenizer,
                                             "optimizer": self.optimizer, "lr_scheduler": self.scheduler})
+
+    def _set_up_model(self, cfg: ExperimentConfig) -> None:
+        """The policy on its device (LoRA, no dropout), the reference, the DDP/FSDP2 wrapping, the rollout engine."""
+        models = build_models(cfg, self.plan, self.dist)
+        self.policy, self.tokenizer, self.device = models.policy, models.tokenizer, models.device
+        self.ref_model, self.train_model = models.reference, models.train_model
+        if self.device.type == "cpu" and self.dist.is_main:
+            logger.info("CPU: %d torch threads; %s", torch.get_num_threads(), threads.applied())
+        engine, options = engine_spec(cfg, is_main=self.dist.is_main)  # rlvr | hf | vllm colocated | vllm server
+        self.engine = build_engine(engine, self.policy, pad_token_id=self.tokenizer.pad_token_id,
+                                   eos_token_ids=eos_token_ids(self.policy, self.tokenizer), **options)
+        self.dist.barrier()  # vllm_mode=server: rank 0 has pushed the weights (version 1) before any rank samples
+
+    def _set_up_rollout(self, cfg: ExperimentConfig) -> None:
+        """The prompts (format, length limits), their order, and the rollout phase that samples them."""
+        self.prompt_format = prompt_format(cfg, self.tokenizer, self.rows, log=self.dist.is_main)  # template or raw
+        self.prompts = PromptBuilder(self.tokenizer, self.prompt_format, rephrased=self.plan.rollout.rephrased)
+        self._apply_length_limits()  # before anything is generated
+        self.sampler = PromptSampler(self.rows, seed=cfg.run.seed, shuffle=cfg.data.shuffle)
+        self.group_ids = GroupIds()
+        self.generate_groups = GroupGenerator(self.plan.rollout, self.engine, self.tokenizer, self.prompts,
+                                              self.group_ids, self.dist, policy=self.policy)
+        self.rollouts = Rollouts(self.generate_groups, self.sampler, self.group_ids,  # async_generation: ahead
+                                 prompts_per_step=self.plan.rollout.prompts_per_step,
+                                 ahead=cfg.rollout.async_generation)
+
+    def _set_up_phases(self, cfg: ExperimentConfig) -> None:
+        """The reward, DaGRPO and update phases, the optimiser and its schedule, and the training-time eval."""
+        self.rewarder = build_rewarder(cfg, max_steps=self.max_steps, tokenizer=self.tokenizer)
+        if self.dist.is_main:
+            self.rewarder.check_golds(self.rows, cfg.data.data)  # one warning when most golds are not math
+        if self.plan.diversity_every:
+            require_embedding_packages("diversity_steps")
+        scorer = build_scorer(cfg, device=self.device) if self.plan.dagrpo is not None else None
+        self.dagrpo = build_dagrpo_phase(self.plan.dagrpo, scorer, rows=self.rows,
+                                         max_completion_length=self.plan.rollout.max_completion_length,
+                                         tokenizer=self.tokenizer, eos_token_id=self.engine.eos_token_ids[0],
+                                         rewarder=self.rewarder)
+        params = [p for p in self.policy.parameters() if p.requires_grad]
+        self.optimizer = build_optimizer(params, cfg.optim)
+        self.scheduler = build_scheduler(self.optimizer, cfg.optim, self.length.optimizer_steps)
+        self.update = PolicyUpdate(self.plan.update, self.train_model, self.optimizer, self.scheduler,
+                                   pad_token_id=self.tokenizer.pad_token_id, ref_model=self.ref_model, ctx=self.dist,
+                                   max_optimizer_steps=self.length.optimizer_steps)
+        self.evaluation = build_training_eval(cfg, self.plan, self.length, self.prompt_format)
 
     # ----------------------------------------------------------------- the algorithm
     def training_step(self, step: int) -> StepResult:
@@ -264,7 +248,7 @@ class Trainer:
     def _step_metrics(self, step: int, rollout: RolloutResult, advantage_metrics: dict, update: UpdateResult | None,
                       timer: PhaseTimer) -> dict:
         """The step's line of metrics.jsonl."""
-        train = (update.metrics(beta=self.plan.update.beta) if update is not None
+        train = (update.metrics(with_kl=self.plan.update.needs_reference) if update is not None
                  else UpdateResult.no_update_metrics(self.scheduler.get_last_lr()[0]))
         metrics = {
             **step_metrics(step, rollout, advantage_metrics, train, reward_names=self.rewarder.names,
@@ -282,20 +266,20 @@ class Trainer:
         return metrics | self._trl_metrics(step, rollout, update, metrics)
 
     def _trl_metrics(self, step: int, rollout: RolloutResult, update: UpdateResult | None, metrics: dict) -> dict:
-        """The step's metrics under TRL's names, as TRL computes them (trl_metrics.py), beside rlvr's."""
+        """The step's metrics under TRL's names, as TRL computes them (metrics.py), beside rlvr's."""
         groups = [g.policy_samples for g in rollout.generated]
         self.num_tokens += sum(len(g.generation_prompt(i)) + len(g.completions[i].token_ids)
                                for g in groups for i in g.on_policy)
         optimizer_steps = update.optimizer_steps + update.skipped_steps if update is not None else 0
-        trl = trl_rollout_metrics(groups, self.rewarder.names, scale_rewards=self.cfg.algorithm.scale_rewards)
+        trl = trl_rollout_metrics(groups, self.rewarder.names, scale_rewards=self.plan.advantages.settings.scale_rewards)
         used = update.lr_used if update is not None and update.lr_used is not None else metrics["train/lr"]
-        trl |= trl_update_metrics(update.sums if update is not None else {}, beta=self.plan.update.beta,
+        trl |= trl_update_metrics(update.sums if update is not None else {}, with_kl=self.plan.update.needs_reference,
                                   loss=metrics["train/loss"], grad_norm=metrics["train/grad_norm"],
                                   learning_rate=used)
         trl |= {"num_tokens": float(self.num_tokens), "epoch": step / self.length.steps_per_epoch,
                 "step_time": metrics["time/step_s"] / max(1, optimizer_steps)}
-        if self.plan.update.entropy_coef > 0:
-            trl["entropy_coef"] = self.plan.update.entropy_coef
+        if self.plan.update.loss.entropy_coef > 0:
+            trl["entropy_coef"] = self.plan.update.loss.entropy_coef
         if self.plan.update.is_correction is not None:
             trl |= {f"sampling/{name}": metrics[ours] for name, ours in SAMPLING_METRICS.items()}
         return trl
@@ -315,7 +299,7 @@ class Trainer:
         """Run (or resume) to max_steps; return the metrics of the steps run now.
 
         Ctrl-C or SIGTERM: the step under way is finished, a checkpoint written, and
-        ``TrainingInterrupted`` raised (``interrupts.py``); a second signal stops at once.
+        ``TrainingInterrupted`` raised (``rlvr/run/stopping.py``); a second signal stops at once.
         """
         main = self.dist.is_main
         history, progress = [], None
@@ -394,12 +378,11 @@ class Trainer:
         if is_sharded(self.policy):  # gather the full states (a collective: every rank takes part)
             model_state, optimizer_state = full_state_dicts(self.policy, self.optimizer)
         if self.dist.is_main:
-            path = ckpt.save_checkpoint(
-                self.output_dir, step, model=self.policy, tokenizer=self.tokenizer, optimizer=self.optimizer,
-                scheduler=self.scheduler, trainer_state=state, keep_last=self.cfg.run.save_total_limit,
-                hf_state=self._hf_state(step), model_state=model_state, optimizer_state=optimizer_state,
-                merged_model=self.cfg.model.save_merged_model,
-            )
+            snapshot = ckpt.Snapshot(self.policy, self.tokenizer, self.optimizer, self.scheduler, trainer_state=state,
+                                     hf_state=self._hf_state(step), model_state=model_state,
+                                     optimizer_state=optimizer_state)
+            path = ckpt.save_checkpoint(self.output_dir, step, snapshot, keep_last=self.cfg.run.save_total_limit,
+                                        merged_model=self.cfg.model.save_merged_model)
             if final:
                 export_final_model(path, self.output_dir)
             if self.hub is not None:
@@ -415,7 +398,7 @@ class Trainer:
                    for line in lines]
         done = min(step * k, self.length.optimizer_steps)
         return ckpt.hf_trainer_state(done, max_steps=self.length.optimizer_steps, epoch=step / self.length.steps_per_epoch,
-                                     num_train_epochs=self.cfg.run.num_train_epochs or 0, log_history=history,
+                                     num_train_epochs=self.length.epochs, log_history=history,
                                      save_steps=self._save_every() * k, num_input_tokens_seen=self.num_tokens,
                                      train_batch_size=self.plan.batch.micro_batch)
 
@@ -439,7 +422,7 @@ class Trainer:
         """Prompts over the budget: refused (truncation=error), left out (drop) or cut from the left (left)."""
         cfg, mode = self.cfg, self.cfg.rollout.truncation
         check = check_training_lengths(
-            self.rows, source=cfg.data.data, max_completion_length=cfg.rollout.max_completion_length,
+            self.rows, source=cfg.data.data, max_completion_length=self.plan.rollout.max_completion_length,
             max_prompt_length=cfg.rollout.max_prompt_length, prompt_format=self.prompt_format,
             policy=self.policy, tokenizer=self.tokenizer, engine=self.engine,
             tokenize=self.prompts.variants, refuse=mode == "error")
@@ -459,36 +442,6 @@ class Trainer:
                 logger.warning("truncation=left: %d prompts of %s are over %d tokens and keep their last %d "
                                "(rollout/prompt_truncated_frac)", len(check.too_long), cfg.data.data,
                                check.budget, check.budget)
-
-    def _training_eval(self) -> TrainingEval | None:
-        cfg, e = self.cfg, self.cfg.eval
-        if not e.enabled:
-            return None
-        every = self.length.steps_per_epoch if e.eval_strategy == "epoch" else e.eval_steps
-        return TrainingEval(
-            datasets=tuple(e.eval_data), every=every, max_steps=self.max_steps, n=e.eval_n,
-            ks=tuple(e.eval_k), temperature=e.eval_temperature, top_p=e.eval_top_p,
-            max_completion_length=e.eval_max_completion_length or cfg.rollout.max_completion_length,
-            limit=e.eval_limit, prompt_format=self.prompt_format,
-            answer_extraction=cfg.reward.answer_extraction, seed=cfg.run.seed, model_name=cfg.model.model,
-        )
-
-    def _reference_model(self):
-        if self.plan.update.beta == 0:
-            return None
-        if self.cfg.model.lora_r > 0:
-            return AdapterOffReference(self.policy)  # the base weights, without a second copy
-        reference = copy_for_reference(self.policy)
-        if self.plan.update.autocast and self.dist.enabled and self.cfg.run.parallelism == "fsdp":
-            # FSDP2 with bf16=true computes with bf16 weights (MixedPrecisionPolicy): a bf16 copy computes
-            # exactly what the initial policy computes, in half the memory
-            reference.to(getattr(torch, self.plan.update.autocast))
-        return reference
-
-    def _optimizer(self):
-        o = self.cfg.optim
-        optimizer = build_optimizer([p for p in self.policy.parameters() if p.requires_grad], o)
-        return optimizer, build_scheduler(optimizer, o, self.length.optimizer_steps)
 
     def _check_output_dir(self) -> None:
         """A folder holding a run is continued (resume=true) or replaced (overwrite_output_dir=true), never

@@ -2,7 +2,7 @@
 
 Per optimiser step (one mini-batch):
 
-    loss = aggregate(policy_loss(logp, old_logp, A, ref_logp, ...), mode)      (rlvr.core.objective)
+    loss = aggregate(policy_loss(logp, old_logp, A, mask, settings, ...), settings.aggregation)   (rlvr.core.losses)
 
 accumulated over micro-batches with the *mini-batch's* token and sequence counts as denominators,
 so k micro-batches of b give exactly the loss and gradient of one batch of k·b (docs/design/pitfalls.md #6). The
@@ -10,9 +10,11 @@ micro-batches hold responses of similar length (``length_buckets``), so little o
 
 Anchor rows (expert responses) take −Â·ψ(π_θ(a_t)) instead of the clipped term, never clipped.
 With ``entropy_coef`` c > 0 each micro-batch's loss also gets −c × its sampled tokens' mean entropy × its
-share of the optimiser step (TRL's bonus, ``rlvr.core.objective.entropy_bonus``; the entropy then keeps its
+share of the optimiser step (TRL's bonus, ``rlvr.core.losses.entropy_bonus``; the entropy then keeps its
 gradient: one more [n, T, V] softmax kept for the backward on the plain-logits path).
-The settings come from ``plan.UpdateSettings``; this module knows no algorithm by name.
+The settings come from ``plan.UpdateSettings``; this module knows no algorithm by name. A micro-batch's
+loss inputs are built in one place (:meth:`PolicyUpdate.loss_inputs`: the forward, old/reference log-probs,
+importance weights) and its statistics go to one accumulator (:class:`Statistics`).
 
 Old log-probs are computed only when the ratio can differ from 1 (μ > 1 or several mini-batches);
 otherwise old = logp.detach() and the ratio is exactly 1 on this on-policy pass. Then the loss
@@ -26,7 +28,7 @@ pass; anchors get w = 1; the KL and entropy terms are not weighted (as in TRL).
 A step whose loss or gradient norm is not finite is skipped (gradients dropped) and counted.
 Statistics stay on the device during an optimiser step and reach the host once per step.
 
-On W ranks (train/distributed.py) every rank holds the whole batch; each mini-batch's pools are
+On W ranks (parallel/runtime.py) every rank holds the whole batch; each mini-batch's pools are
 dealt to the ranks whole, each rank's loss uses the mini-batch's global denominators and is
 multiplied by W (DDP and FSDP2 average gradients; the sum is the 1-process gradient), and every
 rank runs the same number of micro-batches (a rank with fewer runs zero-loss ones), because each
@@ -40,19 +42,19 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rlvr.core.importance import importance_weights
-from rlvr.core.losses import aggregate
-from rlvr.core.objective import entropy_bonus, policy_loss
-from rlvr.train.distributed import ALONE, DistContext, gradient_sync, unwrap
+from rlvr.core.importance import ISWeights, importance_weights
+from rlvr.core.losses import PolicyLoss, aggregate, entropy_bonus, policy_loss
+from rlvr.parallel.runtime import ALONE, DistContext, autocast, full_weights, gradient_sync, unwrap
 from rlvr.train.experience import Experience, length_buckets, minibatches, pad_rows
-from rlvr.train.fsdp import full_weights
 from rlvr.train.plan import UpdateSettings
-from rlvr.train.precision import autocast
-from rlvr.train.scoring import collate, score, score_no_grad
-from rlvr.train.trl_metrics import MICRO_MEANS, micro_means
+from rlvr.train.response_logprobs import collate, response_logprobs, response_logprobs_no_grad
+
+# sums over a step's micro-batches of each micro-batch's own mean (train/update.py accumulates them)
+MICRO_MEANS = ("micro_batches", "entropy_micro", "kl_micro", "clip_low_micro", "clip_high_micro",
+               "clip_region_micro", "clip_low_min_micro", "clip_high_max_micro")
 
 # per-token sums of a micro-batch, accumulated on the device; summed over ranks at the end. The *_micro ones
-# are sums over micro-batches of a micro-batch's own mean, as TRL logs its train metrics (trl_metrics.py)
+# are sums over micro-batches of a micro-batch's own mean, as TRL logs its train metrics (micro_means)
 TOKEN_SUMS = ("tokens", "clipped_tokens", "kl_sum", "entropy_sum", "mismatch_sum", "mismatch_tokens",
               "gap_sum", "gap_tokens", "is_ratio_sum", "is_units", "is_tokens", "is_adjusted_tokens",
               "is_weight_sum", *MICRO_MEANS)
@@ -80,7 +82,7 @@ class UpdateResult:
         were sampled from (TA-GRPO's anchored ratios), on the first pass; None when there are none."""
         return self.sums["gap_sum"] / self.sums["gap_tokens"] if self.sums["gap_tokens"] else None
 
-    def metrics(self, *, beta: float) -> dict[str, float | None]:
+    def metrics(self, *, with_kl: bool) -> dict[str, float | None]:
         """train/ metrics and the sampler-vs-trainer log-prob mismatch (on the first, on-policy pass)."""
         s, norms = self.sums, self.grad_norms
         return {
@@ -88,7 +90,7 @@ class UpdateResult:
             "train/grad_norm": sum(norms) / len(norms) if norms else None,
             "train/grad_norm_max": max(norms) if norms else None,
             "train/clip_frac": s["clipped_tokens"] / max(1.0, s["tokens"]),
-            "train/kl": s["kl_sum"] / max(1.0, s["tokens"]) if beta > 0 else None,
+            "train/kl": s["kl_sum"] / max(1.0, s["tokens"]) if with_kl else None,
             "train/entropy": s["entropy_sum"] / max(1.0, s["tokens"]),
             "train/lr": self.lr,
             "train/skipped_steps": self.skipped_steps,
@@ -116,6 +118,51 @@ class UpdateResult:
         return {**dict.fromkeys(keys), "train/lr": lr, "train/skipped_steps": 0}
 
 
+class Statistics:
+    """The update's sums and maxima (``TOKEN_SUMS``, ``TOKEN_MAXES``) and the optimiser step's loss, as float64
+    tensors on the device; :meth:`read` brings them to the host in one transfer, once per optimiser step."""
+
+    def __init__(self, result: UpdateResult):
+        self.loss = torch.zeros((), dtype=torch.float64)
+        self.sums = torch.tensor([result.sums[n] for n in TOKEN_SUMS], dtype=torch.float64)  # running, from the host
+        self.maxes = torch.tensor([result.maxes[n] for n in TOKEN_MAXES], dtype=torch.float64)
+
+    def add(self, loss: torch.Tensor, values: dict[str, torch.Tensor]) -> None:
+        """One micro-batch: its loss share, and its statistics by name (a name it lacks adds 0 / max-es −inf)."""
+        zero = torch.zeros((), dtype=torch.float64, device=loss.device)
+        low = torch.tensor(-math.inf, dtype=torch.float64, device=loss.device)
+        self.loss = self.loss.to(loss.device) + loss.detach().to(torch.float64)
+        self.sums = self.sums.to(loss.device) + torch.stack([values.get(n, zero) for n in TOKEN_SUMS])
+        self.maxes = torch.maximum(self.maxes.to(loss.device), torch.stack([values.get(n, low) for n in TOKEN_MAXES]))
+
+    def read(self, grad_norm: torch.Tensor, result: UpdateResult) -> tuple[float, float]:
+        """Store the running sums and maxima in ``result``; (this step's loss, ``grad_norm``) on the host."""
+        device = self.sums.device
+        extra = torch.stack([self.loss.to(device), grad_norm.detach().to(device, torch.float64).reshape(())])
+        host = torch.cat([self.sums, self.maxes, extra]).tolist()  # the one host sync of the optimiser step
+        result.sums.update(zip(TOKEN_SUMS, host[: len(TOKEN_SUMS)]))
+        result.maxes.update(zip(TOKEN_MAXES, host[len(TOKEN_SUMS):-2]))
+        return host[-2], host[-1]
+
+
+@dataclass
+class LossInputs:
+    """One micro-batch's inputs to the loss, on the device ([n, T] per token, [n] per response)."""
+
+    logprobs: torch.Tensor  # log π_θ (with grad)
+    entropy: torch.Tensor  # H(π_θ) per position (with grad when entropy_coef > 0)
+    old: torch.Tensor  # log π_old (logprobs.detach() when not computed)
+    ref: torch.Tensor | None  # log π_ref (None: β = 0)
+    advantages: torch.Tensor  # [n]
+    mask: torch.Tensor  # the tokens trained on
+    is_anchor: torch.Tensor | None  # [n] (None: no anchor in the micro-batch, and no anchor term)
+    is_weights: torch.Tensor | None  # the IS correction's w_t (anchors 1; None: off)
+    correction: ISWeights | None  # the IS correction's weights and statistics (None: off)
+    sampled: torch.Tensor | None  # the sampler's log-probs (on the on-policy pass, or with the correction)
+    shown: torch.Tensor  # every response token, anchors excluded
+    on_own_prompt: torch.Tensor  # [n, 1] scored on the prompt it was sampled from
+
+
 class PolicyUpdate:
     """Runs every optimiser step of one training step (μ passes × mini-batches × micro-batches).
 
@@ -136,19 +183,13 @@ class PolicyUpdate:
     def __call__(self, exp: Experience, advantages: torch.Tensor) -> UpdateResult:
         """Update the policy on ``exp`` with ``advantages`` [N]; neither is changed."""
         s, ctx = self.s, self.ctx
-        micro = micro_batch_size(s, len(exp), world_size=ctx.world_size)
+        micro = s.per_device_train_batch_size
         plan = [
             [rank_share(exp.pool_ids, mini, ctx, rank) for rank in range(ctx.world_size)]
             for mini in minibatches(exp.pool_ids, s.num_minibatches)
         ]  # per mini-batch: every rank's responses
         mine = sorted({i for shares in plan for i in shares[ctx.rank]})
-        old = ref = None
-        with full_weights(unwrap(self.model)):  # FSDP2: ranks run different numbers of forwards here
-            if s.needs_old_logprobs:
-                old = self._logprobs(unwrap(self.model), exp.behaviour_prompt_ids, exp, mine, micro)
-            if s.beta > 0:  # (a LoRA reference is the sharded policy with its adapters off)
-                ref = self._logprobs(self.ref_model, exp.reference_prompt_ids, exp, mine, micro)
-            sampled_old = self._sampled_old(exp, mine, micro, old_computed=old is not None)
+        old, ref, sampled_old = self._no_grad_passes(exp, mine, micro)
         result = UpdateResult(lr=0.0)
         for iteration in range(s.num_iterations):
             for index, shares in enumerate(plan):
@@ -164,6 +205,18 @@ class PolicyUpdate:
         result.lr = self.scheduler.get_last_lr()[0]
         return result
 
+    def _no_grad_passes(self, exp: Experience, mine: list[int], micro: int):
+        """The no-grad log-probs of this rank's responses: old (when the ratio can differ from 1), reference
+        (β > 0), and the IS correction's numerator where old is scored on another prompt (None where not needed)."""
+        old = ref = None
+        with full_weights(unwrap(self.model)):  # FSDP2: ranks run different numbers of forwards here
+            if self.s.needs_old_logprobs:
+                old = self._logprobs(unwrap(self.model), exp.behaviour_prompt_ids, exp, mine, micro)
+            if self.s.needs_reference:  # (a LoRA reference is the sharded policy with its adapters off)
+                ref = self._logprobs(self.ref_model, exp.reference_prompt_ids, exp, mine, micro)
+            sampled_old = self._sampled_old(exp, mine, micro, old_computed=old is not None)
+        return old, ref, sampled_old
+
     def _run_is_done(self) -> bool:
         """The run's optimiser steps are all taken (the scheduler's count: every step taken or skipped)."""
         done = getattr(self.scheduler, "last_epoch", None)
@@ -172,7 +225,7 @@ class PolicyUpdate:
     def _logprobs(self, model, prompts, exp: Experience, rows: list[int], micro: int) -> list[torch.Tensor | None]:
         """No-grad log-probs for the responses ``rows`` (this rank's); None for the others."""
         with autocast(_device(model), self.s.autocast):
-            scored = score_no_grad(model, [prompts[i] for i in rows], [exp.response_ids[i] for i in rows],
+            scored = response_logprobs_no_grad(model, [prompts[i] for i in rows], [exp.response_ids[i] for i in rows],
                                    pad_token_id=self.pad_token_id, temperature=self.s.temperature,
                                    micro_batch_size=micro, head_chunk=self.s.head_chunk,
                                    max_tokens=self.s.max_tokens_per_micro_batch)
@@ -207,37 +260,33 @@ class PolicyUpdate:
         keep = ~exp.truncated if s.mask_truncated else torch.ones_like(exp.truncated)
         mini = [i for share in batch.shares for i in share]
         # global denominators: the mini-batch's tokens; TRL's dapo: the step's tokens / optimiser steps per pass
-        counted = range(len(exp)) if s.aggregation == "dapo" else mini
+        counted = range(len(exp)) if s.loss.aggregation == "dapo" else mini
         num_tokens = float(sum(len(exp.response_ids[i]) for i in counted if keep[i]))
-        if s.aggregation == "dapo":
+        if s.loss.aggregation == "dapo":
             num_tokens /= s.num_minibatches
         plans = [length_buckets(share, [len(exp.response_ids[i]) for i in share], micro,
                                 max_tokens=s.max_tokens_per_micro_batch) for share in batch.shares]
         buckets = plans[ctx.rank]
         count = max(len(p) for p in plans)  # every rank runs as many micro-batches (collective backward)
-        # [this step's loss, *the running TOKEN_SUMS, *TOKEN_MAXES], float64, on the device: added to (the
-        # maxima: max-ed with) in micro-batch order
-        sums = torch.tensor([0.0] + [result.sums[n] for n in TOKEN_SUMS] + [result.maxes[n] for n in TOKEN_MAXES],
-                            dtype=torch.float64)
-        added = 1 + len(TOKEN_SUMS)
+        stats = Statistics(result)
         for k in range(count):
             with gradient_sync(self.model, enabled=k == count - 1):
                 if k >= len(buckets):
                     _zero_loss_pass(self.model, self.pad_token_id)
                     continue
-                part = self._micro_batch(batch, buckets[k], keep, num_tokens=num_tokens, num_sequences=len(mini),
-                                         on_policy=on_policy, first_pass=first_pass)
-                sums = sums.to(part.device)
-                sums = torch.cat([sums[:added] + part[:added], torch.maximum(sums[added:], part[added:])])
+                inputs = self.loss_inputs(batch, buckets[k], keep, on_policy=on_policy)
+                loss, out = self._backward(inputs, num_tokens=num_tokens, num_sequences=len(mini))
+                stats.add(loss, micro_statistics(out, inputs, s, on_policy=on_policy, first_pass=first_pass))
         params = [p for p in self.model.parameters() if p.requires_grad]
         max_norm = s.max_grad_norm if s.max_grad_norm > 0 else math.inf
-        grad_norm = _full(torch.nn.utils.clip_grad_norm_(params, max_norm))
-        host = torch.cat([sums, grad_norm.detach().to(sums.device, torch.float64).reshape(1)]).tolist()  # one sync
-        loss_total, grad_norm = ctx.sum_floats([host[0]])[0], host[-1]
-        result.sums.update(zip(TOKEN_SUMS, host[1:added]))
-        result.maxes.update(zip(TOKEN_MAXES, host[added:-1]))
-        result.loss += loss_total
-        if math.isfinite(grad_norm) and math.isfinite(loss_total):
+        loss, grad_norm = stats.read(_full(torch.nn.utils.clip_grad_norm_(params, max_norm)), result)
+        self._apply(ctx.sum_floats([loss])[0], grad_norm, result)
+
+    def _apply(self, loss: float, grad_norm: float, result: UpdateResult) -> None:
+        """Take the optimiser step when the loss and gradient norm are finite (else skip it and count), and move
+        the schedule on."""
+        result.loss += loss
+        if math.isfinite(grad_norm) and math.isfinite(loss):
             self.optimizer.step()
             result.optimizer_steps += 1
             result.trailing_skips = 0
@@ -249,76 +298,128 @@ class PolicyUpdate:
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
 
-    def _micro_batch(self, batch: OptimizerBatch, rows: list[int], keep: torch.Tensor, *, num_tokens: float,
-                     num_sequences: int, on_policy: bool, first_pass: bool = False) -> torch.Tensor:
-        """Forward and backward of one micro-batch; returns [loss share, *TOKEN_SUMS, *TOKEN_MAXES] (float64,
-        no sync)."""
+    def loss_inputs(self, batch: OptimizerBatch, rows: list[int], keep: torch.Tensor, *,
+                    on_policy: bool) -> LossInputs:
+        """The forward of micro-batch ``rows`` and everything else the loss reads, in one place."""
         s, exp = self.s, batch.exp
         collated = collate([exp.prompt_ids[i] for i in rows], [exp.response_ids[i] for i in rows],
                            pad_token_id=self.pad_token_id)
-        mask = collated.response_mask & keep[rows].unsqueeze(-1)  # [n, T]
         width = collated.response_width
         with autocast(_device(self.model), s.autocast):  # bf16=true: bf16 compute, fp32 log-probs and loss
-            logprobs, entropy = score(self.model, collated, temperature=s.temperature, with_entropy=True,
-                                      entropy_grad=s.entropy_coef > 0, head_chunk=s.head_chunk)
+            logprobs, entropy = response_logprobs(self.model, collated, temperature=s.temperature, with_entropy=True,
+                                      entropy_grad=s.loss.entropy_coef > 0, head_chunk=s.head_chunk)
         device = logprobs.device
+        mask = (collated.response_mask & keep[rows].unsqueeze(-1)).to(device)  # [n, T]
         old = pad_rows([batch.old[i] for i in rows], width).to(device) if batch.old is not None else logprobs.detach()
         ref = pad_rows([batch.ref[i] for i in rows], width).to(device) if batch.ref is not None else None
-        anchor = exp.is_anchor[rows].to(device)  # [n]
-        mask = mask.to(device)
+        anchor = exp.is_anchor[rows]  # [n] on the host: no sync to ask whether any row is an anchor
+        has_anchor = bool(anchor.any())
+        anchor = anchor.to(device)
         sampled = None  # [n, T] the sampler's log-probs (anchors: 0, they have none)
         if on_policy or s.is_correction is not None:
             sampled = pad_rows([torch.tensor(exp.sampling_logprobs[i]) for i in rows], width).to(device)
         weights = correction = None
         if s.is_correction is not None:  # w_t from log π_old (on the prompt o was sampled from) vs log π_sampler
             c = s.is_correction
-            correction = importance_weights(self._is_numerator(batch, rows, old), sampled, mask & ~anchor.unsqueeze(-1),
+            correction = importance_weights(_is_numerator(batch, rows, old), sampled, mask & ~anchor.unsqueeze(-1),
                                             mode=c.mode, clip_min=c.clip_min, clip_max=c.clip_max)
             weights = torch.where(anchor.unsqueeze(-1), 1.0, correction.weights)  # anchors: 1 (not sampled)
-        advantages = batch.advantages[rows].to(device)
-        out = policy_loss(logprobs, old, advantages, mask, is_anchor=anchor, ref_logprobs=ref,
-                          is_weights=weights, **s.loss.as_kwargs())  # (w_t before β·KL, as TRL)
-        loss = aggregate(out.per_token, mask, s.aggregation, max_completion_length=s.max_completion_length,
+        return LossInputs(
+            logprobs=logprobs, entropy=entropy, old=old, ref=ref, advantages=batch.advantages[rows].to(device),
+            mask=mask, is_anchor=anchor if has_anchor else None, is_weights=weights, correction=correction,
+            sampled=sampled, shown=collated.response_mask.to(device) & ~anchor.unsqueeze(-1),
+            on_own_prompt=exp.on_own_prompt[rows].unsqueeze(-1).to(device))
+
+    def _backward(self, x: LossInputs, *, num_tokens: float, num_sequences: int) -> tuple[torch.Tensor, PolicyLoss]:
+        """The micro-batch's share of the optimiser step's loss (module doc), backpropagated; (loss, per-token out)."""
+        s = self.s.loss
+        out = policy_loss(x.logprobs, x.old, x.advantages, x.mask, s, is_anchor=x.is_anchor, ref_logprobs=x.ref,
+                          is_weights=x.is_weights)  # (w_t before β·KL, as TRL)
+        loss = aggregate(out.per_token, x.mask, s.aggregation, max_completion_length=s.max_completion_length,
                          num_tokens=num_tokens, num_sequences=num_sequences)
         if s.entropy_coef > 0:  # TRL's bonus: this micro-batch's mean entropy, by its share of the step
-            loss = loss - entropy_bonus(entropy, mask, coef=s.entropy_coef, share=len(rows) / num_sequences,
-                                        is_anchor=anchor)
+            loss = loss - entropy_bonus(x.entropy, x.mask, coef=s.entropy_coef,
+                                        share=len(x.advantages) / num_sequences, is_anchor=x.is_anchor)
         scale = self.ctx.world_size
         (loss * scale if scale != 1 else loss).backward()  # DDP/FSDP average over ranks: scale to a sum
-        zero = torch.zeros((), dtype=torch.float64, device=device)
-        d = lambda value: value.detach().to(torch.float64)
-        sums = {"tokens": d(mask.sum()), "clipped_tokens": d(out.clipped_tokens),
-                "kl_sum": d(out.kl_sum) if out.kl_sum is not None else zero,
-                "entropy_sum": d(entropy.detach()[mask].sum()),
-                **micro_means(out, entropy.detach(), mask, anchor, sequence_level=s.loss.importance_level == "sequence")}
-        if on_policy:  # sampler vs trainer log-probs; for responses scored on another prompt than the one
-            # they were sampled from (TA-GRPO's q_0 vs q_j) the gap |log π(o|q_j) − log π(o|q_0)| instead
-            gap = (logprobs.detach() - sampled).abs()  # [n, T]
-            same_prompt = exp.on_own_prompt[rows].unsqueeze(-1).to(device)  # [n, 1]
-            shown = collated.response_mask.to(device) & ~anchor.unsqueeze(-1)  # every response token, no anchors
-            own, moved = shown & same_prompt, shown & ~same_prompt
-            sums |= {"mismatch_sum": d(gap[own].sum()), "mismatch_tokens": d(own.sum()),
-                     "gap_sum": d(gap[moved].sum()), "gap_tokens": d(moved.sum())}
-        if correction is not None and first_pass:  # the weights are the same on every pass: count each row once
-            st = correction.stats()
-            sums |= {"is_ratio_sum": d(st["ratio_sum"]), "is_units": d(st["units"]), "is_tokens": d(st["tokens"]),
-                     "is_adjusted_tokens": d(st["adjusted_tokens"]), "is_weight_sum": d(st["weight_sum"]),
-                     "is_ratio_max": d(st["ratio_max"]), "is_ratio_neg_min": d(-st["ratio_min"]),
-                     "is_weight_max": d(st["weight_max"]), "is_weight_neg_min": d(-st["weight_min"])}
-        low = torch.tensor(-math.inf, dtype=torch.float64, device=device)
-        return torch.stack([d(loss)] + [sums.get(name, zero) for name in TOKEN_SUMS]
-                           + [sums.get(name, low) for name in TOKEN_MAXES])
+        return loss, out
 
-    @staticmethod
-    def _is_numerator(batch: OptimizerBatch, rows: list[int], old: torch.Tensor) -> torch.Tensor:
-        """[n, T] log π_old of ``rows`` on the prompt each was sampled from: ``old`` (the old log-probs, or
-        ``logprobs.detach()`` on the single on-policy pass), except where ``batch.sampled_old`` has a row."""
-        if batch.sampled_old is None or all(batch.sampled_old[i] is None for i in rows):
-            return old
-        own = torch.tensor([batch.sampled_old[i] is None for i in rows], device=old.device).unsqueeze(-1)
-        other = pad_rows([batch.sampled_old[i] if batch.sampled_old[i] is not None else torch.zeros(0) for i in rows],
-                         old.shape[1]).to(old.device)
-        return torch.where(own, old, other)
+
+def micro_statistics(out: PolicyLoss, x: LossInputs, s: UpdateSettings, *, on_policy: bool,
+                     first_pass: bool) -> dict[str, torch.Tensor]:
+    """One micro-batch's statistics by ``TOKEN_SUMS``/``TOKEN_MAXES`` name (float64 on the device, no sync)."""
+    d = lambda value: value.detach().to(torch.float64)
+    anchor = x.is_anchor if x.is_anchor is not None else torch.zeros(len(x.advantages), dtype=torch.bool,
+                                                                      device=x.mask.device)
+    entropy = x.entropy.detach()
+    values = {"tokens": d(x.mask.sum()), "clipped_tokens": d(out.clipped_tokens),
+              "entropy_sum": d(entropy[x.mask].sum()),
+              **micro_means(out, entropy, x.mask, anchor, sequence_level=s.loss.importance_level == "sequence")}
+    if out.kl_sum is not None:
+        values["kl_sum"] = d(out.kl_sum)
+    if on_policy:  # sampler vs trainer log-probs; for responses scored on another prompt than the one they
+        # were sampled from (TA-GRPO's q_0 vs q_j) the gap |log π(o|q_j) − log π(o|q_0)| instead
+        gap = (x.logprobs.detach() - x.sampled).abs()  # [n, T]
+        own, moved = x.shown & x.on_own_prompt, x.shown & ~x.on_own_prompt
+        values |= {"mismatch_sum": d(gap[own].sum()), "mismatch_tokens": d(own.sum()),
+                   "gap_sum": d(gap[moved].sum()), "gap_tokens": d(moved.sum())}
+    if x.correction is not None and first_pass:  # the weights are the same on every pass: count each row once
+        st = x.correction.stats()
+        values |= {"is_ratio_sum": d(st["ratio_sum"]), "is_units": d(st["units"]), "is_tokens": d(st["tokens"]),
+                   "is_adjusted_tokens": d(st["adjusted_tokens"]), "is_weight_sum": d(st["weight_sum"]),
+                   "is_ratio_max": d(st["ratio_max"]), "is_ratio_neg_min": d(-st["ratio_min"]),
+                   "is_weight_max": d(st["weight_max"]), "is_weight_neg_min": d(-st["weight_min"])}
+    return values
+
+
+def micro_means(out, entropy: torch.Tensor, mask: torch.Tensor, is_anchor: torch.Tensor, *,
+                sequence_level: bool) -> dict[str, torch.Tensor]:
+    """One micro-batch's means of TRL's train metrics (float64 scalars on the device, no host sync).
+
+    ``out``: the micro-batch's ``rlvr.core.losses.PolicyLoss``; ``entropy`` [n, T]; ``mask`` [n, T];
+    ``is_anchor`` [n]. Anchors have no ratio and were not sampled: they are left out of every mean.
+    As TRL's ``global_masked_mean``: token means over the trained tokens; with a ratio per sequence (GSPO)
+    the clip fractions are means over the sequences, every one of them (one with no trained token counts 0).
+    """
+    sampled = mask.bool() & ~is_anchor.unsqueeze(-1)  # [n, T]
+    rows = ~is_anchor  # [n]
+    tokens = sampled.sum(-1)  # [n]
+    d = lambda value: value.detach().to(torch.float64)
+    token_mean = lambda x: d(torch.where(sampled, x, torch.zeros_like(x)).sum() / sampled.sum().clamp(min=1))
+    zero = torch.zeros((), dtype=torch.float64, device=mask.device)
+
+    def per_sequence(flags: torch.Tensor) -> torch.Tensor:
+        """Each row's clipped fraction; a GSPO row's flag is its sequence's (0 when it has no trained token)."""
+        fraction = (flags & sampled).sum(-1).double() / tokens.clamp(min=1)
+        return fraction[rows] if sequence_level else fraction[rows & (tokens > 0)]  # token level: NaN rows out
+
+    def mean(flags: torch.Tensor) -> torch.Tensor:
+        if sequence_level:
+            values = per_sequence(flags)
+            return values.mean() if values.numel() else zero
+        return token_mean(flags.double())
+
+    low, high = out.low_clipped, out.high_clipped
+    low_seq, high_seq = per_sequence(low), per_sequence(high)
+    return {
+        "micro_batches": torch.ones((), dtype=torch.float64, device=mask.device),
+        "entropy_micro": token_mean(entropy.double()),
+        "kl_micro": token_mean(out.kl.double()) if out.kl is not None else zero,
+        "clip_low_micro": mean(low), "clip_high_micro": mean(high), "clip_region_micro": mean(low | high),
+        "clip_low_min_micro": low_seq.min() if low_seq.numel() else zero,
+        "clip_high_max_micro": high_seq.max() if high_seq.numel() else zero,
+    }
+
+
+def _is_numerator(batch: OptimizerBatch, rows: list[int], old: torch.Tensor) -> torch.Tensor:
+    """[n, T] log π_old of ``rows`` on the prompt each was sampled from: ``old`` (the old log-probs, or
+    ``logprobs.detach()`` on the single on-policy pass), except where ``batch.sampled_old`` has a row."""
+    if batch.sampled_old is None or all(batch.sampled_old[i] is None for i in rows):
+        return old
+    own = torch.tensor([batch.sampled_old[i] is None for i in rows], device=old.device).unsqueeze(-1)
+    other = pad_rows([batch.sampled_old[i] if batch.sampled_old[i] is not None else torch.zeros(0) for i in rows],
+                     old.shape[1]).to(old.device)
+    return torch.where(own, old, other)
 
 
 @dataclass
@@ -346,15 +447,10 @@ def rank_share(pool_ids: torch.Tensor, mini: list[int], ctx: DistContext, rank: 
     return [i for p in ctx.share(len(pools), rank) for i in pools[p]]
 
 
-def micro_batch_size(s: UpdateSettings, num_responses: int, *, world_size: int = 1) -> int:
-    """Completions per forward/backward pass: per_device_train_batch_size (rlvr.config.batch resolves it)."""
-    return s.per_device_train_batch_size
-
-
 def _zero_loss_pass(model, pad_token_id: int) -> None:
     """A one-token forward/backward with loss 0: takes part in the gradient collectives, adds nothing."""
     batch = collate([[pad_token_id]], [[pad_token_id]], pad_token_id=pad_token_id)
-    logprobs, _ = score(model, batch, temperature=1.0)
+    logprobs, _ = response_logprobs(model, batch, temperature=1.0)
     (logprobs.sum() * 0.0).backward()
 
 

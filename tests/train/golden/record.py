@@ -11,7 +11,7 @@ with two, some CPUs' float sums vary at ~1e-7 from run to run):
 - ``tagrpo``: pools of the question and 3 rephrasings, ratios anchored to q_0, and truncated IS.
 
 Recorded per run: every metric of metrics.jsonl except timings and memory (``time/``, ``perf/``,
-``memory/``), and the SHA-256 of the final weights (float32 bytes, names sorted). A refactoring that
+``memory/``, TRL's ``step_time``), and the SHA-256 of the final weights (float32 bytes, names sorted). A refactoring that
 leaves the numerics alone reproduces them exactly on the machine that recorded them; the test says
 which machine that was (``machine``).
 """
@@ -29,7 +29,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 FIXTURE = HERE / "runs.json"
-UNTIMED = ("time/", "perf/", "memory/")
+UNTIMED = ("time/", "perf/", "memory/", "step_time")
 
 LOWERCASE_REWARD = '''
 def lowercase_frac(prompts, completions, **kw):

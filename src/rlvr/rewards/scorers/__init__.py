@@ -15,7 +15,6 @@ s = r and counts it); it never raises on model output. ``pop_stats()`` returns i
 
 from rlvr.rewards.scorers.base import Scorer
 from rlvr.rewards.scorers.embed import EmbedScorer
-from rlvr.rewards.scorers.equations import Equation, find_equations
 from rlvr.rewards.scorers.judge import (
     JUDGE_PROMPT,
     JUDGE_REFERENCE_BLOCK,
@@ -31,7 +30,7 @@ from rlvr.rewards.scorers.registry import (
     build_judge,
     build_scorer,
 )
-from rlvr.rewards.scorers.steps import RewardScorer, StepsScorer
+from rlvr.rewards.scorers.steps import Equation, RewardScorer, StepsScorer, find_equations
 
 __all__ = [
     "JUDGE_BACKENDS",

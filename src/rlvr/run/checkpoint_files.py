@@ -1,0 +1,100 @@
+"""Where a run's checkpoints and saved models live, and how folders are made durable.
+
+The layout is transformers'/TRL's, so ``AutoModelForCausalLM.from_pretrained`` and
+``AutoTokenizer.from_pretrained`` (and vLLM) load any of these folders as they are::
+
+    <output_dir>/
+      config.json, model.safetensors, generation_config.json, tokenizer files   the final model
+      checkpoint-20/   the model at step 20, the same files at the top, and beside them
+                       optimizer.pt, scheduler.pt, rng.pt, rlvr_state.json (rlvr's state), trainer_state.json
+                       (transformers' TrainerState), manifest.json
+      base_model/      LoRA on a model with no folder or Hub id (tiny-random): the frozen base
+                       that adapter_config.json's base_model_name_or_path names
+      merged/          LoRA with save_merged_model=true: base + adapter merged (also in each checkpoint)
+
+A LoRA run's model files are the adapter (adapter_config.json, adapter_model.safetensors).
+No torch here: ``rlvr eval`` uses it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import zlib
+from pathlib import Path
+
+CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+MANIFEST = "manifest.json"
+STATE_FILE = "rlvr_state.json"  # rlvr's state of the run; trainer_state.json is transformers' TrainerState
+TRAINING_FILES = ("optimizer.pt", "scheduler.pt", "rng.pt", STATE_FILE, "trainer_state.json", MANIFEST)
+BASE_MODEL, MERGED = "base_model", "merged"
+
+
+def checkpoint_dir(output_dir: Path, step: int) -> Path:
+    """``<output_dir>/checkpoint-<step>``: no zero padding, as transformers' ``checkpoint-500``."""
+    return output_dir / f"checkpoint-{step}"
+
+
+def checkpoint_step(folder: Path) -> int | None:
+    """The step of a checkpoint folder by its name; None: not a checkpoint name."""
+    m = CHECKPOINT.match(folder.name)
+    return int(m.group(1)) if m else None
+
+
+def list_checkpoints(output_dir: Path) -> list[Path]:
+    """The checkpoint folders of ``output_dir``, oldest first.
+
+    Only complete folders have these names: a save writes ``.tmp-checkpoint-N`` and renames it.
+    """
+    found = {checkpoint_step(path): path for path in output_dir.glob("checkpoint-*") if path.is_dir()}
+    return [found[step] for step in sorted(step for step in found if step is not None)]
+
+
+def link_or_copy(source: Path, target: Path) -> None:
+    """Hard-link ``source`` (a file or a folder, recursively) to ``target``; copy where links fail.
+
+    Safe because saved files are never written in place (every save writes new files and renames).
+    """
+    if source.is_dir():
+        target.mkdir()
+        for child in source.iterdir():
+            link_or_copy(child, target / child.name)
+        return
+    try:
+        os.link(source, target)
+    except OSError:  # a file system without hard links
+        shutil.copy2(source, target)
+
+
+def fsync_tree(folder: Path) -> None:
+    for path in folder.rglob("*"):
+        if path.is_file():
+            with open(path, "rb") as fh:
+                os.fsync(fh.fileno())
+    for path in [folder, *[p for p in folder.rglob("*") if p.is_dir()]]:
+        fsync_dir(path)
+
+
+def fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_manifest(folder: Path) -> None:
+    """Record the size and CRC-32 of every file under ``folder`` in ``folder/manifest.json``."""
+    files = {str(p.relative_to(folder)): [p.stat().st_size, crc32(p)]
+             for p in sorted(folder.rglob("*")) if p.is_file() and p.name != MANIFEST}
+    (folder / MANIFEST).write_text(json.dumps({"files": files}, indent=1), encoding="utf-8")
+
+
+def crc32(path: Path) -> str:
+    value = 0
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 22), b""):
+            value = zlib.crc32(block, value)
+    return f"{value:08x}"

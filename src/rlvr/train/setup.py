@@ -1,0 +1,385 @@
+"""What the trainer builds from the config at set-up, each option read here once: the policy, the optimiser
+and its schedule, the rollout engine's options, the rows' questions and prompt format, TA-GRPO's
+rephrasings, the reward phase, DaGRPO's scorer, the training-time eval, and the checks made before
+the model loads (reward functions and their columns, the schedule's arguments; also ``--dry-run``'s)
+and after (the length check). The step's decisions are the plan's (``plan.py``).
+
+Optimiser: ``optim=adamw_torch_fused`` (TRL's default) runs AdamW as one fused kernel per parameter
+tensor, on CPU and CUDA alike; ``adamw_torch`` is torch's multi-tensor (foreach) AdamW, whose
+intermediate lists are the size of all the parameters at once — at 7B in fp32 that is a temporary
+28 GB (3.5 GB per GPU under 8-way FSDP) on top of the optimiser states. Both are element-wise, so the
+ranks of a sharded update compute exactly what one process computes.
+
+Rollout engine: ``rollout_engine`` picks the kind (rlvr, hf, vllm); for vLLM ``vllm_mode`` picks the
+colocated engine (rlvr.rollout.vllm_engine) or the client of a separate ``rlvr vllm-serve``
+(rlvr.rollout.vllm_client).
+
+TA-GRPO's rephrasings, first found wins per row: the row's own ``rephrasings`` column;
+``rephrasings_file`` (the JSONL written by ``rlvr rephrase``, joined by id); else
+(``rephrase_missing=rules``) offline rule rephrasings made at load time and cached under
+``$RLVR_CACHE_DIR/rephrasings/`` — the run logs that it did so. Empty or invalid rephrasings were
+already dropped by the filters, so pools may differ in size [code: the authors drop rather than pad].
+
+Length check: called once the policy and the rollout engine exist (the engine may have a limit of its
+own: vLLM's ``max_model_len``) and before anything is generated, so ``max_completion_length=100000000``
+or a 3,000-token prompt on a 1,024-position model stops the run at start-up, naming the row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import logging
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import get_scheduler
+
+from rlvr.config import ExperimentConfig
+from rlvr.config.sections import OptimConfig
+from rlvr.config.tagrpo import TAGRPOConfig
+from rlvr.data import PromptFormat
+from rlvr.data.input_limits import LengthCheck, check_lengths
+from rlvr.data.prompts import has_chat_template
+from rlvr.data.rephrase import RuleRephraser, rephrase_rows
+from rlvr.data.rows import as_chat, select_prompt_column
+from rlvr.models import apply_lora, copy_for_reference, load_policy
+from rlvr.models.activation_checkpointing import enable_activation_checkpointing
+from rlvr.models.cache import rlvr_cache_dir
+from rlvr.models.loading import position_limit, warn_unapplied_dropout
+from rlvr.models.reference import AdapterOffReference
+from rlvr.parallel.runtime import DistContext
+from rlvr.parallel.setup import wrap_policy
+from rlvr.rewards import resolve_reward
+from rlvr.rewards.combine import logged_names
+from rlvr.train.evaluation import TrainingEval, training_overlap
+from rlvr.train.plan import RunLength, StepPlan
+from rlvr.train.rewarding import Rewarder, reward_columns
+
+logger = logging.getLogger(__name__)
+
+
+def build_optimizer(params, o: OptimConfig) -> torch.optim.AdamW:
+    """AdamW over ``params`` with the run's learning rate, betas, epsilon, weight decay and implementation."""
+    fused = o.optim == "adamw_torch_fused"
+    return torch.optim.AdamW(params, lr=o.learning_rate, betas=(o.adam_beta1, o.adam_beta2), eps=o.adam_epsilon,
+                             weight_decay=o.weight_decay, fused=fused, foreach=False if fused else None)
+
+
+def warmup_steps(o: OptimConfig, total_steps: int) -> int:
+    """Optimiser steps of warmup, as transformers 5 counts them: ``warmup_steps`` (a fraction of the run
+    below 1, else a count), or ``warmup_ratio`` of the run; a fraction rounds up (``math.ceil``)."""
+    fraction = o.warmup_steps if 0 < o.warmup_steps < 1 else o.warmup_ratio
+    return int(o.warmup_steps) if o.warmup_steps >= 1 else math.ceil(fraction * total_steps)
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, o: OptimConfig, total_steps: int):
+    """The learning-rate schedule over ``total_steps`` optimiser steps (a transformers scheduler, with its
+    ``lr_scheduler_kwargs``, e.g. ``min_lr_rate`` for cosine_with_min_lr)."""
+    try:
+        return get_scheduler(o.lr_scheduler_type, optimizer, num_warmup_steps=warmup_steps(o, total_steps),
+                             num_training_steps=total_steps, scheduler_specific_kwargs=dict(o.lr_scheduler_kwargs or {}))
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"lr_scheduler_type={o.lr_scheduler_type} with lr_scheduler_kwargs={o.lr_scheduler_kwargs}: "
+                         f"{' '.join(str(error).split())}; see transformers' get_scheduler for the arguments each "
+                         "schedule takes (cosine_with_min_lr needs min_lr or min_lr_rate)") from None
+
+
+def engine_spec(cfg: ExperimentConfig, *, is_main: bool) -> tuple[str, dict]:
+    """(engine name for ``rlvr.rollout.build_engine``, its keywords). ``is_main``: this process is rank 0,
+    the one that pushes weights to a vLLM server (every rank holds the same weights)."""
+    r, v = cfg.rollout, cfg.vllm
+    if r.rollout_engine == "rlvr":
+        return "rlvr", {"max_batch_size": r.max_rollout_batch_size, "fused": r.fused_decoding}
+    if r.rollout_engine != "vllm":
+        return r.rollout_engine, {"max_batch_size": r.max_rollout_batch_size}
+    if v.vllm_mode == "server":
+        url = v.vllm_server_base_url or f"http://{v.vllm_server_host}:{v.vllm_server_port}"
+        return "vllm-server", {"base_url": url.rstrip("/"), "timeout": v.vllm_server_timeout,
+                               "group_port": v.vllm_group_port, "tensor_parallel_size": v.vllm_tensor_parallel_size,
+                               "push_weights": is_main}
+    return "vllm", {"max_model_len": v.vllm_max_model_length, "kv_cache_tokens": v.vllm_kv_cache_tokens,
+                    "gpu_memory_utilization": v.vllm_gpu_memory_utilization,
+                    "enable_sleep_mode": v.vllm_enable_sleep_mode}
+
+
+def open_r1_chat(cfg: ExperimentConfig) -> bool:
+    """preset=trl with system_prompt or dataset_prompt_column: open-r1's grpo.py, which makes every question
+    the chat [system?, user] (``make_conversation``); TRL's own script feeds a string question as raw text."""
+    return cfg.run.preset == "trl" and (cfg.data.system_prompt is not None or cfg.data.dataset_prompt_column is not None)
+
+
+def question_rows(rows: list[dict], cfg: ExperimentConfig) -> list[dict]:
+    """The rows with their question taken from ``dataset_prompt_column`` (open-r1's), when it is set."""
+    if cfg.data.dataset_prompt_column is None:
+        return rows
+    return select_prompt_column(rows, cfg.data.dataset_prompt_column, cfg.data.data)
+
+
+def chat_rows(rows: list[dict], cfg: ExperimentConfig) -> list[dict]:
+    """The rows as open-r1's grpo.py makes them, [system?, user] chats, when :func:`open_r1_chat`."""
+    return as_chat(rows, cfg.data.system_prompt) if open_r1_chat(cfg) else rows
+
+
+def prompt_format(cfg: ExperimentConfig, tokenizer, rows: list[dict], *, log: bool = False) -> PromptFormat:
+    """How the run's prompts become tokens, decided once: the chat template, or raw text for plain-string
+    questions (preset=trl, as TRL feeds them; or a tokenizer without a chat template, a base model)."""
+    templated = has_chat_template(tokenizer)
+    raw = cfg.run.preset == "trl" or not templated
+    if not templated:
+        chats = sum(isinstance(row["prompt"], list) for row in rows)
+        if chats:
+            raise ValueError(f"the tokenizer of {cfg.model.model} has no chat template, but {chats} prompts of "
+                             f"{cfg.data.data} are chats (lists of messages); set chat_template to a Jinja template, "
+                             "or use a chat/instruct model")
+        if cfg.data.system_prompt is not None:
+            raise ValueError(f"system_prompt needs a chat template, and the tokenizer of {cfg.model.model} has none; "
+                             "drop system_prompt (the questions then go to the model as raw text), or set chat_template")
+        if log and cfg.run.preset != "trl":
+            logger.info("the tokenizer of %s has no chat template: plain-string questions go to the model as raw "
+                        "text, as TRL feeds them", cfg.model.model)
+    system = None if open_r1_chat(cfg) else cfg.data.system_prompt  # open-r1's chat already holds it
+    return PromptFormat(system_prompt=system, instruction=cfg.data.instruction,
+                        chat_template_kwargs=cfg.data.chat_template_kwargs, raw_strings=raw)
+
+
+def read_rephrasings_file(path: str | Path) -> dict[str, list[str]]:
+    """{id: rephrasings} from a ``rlvr rephrase`` output file (a half-written last line is ignored)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"rephrasings_file {str(path)!r} does not exist; make it with "
+                         "`rlvr rephrase --data SPEC --n N --via rules --out FILE.jsonl`")
+    found: dict[str, list[str]] = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(record.get("rephrasings"), list) or "id" not in record:
+            raise ValueError(f"{path}:{number}: expected an object with 'id' and a list 'rephrasings'")
+        found[str(record["id"])] = [r for r in record["rephrasings"] if isinstance(r, str) and r.strip()]
+    return found
+
+
+def attach_rephrasings(rows: list[dict], t: TAGRPOConfig, *, data: str, seed: int) -> list[dict]:
+    """Rows with up to N rephrasings each (new dicts; rows without any keep an empty list).
+
+    ``data`` (the data spec) and ``seed`` key the cache of rule rephrasings.
+    """
+    if not t.enabled:
+        return rows
+    joined = read_rephrasings_file(t.rephrasings_file) if t.rephrasings_file else {}
+    out = [dict(row, rephrasings=list(row.get("rephrasings") or joined.get(row["id"], []))) for row in rows]
+    missing = [row for row in out if not row["rephrasings"]]
+    if missing and t.rephrase_missing == "error":
+        raise ValueError(f"{len(missing)} rows have no rephrasings (first: {missing[0]['id']!r}); add a "
+                         "'rephrasings' column, pass rephrasings_file=..., or set rephrase_missing=rules")
+    if missing:
+        made = _rule_rephrasings(missing, n=t.num_rephrasings, data=data, seed=seed)
+        for row in missing:
+            row["rephrasings"] = made.get(row["id"], [])
+    for row in out:
+        row["rephrasings"] = row["rephrasings"][: t.num_rephrasings]
+    return out
+
+
+def _rule_rephrasings(rows: list[dict], *, n: int, data: str, seed: int) -> dict[str, list[str]]:
+    """Offline rule rephrasings for ``rows``, made once and cached by (data, N, seed)."""
+    key = hashlib.sha256(json.dumps([data, n, seed, sorted(r["id"] for r in rows)]).encode()).hexdigest()
+    path = rlvr_cache_dir() / "rephrasings" / f"rules-{key[:16]}.jsonl"
+    text_rows = [r for r in rows if isinstance(r["prompt"], str)]
+    if len(text_rows) < len(rows):
+        logger.warning("%d rows have chat-message prompts; rule rephrasing needs plain text, they get none",
+                       len(rows) - len(text_rows))
+    tally = rephrase_rows(text_rows, RuleRephraser(), n=n, seed=seed, out_path=path, progress=False)
+    logger.warning("TA-GRPO: %d questions had no rephrasings; made offline rule rephrasings (n=%d), "
+                   "cached at %s\n%s", len(rows), n, path, tally.summary())
+    return read_rephrasings_file(path)
+
+
+def build_scorer(cfg: ExperimentConfig, *, device):
+    """DaGRPO's fine-grained scorer (None for ``scorer=none``: s = r); a local judge loads in the model's dtype."""
+    d, model_dtype, seed = cfg.dagrpo, cfg.model.dtype, cfg.run.seed
+    if d.scorer == "none":
+        return None
+    from rlvr.rewards.scorers import build_scorer
+
+    if d.scorer != "judge":
+        return build_scorer(d.scorer)
+    if d.judge_base_url is not None:
+        from rlvr.rewards.scorers import OpenAIChatBackend
+
+        backend = OpenAIChatBackend(d.judge_base_url, d.judge_model_name, api_key_env=d.judge_api_key_env,
+                                    timeout_s=d.judge_timeout, max_retries=d.judge_max_retries,
+                                    allow_plain_http=d.judge_allow_plain_http,
+                                    on_failure="their scores fall back to s = r (dagrpo/scorer_fail_frac)")
+    else:
+        from rlvr.models import load_policy
+        from rlvr.rewards.scorers import LocalModelBackend
+
+        model, tokenizer = load_policy(d.judge_model, dtype=model_dtype, seed=seed)
+        backend = LocalModelBackend(model.to(device).eval(), tokenizer)
+    return build_scorer("judge", backend=backend)
+
+
+def check_training_lengths(
+    rows: Sequence[dict],
+    *,
+    source: str,
+    max_completion_length: int,
+    max_prompt_length: int | None,
+    prompt_format: PromptFormat,
+    policy,
+    tokenizer,
+    engine,
+    tokenize: Callable[[dict], Sequence[Sequence[int]]],
+    refuse: bool = True,
+) -> LengthCheck:
+    """``check_lengths`` with the run's limits; ``tokenize``: row → the prompt ids of every variant."""
+    return check_lengths(
+        rows, tokenize, source=source, refuse=refuse,
+        max_positions=position_limit(policy, tokenizer, engine=engine),
+        max_completion_length=max_completion_length, max_prompt_length=max_prompt_length,
+        template_bytes=prompt_format.template_bytes(tokenizer),
+    )
+
+
+def resolve_device(name: str, *, local_rank: int | None = None) -> torch.device:
+    """``auto`` picks CUDA when present; an explicit CUDA device that is absent is an error.
+
+    Under torchrun (``local_rank`` given) ``auto``/``cuda`` mean this process's GPU, cuda:LOCAL_RANK.
+    """
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device={name} but torch sees no CUDA device; use device=cpu or a CUDA build of torch")
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if local_rank is not None and name.startswith("cuda:"):
+        raise ValueError(f"device={name} with several processes would put every rank on one GPU; use "
+                         "device=auto or cuda (rank r then uses cuda:LOCAL_RANK), and CUDA_VISIBLE_DEVICES")
+    if name == "cuda" and local_rank is not None:
+        return torch.device("cuda", local_rank)
+    return torch.device(name)
+
+
+@dataclass
+class Models:
+    """The models of a run: the policy, its tokenizer and device, the reference (None: β = 0), and the module
+    the update runs through (the policy, or its DDP/FSDP2 wrapping)."""
+
+    policy: torch.nn.Module
+    tokenizer: object
+    device: torch.device
+    reference: object | None
+    train_model: torch.nn.Module
+
+
+def build_models(cfg: ExperimentConfig, plan: StepPlan, dist: DistContext) -> Models:
+    """The policy loaded as ``model`` says (LoRA when ``lora_r`` > 0) on this process's device, in eval mode (no
+    dropout: the on-policy ratio is exactly 1), its reference, activation checkpointing, and the wrapping."""
+    m = cfg.model
+    policy, tokenizer = load_policy(m.model, dtype=m.dtype, trust_remote_code=m.trust_remote_code, seed=cfg.run.seed,
+                                    allow_pickle_weights=m.allow_pickle_weights,
+                                    attn_implementation=m.attn_implementation, chat_template=cfg.data.chat_template)
+    if m.lora_r > 0:
+        targets = m.lora_target_modules
+        policy = apply_lora(policy, r=m.lora_r, alpha=m.lora_alpha, dropout=m.lora_dropout,
+                            target_modules=targets if targets in (None, "all-linear")
+                            else [t.strip() for t in targets.split(",")])
+    if not m.disable_dropout and dist.is_main:
+        warn_unapplied_dropout(policy)
+    device = resolve_device(m.device, local_rank=dist.local_rank if dist.enabled else None)
+    policy.to(device).eval()
+    reference = None
+    if plan.update.needs_reference:  # (a copy made before checkpointing wraps the policy's layers)
+        reference = AdapterOffReference(policy) if m.lora_r > 0 else copy_for_reference(policy)  # LoRA: no copy
+        if m.lora_r == 0 and plan.autocast and dist.enabled and cfg.run.parallelism == "fsdp":
+            # FSDP2 with bf16=true computes with bf16 weights (MixedPrecisionPolicy): a bf16 copy computes
+            # exactly what the initial policy computes, in half the memory
+            reference.to(getattr(torch, plan.autocast))
+    if m.gradient_checkpointing:
+        enable_activation_checkpointing(policy)
+    train_model = wrap_policy(policy, dist, cfg.run.parallelism, device, compute_dtype=plan.autocast)  # DDP/FSDP2
+    return Models(policy, tokenizer, device, reference, train_model)
+
+
+def check_eval_overlap(cfg: ExperimentConfig, rows: list[dict]) -> None:
+    """Warn when problems of ``eval_data`` are also training rows (rank 0, before the model loads)."""
+    if cfg.eval.enabled:
+        training_overlap(rows, list(cfg.eval.eval_data), limit=cfg.eval.eval_limit)
+
+
+def build_rewarder(cfg: ExperimentConfig, *, max_steps: int, tokenizer) -> Rewarder:
+    """The reward phase: the verifier pool, the reward functions (by name, in the preset's dialect) and their
+    weights, and the failure policy."""
+    r = cfg.reward
+    return Rewarder([cfg.python.reward(spec) for spec in r.reward_funcs], r.reward_weights,
+                    verifier_workers=r.verifier_workers, verifier_timeout=r.verifier_timeout,
+                    answer_extraction=r.answer_extraction, max_reward_error_frac=r.max_reward_error_frac,
+                    reward_timeout=r.reward_timeout, max_steps=max_steps, tokenizer=tokenizer, names=cfg.run.preset)
+
+
+def build_training_eval(cfg: ExperimentConfig, plan: StepPlan, length: RunLength,
+                        prompt_format: PromptFormat) -> TrainingEval | None:
+    """The evaluation during training (``eval_data``), or None."""
+    e = cfg.eval
+    if not e.enabled:
+        return None
+    every = length.steps_per_epoch if e.eval_strategy == "epoch" else e.eval_steps
+    return TrainingEval(
+        datasets=tuple(e.eval_data), every=every, max_steps=length.steps, n=e.eval_n,
+        ks=tuple(e.eval_k), temperature=e.eval_temperature, top_p=e.eval_top_p,
+        max_completion_length=e.eval_max_completion_length or plan.rollout.max_completion_length,
+        limit=e.eval_limit, prompt_format=prompt_format,
+        answer_extraction=cfg.reward.answer_extraction, seed=cfg.run.seed, model_name=cfg.model.model,
+    )
+
+
+# keyword arguments every reward function gets besides the dataset's columns (TRL 1.16's)
+_CALL_ARGUMENTS = {"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric"}
+
+
+class _NoPool:
+    """A stand-in verifier pool: resolving ``accuracy`` needs one, checking it does not."""
+
+    def verify_batch(self, golds, preds):  # pragma: no cover - never called
+        raise AssertionError("a dry run verifies nothing")
+
+
+def check_reward_functions(cfg: ExperimentConfig, rows: list[dict]) -> list[str]:
+    """Resolve every reward function by name and check the rows have the columns each needs, without a
+    model (the trainer calls it before loading one); their logged names. ValueError naming the problem."""
+    funcs = [resolve_reward(cfg.python.reward(spec), _NoPool(), answer_extraction=cfg.reward.answer_extraction,
+                            names=cfg.run.preset) for spec in cfg.reward.reward_funcs]
+    columns = set().union(*(reward_columns(row) for row in rows))
+    names = logged_names(funcs)
+    for name, fn in zip(names, funcs):
+        missing = sorted(set(needed_columns(fn)) - columns - _CALL_ARGUMENTS)
+        if missing:
+            raise ValueError(f"reward function {name} needs the dataset column(s) {missing}, which {cfg.data.data} "
+                             f"lacks (it has {sorted(columns)}); use data with them, or another reward function")
+    return names
+
+
+def check_scheduler(cfg: ExperimentConfig, total_steps: int) -> None:
+    """Build the learning-rate schedule on a stand-in parameter: lr_scheduler_kwargs a schedule does not take
+    fail here, not after the model loads."""
+    build_scheduler(torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=cfg.optim.learning_rate), cfg.optim,
+                    max(1, total_steps))
+
+
+def needed_columns(fn) -> tuple[str, ...]:
+    """The columns a reward function needs: its ``required_columns``, and its parameters without a default."""
+    declared = tuple(getattr(fn, "required_columns", ()))
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin or C callable: nothing to read
+        return declared
+    required = tuple(p.name for p in parameters if p.default is inspect.Parameter.empty
+                     and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+    return declared + required

@@ -1,0 +1,405 @@
+"""The four checklists of docs/design/architecture.md ("Checklists"), each followed literally with a toy
+defined here, then one step of a tiny run trained with it, checking a number only the toy could produce.
+
+Every registration is undone after its test (``restore_registries``, pytest's ``monkeypatch``), so the
+rest of the suite sees the built-in registries, sections and reward modules only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import sys
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+import rlvr.train.trainer as trainer_module
+from rlvr.config import build_config, field_help, load_config
+from rlvr.config.experiment import FIELD_SECTION, SECTIONS
+from rlvr.config.fields import _f, _fail
+from rlvr.config.sections import AlgorithmConfig
+from rlvr.core.advantages import (
+    ADVANTAGE_ESTIMATORS,
+    AdvantageInputs,
+    AdvantageSettings,
+    group_statistics,
+    register_advantage,
+    sigma,
+)
+from rlvr.core.losses import POLICY_LOSSES, LossSettings, register_policy_loss
+from rlvr.core.names import ADVANTAGE_ESTIMATOR_NAMES, POLICY_LOSS_NAMES
+from rlvr.data import load_rows
+from rlvr.train.plan import compile_plan
+from rlvr.train.rewarding import reward_columns
+from rlvr.train.trainer import Trainer
+
+DATA = "rg:basic_arithmetic:size=64"
+COMPLETIONS = 8  # prompts_per_step × num_generations: every completion goes to samples.jsonl
+EPS = 1e-6  # advantage_eps (rlvr's default)
+
+# A reward that differs inside every group (the groups' completions come in order, 4 by 4): each step
+# has mixed-reward groups, so a step always makes an update.
+ALTERNATING_REWARD = '''
+def alternating(prompts, completions, **kwargs):
+    return [float(i % 2) for i in range(len(completions))]
+'''
+
+
+def tiny_run(output_dir: Path, **extra) -> dict:
+    """One step of a tiny-random run on CPU, every completion logged to samples.jsonl."""
+    return {"model": "tiny-random", "data": DATA, "max_steps": 1, "prompts_per_step": 2, "num_generations": 4,
+            "max_completion_length": 8, "output_dir": str(output_dir), "progress_bar": False,
+            "verifier_workers": 1, "num_completions_to_log": COMPLETIONS, **extra}
+
+
+def alternating_reward(tmp_path: Path) -> str:
+    path = tmp_path / "alternating_reward.py"
+    path.write_text(ALTERNATING_REWARD)
+    return f"{path}:alternating"
+
+
+def samples(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines() if line.strip()]
+
+
+def grpo_by_hand(records: list[dict]) -> list[float]:
+    """GRPO's advantages of the logged completions, from their rewards and group ids (unbiased σ, + ε)."""
+    groups = defaultdict(list)
+    for r in records:
+        groups[r["group_id"]].append(r["reward"])
+    out = []
+    for r in records:
+        g = groups[r["group_id"]]
+        mean = sum(g) / len(g)
+        std = math.sqrt(sum((x - mean) ** 2 for x in g) / (len(g) - 1))
+        out.append(0.0 if max(g) == min(g) else (r["reward"] - mean) / (std + EPS))
+    return out
+
+
+@pytest.fixture(autouse=True)
+def restore_registries():
+    """Undo whatever the decorators registered: the registries and the names the config accepts, in place."""
+    saved = [(ADVANTAGE_ESTIMATORS, dict(ADVANTAGE_ESTIMATORS)), (POLICY_LOSSES, dict(POLICY_LOSSES))]
+    names = [(ADVANTAGE_ESTIMATOR_NAMES, set(ADVANTAGE_ESTIMATOR_NAMES)), (POLICY_LOSS_NAMES, set(POLICY_LOSS_NAMES))]
+    modules = set(sys.modules)
+    try:
+        yield
+    finally:
+        for registry, before in saved:
+            registry.clear()
+            registry.update(before)
+        for accepted, before in names:
+            accepted.intersection_update(before)
+            accepted.update(before)
+        for name in set(sys.modules) - modules:  # the toy reward files' modules (rlvr_user_reward_*, toy_*)
+            if name.startswith(("rlvr_user_reward_", "toy_")):
+                del sys.modules[name]
+
+
+# ---------------------------------------------------------------------------------------------
+# Add an option
+
+
+@dataclass(frozen=True)
+class ToyAlgorithmConfig(AlgorithmConfig):
+    """Step 1 (Declare): the algorithm section with one more field, validated in ``__post_init__``."""
+
+    toy_advantage_scale: float = _f(1.0, "toy (tests only): the toy_scaled estimator's advantages times this; > 0")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.toy_advantage_scale <= 0:
+            _fail("toy_advantage_scale", self.toy_advantage_scale, "use a scale > 0 (1: GRPO's advantages)")
+
+
+@dataclass(frozen=True)
+class ToyAdvantageSettings(AdvantageSettings):
+    """Step 2 (Decide): a field of the settings object that uses it."""
+
+    toy_advantage_scale: float = 1.0
+
+
+@pytest.mark.slow
+def test_add_an_option(tmp_path, monkeypatch):
+    """"Add an option", with a toy ``toy_advantage_scale`` read by a toy estimator.
+
+    1. Declare: rlvr/config/sections.py cannot be edited from a test, so the option is a field of a
+       subclass of ``AlgorithmConfig`` put in its place in ``SECTIONS`` and ``FIELD_SECTION`` (the two
+       dicts ``build_config``, ``load_config``, ``field_help`` and YAML flattening read). No other patch
+       is needed: ``ExperimentConfig``'s ``algorithm: AlgorithmConfig`` is a plain annotation, so it
+       holds the subclass, and its ``_check_finite`` reads the instance's fields (nan is refused too).
+       The one place left behind is ``rlvr.config.parsing.KNOWN_KEYS``, frozen at import: it only
+       tells a ``--key value`` token from a ``key=value`` one on the command line.
+    2. Decide: ``train/plan.py`` cannot be edited either, so ``compile_plan`` is wrapped where the
+       Trainer calls it (``rlvr.train.trainer.compile_plan``): the plan's ``AdvantageSettings`` becomes
+       a subclass carrying the field, filled from the config once.
+    3. Use: the phase that reads ``AdvantageSettings`` is the estimator (``compute_advantages`` hands
+       ``plan.settings`` to it; it is a function, not an object with ``self.s``), so a toy estimator
+       registered here reads ``settings.toy_advantage_scale``; nothing reads ``cfg`` after the plan.
+    4. Document: the help text is in ``field_help()`` (``rlvr train --help``); docs/training.md and the
+       option table (tools/option_readers.py scans src/ only) cannot hold a toy.
+    5. Test: the refusal of bad values, the plan's value, and a run whose advantages change with it.
+    """
+    name = "toy_advantage_scale"
+    assert name not in FIELD_SECTION  # every field name is unique across sections
+    with pytest.raises(ValueError, match=f"unknown option '{name}'"):
+        build_config({"model": "tiny-random", name: 2.0})
+
+    # 1. Declare
+    monkeypatch.setitem(SECTIONS, "algorithm", ToyAlgorithmConfig)
+    monkeypatch.setitem(FIELD_SECTION, name, "algorithm")
+    assert build_config({"model": "tiny-random"}).algorithm.toy_advantage_scale == 1.0
+    assert build_config({"model": "tiny-random", name: 2}).algorithm.toy_advantage_scale == 2.0  # int → float
+    for bad, error in ((0, ValueError), (-1.5, ValueError), (float("nan"), ValueError), ("big", TypeError)):
+        with pytest.raises(error, match=name):
+            build_config({"model": "tiny-random", name: bad})
+    # name=value works on the command line and in YAML (flat or nested under its section) at once
+    assert load_config(None, ["model=tiny-random", f"{name}=2.5"]).algorithm.toy_advantage_scale == 2.5
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(f"model: tiny-random\nalgorithm:\n  {name}: 0.5\n")
+    assert load_config(str(recipe), []).algorithm.toy_advantage_scale == 0.5
+    with pytest.raises(ValueError, match=name):
+        load_config(None, ["model=tiny-random", f"{name}=-1"])
+    # 4. the help text is what `rlvr train --help` prints
+    assert ("algorithm", name, 1.0, ToyAlgorithmConfig.__dataclass_fields__[name].metadata["help"]) in field_help()
+
+    # 3. Use (registered first: step 2's settings name it): the estimator reads its settings only
+    seen: list[float] = []
+
+    @register_advantage("toy_scaled")
+    def toy_scaled(inputs: AdvantageInputs, settings: AdvantageSettings) -> torch.Tensor:
+        seen.append(settings.toy_advantage_scale)
+        grpo = ADVANTAGE_ESTIMATORS["grpo"](inputs, settings)
+        return grpo * settings.toy_advantage_scale
+
+    # 2. Decide: once, in the plan the Trainer builds
+    def compile_plan_with_toy(cfg, *, world_size: int = 1):
+        plan = compile_plan(cfg, world_size=world_size)
+        base = {f.name: getattr(plan.advantages.settings, f.name) for f in dataclasses.fields(AdvantageSettings)}
+        settings = ToyAdvantageSettings(**base, toy_advantage_scale=cfg.algorithm.toy_advantage_scale)
+        return dataclasses.replace(plan, advantages=dataclasses.replace(plan.advantages, settings=settings))
+
+    monkeypatch.setattr(trainer_module, "compile_plan", compile_plan_with_toy)
+    reward = alternating_reward(tmp_path)
+
+    # 5. the plan's value
+    cfg = build_config(tiny_run(tmp_path / "plan", advantage_estimator="toy_scaled", **{name: 2.5}))
+    plan = compile_plan_with_toy(cfg)
+    assert plan.advantages.settings.toy_advantage_scale == 2.5
+    assert plan.advantages.settings.estimator == "toy_scaled"
+
+    # 5. the behaviour: the same step with scale 1 and 2.5; each run's advantages are scale × GRPO's
+    for scale in (1.0, 2.5):
+        run = tmp_path / f"scale_{scale}"
+        seen.clear()
+        metrics = Trainer(build_config(tiny_run(run, advantage_estimator="toy_scaled", reward_funcs=[reward],
+                                                **{name: scale}))).train()
+        assert seen == [scale]  # the estimator ran once, with the plan's value
+        assert metrics[0]["rollout/frac_uniform_groups"] == 0.0  # every group trained
+        assert math.isfinite(metrics[0]["train/grad_norm"]) and metrics[0]["train/grad_norm"] > 0
+        records = samples(run)
+        assert len(records) == COMPLETIONS
+        expected = [scale * a for a in grpo_by_hand(records)]
+        assert [r["advantage"] for r in records] == pytest.approx(expected, rel=1e-5, abs=1e-6)
+        # two of four rewarded per group: GRPO's ±√3/2, times the scale
+        assert [abs(r["advantage"]) for r in records] == pytest.approx([scale * math.sqrt(3) / 2] * COMPLETIONS, rel=1e-5)
+
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match=f"unknown option '{name}'"):
+        build_config({"model": "tiny-random", name: 2.0})
+    assert trainer_module.compile_plan is compile_plan
+
+
+# ---------------------------------------------------------------------------------------------
+# Add a loss
+
+
+@pytest.mark.slow
+def test_add_a_loss(tmp_path):
+    """"Add a loss": a toy policy loss whose value is the knob ``settings.epsilon`` at every trained token
+    (so the step's loss reads exactly epsilon) and whose gradient is the plain policy gradient
+    −A·∇log π (the term −A·(log π − log π_old) is 0 in value on the on-policy pass); it reports every
+    token as clipped (``train/clip_frac`` = 1, which ``clip`` never gives with ratio 1)."""
+    name = "toy_constant_pg"
+    assert name not in POLICY_LOSSES and name not in POLICY_LOSS_NAMES
+    with pytest.raises(ValueError, match="policy_loss"):
+        build_config({"model": "tiny-random", "policy_loss": name})
+
+    calls: list[dict] = []
+
+    # 1. the function, decorated; its knob read from LossSettings
+    @register_policy_loss(name)
+    def toy_constant_pg(logprobs, old_logprobs, advantages, mask, settings):
+        mask = mask.bool()
+        calls.append({"settings": settings, "advantages": advantages.detach().clone(), "shape": tuple(mask.shape)})
+        adv = advantages.unsqueeze(-1)  # [N, 1]
+        loss = settings.epsilon - adv * (logprobs - old_logprobs)  # [N, T]
+        return torch.where(mask, loss, torch.zeros_like(loss)), mask.clone()
+
+    # 2. policy_loss=name now selects it: the registry added the name to what the config accepts
+    assert POLICY_LOSSES[name] is toy_constant_pg and name in POLICY_LOSS_NAMES
+    epsilon = 0.3125
+    cfg = build_config(tiny_run(tmp_path / "run", policy_loss=name, epsilon=epsilon,
+                                reward_funcs=[alternating_reward(tmp_path)]))
+    assert cfg.algorithm.policy_loss == name
+    assert compile_plan(cfg).update.loss == LossSettings(policy_loss=name, epsilon=epsilon, max_completion_length=8)
+
+    (m,) = Trainer(cfg).train()
+    assert calls, "the toy loss was never called"
+    assert all(c["settings"].policy_loss == name and c["settings"].epsilon == epsilon for c in calls)
+    assert sum(c["shape"][0] for c in calls) == COMPLETIONS  # every completion went through it, once
+    assert any(bool(c["advantages"].abs().gt(0).any()) for c in calls)
+    assert m["train/loss"] == pytest.approx(epsilon, abs=1e-6)  # token_mean of epsilon at every token
+    assert m["loss"] == pytest.approx(epsilon, abs=1e-6)  # TRL's name
+    assert m["train/clip_frac"] == 1.0  # from the mask the toy returned
+    # TRL's clip_ratio/* are not the loss's: rlvr.core.losses.clip_regions counts PPO's ε regions of the
+    # ratio whatever policy_loss is (ratio 1 here: none)
+    assert m["clip_ratio/region_mean"] == 0.0
+    assert math.isfinite(m["train/grad_norm"]) and m["train/grad_norm"] > 0  # −A·∇log π, A not all 0
+    assert m["train/skipped_steps"] == 0
+
+    POLICY_LOSSES.pop(name)
+    POLICY_LOSS_NAMES.discard(name)
+    with pytest.raises(ValueError, match="policy_loss"):
+        build_config({"model": "tiny-random", "policy_loss": name})
+
+
+# ---------------------------------------------------------------------------------------------
+# Add an advantage estimator
+
+
+@pytest.mark.slow
+def test_add_an_advantage_estimator(tmp_path):
+    """"Add an advantage estimator": a toy "three-eighths GRPO", A = 0.375·(r − mean_g r) / (σ + ε), with the
+    group statistics from ``group_statistics`` and σ from ``sigma`` as ``settings.scale_rewards`` says
+    (group: the group's σ; batch: the batch's; none: no division). The logged advantages must be
+    0.375 × GRPO's, computed here from the logged rewards."""
+    name = "toy_three_eighths"
+    factor = 0.375
+    assert name not in ADVANTAGE_ESTIMATORS and name not in ADVANTAGE_ESTIMATOR_NAMES
+    with pytest.raises(ValueError, match="advantage_estimator"):
+        build_config({"model": "tiny-random", "advantage_estimator": name})
+
+    calls: list[AdvantageSettings] = []
+
+    # 1. the function, decorated
+    @register_advantage(name)
+    def toy_three_eighths(inputs: AdvantageInputs, settings: AdvantageSettings) -> torch.Tensor:
+        calls.append(settings)
+        rewards = inputs.rewards
+        stats = group_statistics(rewards, inputs.group_ids, inputs.stats_mask)
+        centred = rewards.to(torch.float64) - stats.mean
+        if settings.scale_rewards != "none":
+            centred = centred / (sigma(rewards, inputs.group_ids, settings.scale_rewards, stats) + settings.eps)
+        dead = stats.uniform | (stats.size < 2)
+        return (factor * torch.where(dead, torch.zeros_like(centred), centred)).to(rewards.dtype)
+
+    # 2. advantage_estimator=name now selects it (the registry extends the names the config accepts)
+    assert ADVANTAGE_ESTIMATORS[name] is toy_three_eighths and name in ADVANTAGE_ESTIMATOR_NAMES
+    cfg = build_config(tiny_run(tmp_path / "run", advantage_estimator=name,
+                                reward_funcs=[alternating_reward(tmp_path)]))
+    assert cfg.algorithm.advantage_estimator == name
+    assert compile_plan(cfg).advantages.settings.estimator == name
+    # "a batch holding DaGRPO anchors uses dagrpo": the config never lets a registered estimator meet one
+    for dagrpo in ({"anchors": "failed"}, {"pair_masking": True}):
+        with pytest.raises(ValueError, match="advantage_estimator"):
+            build_config({"model": "tiny-random", "advantage_estimator": name, **dagrpo})
+
+    (m,) = Trainer(cfg).train()
+    assert len(calls) == 1 and calls[0].estimator == name and calls[0].scale_rewards == "group"
+    assert m["rollout/frac_uniform_groups"] == 0.0
+    records = samples(tmp_path / "run")
+    assert len(records) == COMPLETIONS
+    expected = [factor * a for a in grpo_by_hand(records)]
+    assert [r["advantage"] for r in records] == pytest.approx(expected, rel=1e-5, abs=1e-6)
+    # two of four rewarded per group: GRPO's ±√3/2, the toy's 0.375 × that
+    assert [abs(r["advantage"]) for r in records] == pytest.approx([factor * math.sqrt(3) / 2] * COMPLETIONS, rel=1e-5)
+    assert math.isfinite(m["train/grad_norm"]) and m["train/grad_norm"] > 0
+
+    ADVANTAGE_ESTIMATORS.pop(name)
+    ADVANTAGE_ESTIMATOR_NAMES.discard(name)
+    with pytest.raises(ValueError, match="advantage_estimator"):
+        build_config({"model": "tiny-random", "advantage_estimator": name})
+
+
+# ---------------------------------------------------------------------------------------------
+# Add a reward function
+
+TOY_REWARDS = '''
+import json
+from pathlib import Path
+
+SEEN = Path(__file__).with_name("seen.json")
+
+
+def toy_reward(prompts, completions, completion_ids, trainer_state, log_metric, log_extra, **columns):
+    """0.05, 0.15, 0.25, 0.35 in turn: four values in every group of four."""
+    values = [0.05 + 0.1 * (i % 4) for i in range(len(completions))]
+    SEEN.write_text(json.dumps({
+        "n": len(completions), "prompts": len(prompts), "completion_ids": len(completion_ids),
+        "ids_are_ints": all(isinstance(t, int) for ids in completion_ids for t in ids),
+        "global_step": trainer_state.global_step, "max_steps": trainer_state.max_steps,
+        "columns": {key: len(value) for key, value in columns.items()},
+    }))
+    log_metric("toy_calls", 3.0)
+    log_extra("toy_value", values)
+    return values
+'''
+
+TOY_MODULE = '''
+async def toy_bonus(prompts, completions, **kwargs):
+    """async def: None for the first completion of each call (not applicable), 1.0 for the rest."""
+    return [None] + [1.0] * (len(completions) - 1)
+'''
+
+
+@pytest.mark.slow
+def test_add_a_reward_function(tmp_path, monkeypatch):
+    """"Add a reward function": a toy ``toy_reward`` in a file (``path/to/file.py:function``) that records
+    the keyword arguments it got and logs a metric and an extra column, and an ``async def`` toy
+    ``toy_bonus`` in a module (``package.module.function``), weighted 2 and 0.5."""
+    rewards_file = tmp_path / "toy_rewards.py"
+    rewards_file.write_text(TOY_REWARDS)
+    (tmp_path / "toy_checklist_module.py").write_text(TOY_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    # 2. named in the config, weighed by reward_weights
+    cfg = build_config(tiny_run(tmp_path / "run", reward_funcs=[f"{rewards_file}:toy_reward",
+                                                                "toy_checklist_module.toy_bonus"],
+                                reward_weights=[2.0, 0.5]))
+    (m,) = Trainer(cfg).train()
+
+    # 1. TRL's signature: every dataset column as a keyword list, completion_ids, trainer_state, log_*
+    seen = json.loads((tmp_path / "seen.json").read_text())
+    assert seen["n"] == seen["prompts"] == seen["completion_ids"] == COMPLETIONS and seen["ids_are_ints"]
+    assert (seen["global_step"], seen["max_steps"]) == (0, 1)
+    dataset_columns = set(reward_columns(load_rows(DATA)[0]))
+    assert "answer" in dataset_columns and dataset_columns <= set(seen["columns"])
+    assert all(n == COMPLETIONS for n in seen["columns"].values())
+
+    # 3. logged as rewards/<name>_mean and TRL's rewards/<name>/mean
+    toy_values = [0.05 + 0.1 * (i % 4) for i in range(COMPLETIONS)]
+    toy_mean = sum(toy_values) / COMPLETIONS  # 0.2
+    assert m["rewards/toy_reward_mean"] == pytest.approx(toy_mean)
+    assert m["rewards/toy_reward/mean"] == pytest.approx(toy_mean)
+    assert m["rewards/toy_bonus_mean"] == pytest.approx(1.0)  # the None values are left out
+    assert m["rewards/toy_bonus/mean"] == pytest.approx(1.0)
+    assert m["rewards/toy_reward/errors"] == 0.0 and m["rewards/toy_bonus/errors"] == 0.0
+    assert m["reward_fn/toy_calls"] == 3.0  # log_metric
+    # the weighted sum per completion: 2·toy (+ 0.5·bonus where it applies)
+    records = samples(tmp_path / "run")
+    assert len(records) == COMPLETIONS
+    for r in records:
+        value = r["extra"]["toy_value"]  # log_extra
+        assert any(abs(value - v) < 1e-9 for v in toy_values)
+        assert any(abs(r["reward"] - (2.0 * value + bonus)) < 1e-6 for bonus in (0.0, 0.5))
+    assert sorted(round(r["reward"], 6) for r in records) == sorted(
+        round(2.0 * v + (0.0 if i == 0 else 0.5), 6) for i, v in enumerate(toy_values))
+    assert m["reward"] == pytest.approx(m["rollout/reward_mean"])
+    assert m["reward"] == pytest.approx(sum(r["reward"] for r in records) / COMPLETIONS)
+    assert m["rollout/frac_uniform_groups"] == 0.0 and m["train/grad_norm"] > 0

@@ -1,0 +1,146 @@
+"""Where each config option is read, found by parsing the source (nothing is imported but the config).
+
+    python tools/option_readers.py            # the table docs/design/architecture.md holds
+    python tools/option_readers.py --write    # put it in the page, between its markers
+    python tools/option_readers.py --check    # exit 1 if the page's table differs
+
+An option is read where a module takes an attribute of a config section: ``cfg.<section>.<option>``
+(also ``self.cfg...``), or ``x.<option>`` where ``x`` was bound to a section (``a = cfg.algorithm``,
+``a, d = cfg.algorithm, cfg.dagrpo``) or is a parameter annotated with a section's class
+(``def build_optimizer(params, o: OptimConfig)``). ``rlvr.config`` itself (validation, presets) is
+not counted. tests/test_option_readers.py keeps the page's table equal to this one and each option
+read in one module, or listed in ``SEVERAL`` with the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "rlvr"
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "design" / "architecture.md"
+START, END = "<!-- option table: tools/option_readers.py -->\n", "<!-- end of option table -->\n"
+
+# options read in more than one module, and why that is one decision each time
+SEVERAL = {
+    "algo": "the plan's step kind (RL or SFT); the trainer names the default run folder after it",
+    "data": "the data spec: loaded at set-up; the other modules only name it in their messages",
+    "nproc": "the CLI launches that many processes; the trainer checks it runs in as many; the dry run counts them",
+    "preset": "the dialect (rlvr or trl): TRL's max_steps count (plan), TRL's prompt format and reward names (setup)",
+    "rollout_engine": "the engine built (setup); the plan's default for the importance-sampling correction follows it",
+    "seed": "the run's seed: the plan's sampling seeds, set-up's rule rephrasings and model init, the trainer's "
+            "torch seed and data order each take it as it is",
+}
+# options the config derives others from, read only inside rlvr.config
+DERIVED = {
+    "prompts_per_step": "`config/batch.py` (the step's batch shape)",
+    "per_device_train_batch_size": "`config/batch.py` (the step's batch shape)",
+    "gradient_accumulation_steps": "`config/batch.py` (the step's batch shape)",
+    "steps_per_generation": "`config/batch.py` (the step's batch shape)",
+    "loss_type": "`config/sections.py` (`aggregation`: TRL's and verl's names to one)",
+}
+
+
+def sections() -> dict[str, tuple[str, str]]:
+    """option -> (section attribute, section class name)."""
+    sys.path.insert(0, str(SRC.parent))
+    from rlvr.config import SECTIONS, ExperimentConfig
+
+    cfg, out = ExperimentConfig(), {}
+    for name in SECTIONS:
+        section = getattr(cfg, name)
+        for field in dataclasses.fields(section):
+            out[field.name] = (name, type(section).__name__)
+    return out
+
+
+def _section_of(node: ast.AST, options: dict, bound: dict[str, str]) -> str | None:
+    """The section an expression is: ``cfg.<section>``, ``self.cfg.<section>``, or a name bound to one."""
+    names = {section for section, _ in options.values()}
+    if isinstance(node, ast.Attribute) and node.attr in names:
+        base = node.value
+        if (isinstance(base, ast.Name) and base.id == "cfg") or (isinstance(base, ast.Attribute) and base.attr == "cfg"):
+            return node.attr
+    if isinstance(node, ast.Name):
+        return bound.get(node.id)
+    return None
+
+
+def _bindings(func: ast.AST, options: dict) -> dict[str, str]:
+    """Names bound to a section inside ``func``: assignments and annotated parameters."""
+    classes = {cls: section for section, cls in options.values()}
+    bound: dict[str, str] = {}
+    if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        for arg in [*func.args.args, *func.args.kwonlyargs]:
+            annotation = arg.annotation
+            if annotation is not None:
+                text = ast.unparse(annotation).split(".")[-1].split(" ")[0]
+                if text in classes:
+                    bound[arg.arg] = classes[text]
+    for node in ast.walk(func):
+        if isinstance(node, ast.Assign):
+            targets, values = node.targets[0], node.value
+            pairs = (zip(targets.elts, values.elts) if isinstance(targets, ast.Tuple) and isinstance(values, ast.Tuple)
+                     and len(targets.elts) == len(values.elts) else [(targets, values)])
+            for target, value in pairs:
+                section = _section_of(value, options, {})
+                if isinstance(target, ast.Name) and section is not None:
+                    bound[target.id] = section
+    return bound
+
+
+def readers() -> dict[str, set[str]]:
+    """option -> the modules (paths under src/rlvr) that read it."""
+    options, found = sections(), defaultdict(set)
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC).as_posix()
+        if rel.startswith("config/"):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        scopes = [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))]
+        for scope in scopes:
+            bound = _bindings(scope, options)
+            for node in ast.walk(scope):
+                if isinstance(node, ast.Attribute) and node.attr in options:
+                    section = _section_of(node.value, options, bound)
+                    if section == options[node.attr][0]:
+                        found[node.attr].add(rel)
+    return found
+
+
+def table() -> str:
+    options, found = sections(), readers()
+    rows = ["| option | section | read in |", "|---|---|---|"]
+    for name in sorted(options, key=lambda n: (options[n][0], n)):
+        where = ", ".join(f"`{m}`" for m in sorted(found.get(name, ()))) or DERIVED.get(name, "(validation only)")
+        rows.append(f"| `{name}` | {options[name][0]} | {where} |")
+    return "\n".join(rows) + "\n"
+
+
+def page_table() -> str:
+    text = PAGE.read_text(encoding="utf-8")
+    return text[text.index(START) + len(START):text.index(END)]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if docs/design/architecture.md's table differs")
+    parser.add_argument("--write", action="store_true", help="write the table into docs/design/architecture.md")
+    args = parser.parse_args(argv)
+    if args.check:
+        return 0 if page_table() == table() else 1
+    if args.write:
+        text = PAGE.read_text(encoding="utf-8")
+        start, end = text.index(START) + len(START), text.index(END)
+        PAGE.write_text(text[:start] + table() + text[end:], encoding="utf-8")
+        return 0
+    print(table(), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
