@@ -350,8 +350,8 @@ def check_loss_numerics(trl_trainer, beta: float, temperature: float = 1.0) -> d
     trl_grad, rlvr_grad = trl_grad.double(), rlvr_grad.double()  # 135M-long dot products: sum in fp64
     cosine = float(trl_grad @ rlvr_grad / (trl_grad.norm() * rlvr_grad.norm()).clamp(min=1e-300))
     rel = float((trl_grad - rlvr_grad).norm() / trl_grad.norm().clamp(min=1e-300))
-    return {"rows": CHECK_ROWS, "tokens": int(sum(lengths)), "trl_loss": float(trl_loss),
-            "rlvr_loss": float(rlvr_loss), "synthetic_advantages": synthetic, "max_abs_logp_diff": logp_diff, "max_abs_ref_logp_diff": ref_diff,
+    return {"rows": CHECK_ROWS, "tokens": int(sum(lengths)), "trl_loss": float(trl_loss.detach()),
+            "rlvr_loss": float(rlvr_loss.detach()), "synthetic_advantages": synthetic, "max_abs_logp_diff": logp_diff, "max_abs_ref_logp_diff": ref_diff,
             "grad_cosine": cosine, "grad_rel_diff": rel}
 
 

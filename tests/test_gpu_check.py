@@ -1,0 +1,83 @@
+"""benchmarks/gpu_check.py's dry run: the GPU check's whole path on tiny shapes on this CPU, in rlvr's environment.
+
+The same command runs on the lent GPU machine with the kit (docs/scaling.md, "The GPU check"); this keeps
+it runnable between GPU loans. It checks the code path and what the JSON holds, not a speed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlvr.models.tiny import tiny_random_model_and_tokenizer
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("gpu_check")
+    tiny_random_model_and_tokenizer(0)[1].save_pretrained(folder / "tokenizer")  # the kit's is SmolLM2's
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--device", "cpu", "--tokenizer",
+                           str(folder / "tokenizer"), "--out", str(folder / "out")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout, json.loads((folder / "out" / "gpu_check.json").read_text())
+
+
+def test_every_part_runs_and_is_reported(dry_run):
+    """All six parts end 'done'; the table names each and the JSON holds the environment."""
+    stdout, report = dry_run
+    assert {part: r["status"] for part, r in report["results"].items()} == dict.fromkeys(
+        ["grpo", "trl", "dagrpo", "tagrpo", "memory7b", "options"], "done")
+    assert report["environment"]["device"] == "cpu" and report["environment"]["trl"]
+    assert "rlvr/TRL seconds per step" in stdout and "wrote" in stdout
+
+
+def test_responses_have_a_fixed_length_and_every_step_updates(dry_run):
+    """EOS ignored in both trainers (16 tokens each), a reward that varies in groups: a finite loss and a
+    non-zero gradient in every rlvr step; DaGRPO put an anchor in every group."""
+    results = dry_run[1]["results"]
+    for part in ("grpo", "trl", "dagrpo", "tagrpo"):
+        assert [s["completions/mean_length"] for s in results[part]["steps"]] == [16.0] * len(results[part]["steps"])
+    for part in ("grpo", "dagrpo", "tagrpo"):
+        assert all(s["train/grad_norm"] > 0 for s in results[part]["steps"])
+    assert len(results["grpo"]["steps"]) == 2 and results["grpo"]["timed_steps"] == 1
+    assert results["dagrpo"]["steps"][0]["dagrpo/anchor_rate"] == 1.0
+    assert results["tagrpo"]["steps"][0]["tagrpo/variants_per_pool"] == 3.0  # q_0 and 2 rephrasings
+
+
+def test_the_trl_loss_check_agrees(dry_run):
+    """bench_step's check on TRL's last batch: the two implementations' log-probs and gradients agree."""
+    check = dry_run[1]["results"]["trl"]["loss_check"]
+    assert check["max_abs_logp_diff"] < 1e-4 and check["grad_cosine"] > 0.9999
+
+
+def test_memory_parts_compare_with_the_documented_prediction(dry_run):
+    """The 7B part reads docs/scaling.md's row from memory_fit's JSON; the options part has each option once."""
+    results = dry_run[1]["results"]
+    assert results["memory7b"]["predicted_row"] == "7B full, dtype=bfloat16, β = 0, n = 4, T = 1024, none"
+    assert results["memory7b"]["predicted_gib"] == pytest.approx(94.28, abs=0.01)
+    assert "94.3" in (ROOT / "docs" / "scaling.md").read_text()  # the table the prediction comes from
+    options = results["options"]["options"]
+    assert list(options) == ["plain bf16", "+gradient_checkpointing", "+lm_head_chunk_tokens=1024", "+lora_r=16",
+                             "bf16=true (fp32 master)"]
+    assert options["plain bf16"]["time_vs_plain"] == 1.0 and all(row["responses"] == 16 for row in options.values())
+
+
+def test_without_cuda_it_exits_2_naming_the_cpu_option(tmp_path):
+    """On a machine without CUDA the default device refuses in one line that names --device cpu."""
+    if __import__("torch").cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    tokenizer = tmp_path / "tok"
+    tiny_random_model_and_tokenizer(0)[1].save_pretrained(tokenizer)
+    proc = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--tokenizer", str(tokenizer), "--out",
+                           str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert proc.returncode == 2 and "--device cpu" in proc.stderr
