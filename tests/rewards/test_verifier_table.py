@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.rewards import MathAccuracy, extract_answer
+from rlvr.rewards import MathAccuracy, VerifierPool, extract_answer
 
 TABLE = Path(__file__).with_name("verifier_cases.jsonl")
 DOCS = Path(__file__).parents[2] / "docs" / "training.md"
@@ -76,9 +76,12 @@ def cases():
 
 
 @pytest.fixture(scope="module")
-def rewards(pool, cases):
-    accuracy = MathAccuracy(pool, answer_extraction="boxed")
-    return accuracy(None, [c["response"] for c in cases], answer=[c["gold"] for c in cases])
+def rewards(cases):
+    # Its own pool at the default 5 s per comparison (what training uses), not the shared 1 s one: on a busy
+    # machine a slow sympy comparison passed 1 s and read as a false negative.
+    with VerifierPool(num_workers=2) as pool:
+        accuracy = MathAccuracy(pool, answer_extraction="boxed")
+        return accuracy(None, [c["response"] for c in cases], answer=[c["gold"] for c in cases])
 
 
 def test_the_table_is_well_formed(cases):
@@ -117,8 +120,6 @@ def test_the_docs_give_these_per_class_counts(cases, rewards):
 
 
 if __name__ == "__main__":
-    from rlvr.rewards import VerifierPool
-
     with VerifierPool(num_workers=2) as own_pool:
         table_cases = load_cases()
         scores = MathAccuracy(own_pool, "boxed")(None, [c["response"] for c in table_cases],

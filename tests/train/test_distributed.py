@@ -190,3 +190,42 @@ def test_bf16_mixed_on_two_fsdp_processes_trains_what_one_trains_to_bf16_precisi
     assert float(cosine(a, b, dim=0)) > 0.999
     assert float(((a > 0) == (b > 0)).float().mean()) > 0.99
     assert float(cosine(a, c, dim=0)) < 0.999  # the fp32 run is further away: the check can tell
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _launch_two_nodes(options: dict, *extra: str) -> None:
+    """The command of docs/scaling.md "Several nodes", on this machine: two torchrun agents ("nodes") of one
+    process each, joined by c10d's rendezvous on localhost, writing to one output folder."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+               "--rdzv-backend", "c10d", "--rdzv-endpoint", f"localhost:{_free_port()}", "--rdzv-id", "rlvr-test",
+               "-m", "rlvr.cli", "train", *_cli_args(options), *extra]
+    nodes = [subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outputs = [node.communicate(timeout=600) for node in nodes]
+    for node, (_, err) in zip(nodes, outputs):
+        assert node.returncode == 0, err[-3000:]
+
+
+@pytest.mark.parametrize("parallelism", ["ddp", "fsdp"])
+def test_two_nodes_equal_one_process(tmp_path, lowercase_reward, parallelism):
+    """Two torchrun "nodes" (--nnodes 2 --nproc-per-node 1, c10d on localhost, gloo) train what one process
+    trains: the same losses, samples and weights at every checkpoint, rank 0 alone writing the shared folder."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    Trainer(build_config(_options("grpo", one, lowercase_reward))).train()
+    _launch_two_nodes(_options("grpo", two, lowercase_reward), f"parallelism={parallelism}")
+    assert len(_losses(two)) == 2 and _losses(two) == pytest.approx(_losses(one), rel=1e-5, abs=1e-6)
+    for step in (1, 2):
+        a, b = _weights(one, step), _weights(two, step)
+        assert a.keys() == b.keys()
+        assert all(torch.allclose(a[key], b[key], rtol=0, atol=1e-5) for key in a), step
+    samples = [[json.loads(x)["completion"] for x in (run / "samples.jsonl").read_text().splitlines()]
+               for run in (one, two)]
+    assert samples[1] == samples[0]

@@ -102,38 +102,45 @@ def response_logits(model, batch: Collated, *, share_prefix: bool = True, in_hea
     first = model(input_ids=prompt_ids, attention_mask=prompt_mask,
                   position_ids=(prompt_mask.cumsum(-1) - 1).clamp(min=0),
                   **{CACHE_KWARG: cache}, use_cache=width > 1, logits_to_keep=1).logits  # [U, 1, V]
+    onehot = torch.nn.functional.one_hot(index, num_classes=int(index.max()) + 1)  # [n, U]: row r's prompt
+    first = _per_row(onehot, first)  # [n, 1, V]: each response's first-token logits
     if width == 1:
-        return [first[index]]
-    cache = _response_cache(cache, index, first.dtype)  # every row gets its prompt's keys/values, read-only
+        return [first]
+    cache = _response_cache(cache, onehot)  # every row gets its prompt's keys/values, read-only
     attention_mask = torch.cat([prompt_mask[index], batch.response_mask.to(device).long()], dim=1)
     position_ids = prompt_mask.sum(-1)[index, None] + torch.arange(width, device=device)  # [n, T]
     with head(tokens[:, 1:]):
         rest = model(input_ids=tokens, attention_mask=attention_mask,
                      position_ids=position_ids, **{CACHE_KWARG: cache}, use_cache=True,
                      logits_to_keep=torch.arange(width - 1, device=device)).logits  # [n, T - 1, V]
-    return [first[index], rest]
+    return [first, rest]
 
 
-def _response_cache(cache, index: torch.Tensor, dtype: torch.dtype):
+def _per_row(onehot: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """``values[index]`` as a product with the one-hot [n, U] matrix: the same numbers (x·1 + 0·y = x), and a
+    backward that is a GEMM. Plain indexing's backward adds the G rows' gradients of a prompt with
+    index_put(accumulate=True), whose summation order varies with CPU load: a resumed run differed from an
+    uninterrupted one by ~4e-9, and two runs of the same command parted at step 1's gradients
+    (tools/first_difference.py; docs/design/pitfalls.md #7)."""
+    return torch.tensordot(onehot.to(values.dtype), values, dims=([1], [0]))
+
+
+def _response_cache(cache, onehot: torch.Tensor):
     """The cache of the response pass: row r holds its prompt's keys/values, and every layer only reads it.
 
-    Rows get their prompt's keys as a product with a one-hot [n, U] matrix: plain indexing would do
-    the same forward, but its backward accumulates the G rows' gradients with
-    index_put(accumulate=True), whose summation order varied under CPU load (a resumed run then
-    differed from an uninterrupted one by ~4e-9); the matrix product's backward is a GEMM.
+    Rows get their prompt's keys by :func:`_per_row` (a product with the one-hot [n, U] matrix).
 
     Both caches become read-only, so a layer run twice (activation checkpointing's recompute in the
     backward) sees what it saw the first time: the prompt pass's layers get back the keys they pass
     in (as on their first call, with nothing cached before), the response pass's layers the prompt
     prefix followed by theirs (the tensors DynamicLayer's concatenation gives), and nothing is stored.
     """
-    onehot = torch.nn.functional.one_hot(index, num_classes=int(index.max()) + 1).to(dtype)  # [n, U]
     rows = copy.copy(cache)
     rows.layers = []
     for layer in cache.layers:
         row_layer = copy.copy(layer)
-        row_layer.keys = torch.tensordot(onehot.to(layer.keys.dtype), layer.keys, dims=([1], [0]))
-        row_layer.values = torch.tensordot(onehot.to(layer.values.dtype), layer.values, dims=([1], [0]))
+        row_layer.keys = _per_row(onehot, layer.keys)
+        row_layer.values = _per_row(onehot, layer.values)
         row_layer.update = _prefixed(row_layer.keys, row_layer.values)
         layer.update = lambda keys, values, *args, **kwargs: (keys, values)
         rows.layers.append(row_layer)
