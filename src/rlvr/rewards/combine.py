@@ -27,6 +27,7 @@ import inspect
 import logging
 import math
 import numbers
+import os
 import threading
 from collections.abc import Callable, Sequence
 
@@ -111,12 +112,14 @@ def combine_rewards(
                for fn, name in zip(funcs, names) if is_async_callable(fn)}
     per_func: dict[str, list[float | None]] = {}
     counts: dict[str, int] = {}
+    cwd = os.getcwd()
     for fn, name in zip(funcs, names):
         if name in started:
             call = started[name].result
         else:
             call = lambda fn=fn: _call_bounded(lambda: fn(**kwargs), timeout_s)
         values, errors, nonfinite, failure = _call_reward(call, name, n)
+        _keep_cwd(cwd, name if name not in started else f"{name} (or another async reward: {', '.join(started)})")
         if failure is not None and failures is not None:
             failures[name] = failure
         per_func[name] = values
@@ -129,6 +132,26 @@ def combine_rewards(
         totals.append(sum(w * v for w, v in present) if present else 0.0)
     counts["all_none"] = all_none
     return totals, per_func, counts
+
+
+_CWD_WARNED: set[str] = set()
+
+
+def _keep_cwd(cwd: str, name: str) -> None:
+    """If the reward ``name`` changed the working directory, say so (once per function) and change it back:
+    the run writes to absolute paths, but a relative path anywhere else would now point elsewhere."""
+    try:
+        now = os.getcwd()
+    except FileNotFoundError:  # it moved into a folder that was then deleted
+        now = "(a deleted folder)"
+    if now == cwd:
+        return
+    if name not in _CWD_WARNED:
+        _CWD_WARNED.add(name)
+        logger.warning("reward %s changed the working directory from %s to %s; rlvr changed it back (the run "
+                       "writes where it began). Use absolute paths, or os.chdir back, in the reward function",
+                       name, cwd, now)
+    os.chdir(cwd)
 
 
 def _unique(name: str, taken: dict) -> str:

@@ -28,6 +28,7 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path
 
+from rlvr.dependencies import MissingDependency
 from rlvr.rewards.extract import DEFAULT_EXTRACTION
 from rlvr.rewards.math_rewards import MathAccuracy, format_reward
 from rlvr.rewards.open_r1 import OPEN_R1_CODE_REWARDS, OPEN_R1_REWARDS, open_r1_reward
@@ -132,7 +133,7 @@ def _trl_script_reward(name: str) -> RewardFn:
     try:
         trl_rewards = importlib.import_module("trl.rewards")
     except ImportError as exc:
-        raise ValueError(f"reward {name!r} is TRL's trl.rewards.{name}, but trl is not "
+        raise MissingDependency(f"reward {name!r} is TRL's trl.rewards.{name}, but trl is not "
                          f"installed ({exc}); install it (pip install trl) or choose another reward") from exc
     return TRL_SCRIPT_REWARDS[name](trl_rewards)
 

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import torch
 
+from rlvr.dependencies import MissingDependency
 from rlvr.rollout.completion import Completion
 from rlvr.rollout.sampling import Sampling
 
@@ -54,7 +55,7 @@ def _import_vllm():
     try:
         import vllm
     except ImportError as error:
-        raise ImportError(INSTALL_HINT) from error
+        raise MissingDependency(f"{INSTALL_HINT} ({error})") from error
     return vllm
 
 

@@ -30,6 +30,7 @@ MANIFEST = "manifest.json"
 STATE_FILE = "rlvr_state.json"  # rlvr's state of the run; trainer_state.json is transformers' TrainerState
 TRAINING_FILES = ("optimizer.pt", "scheduler.pt", "rng.pt", STATE_FILE, "trainer_state.json", MANIFEST)
 BASE_MODEL, MERGED = "base_model", "merged"
+SAVED_SUFFIXES = {".json", ".safetensors", ".pt", ".jinja", ".txt", ".model", ".bin"}  # what a save writes
 
 
 def checkpoint_dir(output_dir: Path, step: int) -> Path:
@@ -50,6 +51,46 @@ def list_checkpoints(output_dir: Path) -> list[Path]:
     """
     found = {checkpoint_step(path): path for path in output_dir.glob("checkpoint-*") if path.is_dir()}
     return [found[step] for step in sorted(step for step in found if step is not None)]
+
+
+class ForeignFiles(ValueError):
+    """A checkpoint folder holds files its save did not write; rlvr does not delete it."""
+
+
+def foreign_entries(folder: Path) -> list[str]:
+    """What ``folder`` (a checkpoint) holds that its save did not write, by its manifest: the top-most such
+    paths ("sub/" for a folder), [] when everything in it is rlvr's. A checkpoint whose manifest is gone
+    (damaged) is judged by name: files of the kinds a save writes at its top, and ``merged/``."""
+    try:
+        listed = set(json.loads((folder / MANIFEST).read_text(encoding="utf-8"))["files"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return [f"{p.name}/" if p.is_dir() and p.name != MERGED else p.name for p in sorted(folder.iterdir())
+                if (p.is_dir() and p.name != MERGED) or (p.is_file() and p.suffix not in SAVED_SUFFIXES)
+                or p.name.startswith(".")]
+    owned_dirs = {str(parent) for name in listed for parent in Path(name).parents if str(parent) != "."}
+    foreign: list[str] = []
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder)
+        if any(str(rel).startswith(f) for f in foreign if f.endswith("/")):
+            continue  # inside a foreign folder already named
+        if path.is_dir() and not path.is_symlink():
+            if str(rel) not in owned_dirs:
+                foreign.append(f"{rel}/")
+        elif str(rel) not in listed and rel != Path(MANIFEST):
+            foreign.append(str(rel))
+    return foreign
+
+
+def remove_checkpoint(folder: Path, *, why: str) -> None:
+    """Delete a checkpoint folder, unless it holds anything rlvr did not write (another run, a user's file):
+    then ForeignFiles names them and nothing is deleted. ``why``: what asked for the deletion."""
+    foreign = foreign_entries(folder)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+        raise ForeignFiles(f"{why} would delete {folder}, but it holds {shown}, which rlvr did not write; nothing was "
+                           f"deleted. Move that out of {folder.name} (or delete the folder yourself), then run the "
+                           "same command with resume=true")
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def link_or_copy(source: Path, target: Path) -> None:

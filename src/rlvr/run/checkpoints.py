@@ -37,6 +37,7 @@ from rlvr.run.checkpoint_files import (
     fsync_dir,
     fsync_tree,
     list_checkpoints,
+    remove_checkpoint,
     write_manifest,
 )
 from rlvr.run.export import remove_final_model, write_model
@@ -89,7 +90,7 @@ def save_checkpoint(output_dir: Path, step: int, snapshot: Snapshot, *, keep_las
         write_manifest(tmp)  # sizes and checksums: a resume can tell a damaged checkpoint (checkpoint_check.py)
         fsync_tree(tmp)
         if final.exists():  # re-saving the same step (e.g. after a resume): replace it whole
-            shutil.rmtree(final)
+            remove_checkpoint(final, why=f"saving step {step} again")
         os.replace(tmp, final)
     except BaseException as error:
         full = _disk_full(error, root)
@@ -102,7 +103,7 @@ def save_checkpoint(output_dir: Path, step: int, snapshot: Snapshot, *, keep_las
     fsync_dir(root)
     if keep_last is not None:  # save_total_limit
         for old in list_checkpoints(output_dir)[:-keep_last]:
-            shutil.rmtree(old, ignore_errors=True)
+            remove_checkpoint(old, why=f"save_total_limit={keep_last}")
     return final
 
 
@@ -124,7 +125,7 @@ def remove_checkpoints(output_dir: Path) -> None:
     """Delete every checkpoint of ``output_dir``, its final model and LoRA's base_model/
     (``overwrite_output_dir=true``: the run starts over)."""
     for folder in list_checkpoints(output_dir):
-        shutil.rmtree(folder, ignore_errors=True)
+        remove_checkpoint(folder, why="overwrite_output_dir=true")
     shutil.rmtree(output_dir / BASE_MODEL, ignore_errors=True)
     remove_final_model(output_dir)
 
@@ -135,7 +136,7 @@ def remove_checkpoints_after(output_dir: Path, step: int) -> None:
     never picks them up again."""
     later = [folder for folder in list_checkpoints(output_dir) if checkpoint_step(folder) > step]
     for folder in later:
-        shutil.rmtree(folder, ignore_errors=True)
+        remove_checkpoint(folder, why=f"resuming from step {step}")
     if later:
         remove_final_model(output_dir)
         logger.warning("resumed from step %d: removed the later checkpoints %s and the final model of %s",

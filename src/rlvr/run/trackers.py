@@ -38,6 +38,8 @@ from typing import Any, Protocol
 
 import yaml
 
+from rlvr.dependencies import MissingDependency
+
 logger = logging.getLogger(__name__)
 
 # the module each tracker imports, and the pip package that provides it
@@ -77,7 +79,7 @@ def require_trackers(report_to: list[str]) -> None:
         try:
             importlib.import_module(module)
         except ImportError as error:
-            raise ValueError(f"report_to={name} needs the {package} package, which cannot be imported ({error}); "
+            raise MissingDependency(f"report_to={name} needs the {package} package, which cannot be imported ({error}); "
                              f"install it with: pip install 'rlvr[{name}]' (in a checkout: pip install -e "
                              f"'.[{name}]', or pip install {package}), or drop {name} from report_to") from None
 

@@ -11,14 +11,16 @@ one step; docs/design/architecture.md maps the rooms. Checkpoints and resume are
 
 Reproducibility: every sampled response has its own seed, from (seed, step, round, its position
 in the step's requests); data order depends only on (seed, rows consumed), and the policy runs in
-eval mode (no dropout), so a resumed run repeats an uninterrupted one exactly on CPU with one
-thread (docs/design/pitfalls.md #7; with several, some CPUs' float sums vary at ~1e-7 run to run),
-and W processes sample what one process samples (``rlvr/parallel/``).
+eval mode (no dropout), and no summation order depends on timing, so the same command repeats bit for
+bit on the same machine, thread count and world size, and a resumed run repeats an uninterrupted one
+(docs/training.md "Reproducibility"; docs/design/pitfalls.md #7); W processes sample what one process
+samples (``rlvr/parallel/``).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,7 +40,15 @@ from rlvr.rollout import build_engine
 from rlvr.run import checkpoints as ckpt
 from rlvr.run.callbacks import Callbacks
 from rlvr.run.export import export_final_model
-from rlvr.run.folder import JsonlLog, RunFolderLock, check_not_foreign, mark_run_folder, new_run_folder, write_config
+from rlvr.run.folder import (
+    JsonlLog,
+    RunFolderLock,
+    check_not_foreign,
+    check_not_nested,
+    mark_run_folder,
+    new_run_folder,
+    write_config,
+)
 from rlvr.run.hub import HubPush
 from rlvr.run.progress import Progress
 from rlvr.run.resume import check_logged_steps, check_resumable_config, resume_checkpoint, resume_output_dir
@@ -124,8 +134,11 @@ class Trainer:
         name = resume_output_dir(cfg.run.output_dir, cfg.run.resume_from_checkpoint)  # unset: the checkpoint's run
         if name is None and self.dist.is_main:
             name = str(new_run_folder(cfg.algorithm.algo))  # unique: created exclusively
-        self.output_dir = Path(self.dist.broadcast_object(name))  # one run directory for every rank
+        # one run directory for every rank, absolute: a reward function that changes the working directory
+        # does not move where the run writes
+        self.output_dir = Path(os.path.abspath(self.dist.broadcast_object(name)))
         check_not_foreign(self.output_dir)  # fail before loading or writing anything
+        check_not_nested(self.output_dir)
         self.lock = RunFolderLock(self.output_dir) if self.dist.is_main else None  # one writer per folder
         try:
             self._set_up(cfg)
@@ -307,7 +320,8 @@ class Trainer:
             start = self._start()
             if main:  # TensorBoard / W&B / trackio / MLflow (trackers.py), sent the resolved config
                 r = self.cfg.run
-                self.trackers = open_trackers(r.report_to, run_name=r.run_name, logging_dir=r.logging_dir,
+                self.trackers = open_trackers(r.report_to, run_name=r.run_name,
+                                              logging_dir=os.path.abspath(r.logging_dir) if r.logging_dir else None,
                                               output_dir=self.output_dir, config=self.cfg.to_dict())
             progress = Progress(self.max_steps, start, enabled=self.cfg.run.progress_bar and main)
             with StopOnSignal() as stop:
