@@ -16,20 +16,24 @@ import sys
 from pathlib import Path
 
 import pytest
-from transformers import LlamaConfig, LlamaForCausalLM
+import torch
+from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-from rlvr.models import tiny_random_model_and_tokenizer
+from rlvr.models.smollm2 import smollm2_path
 
 TIMING = ("time/", "perf/", "step_time")  # wall-clock seconds, tokens per second, the process's memory
 
 
 def _default_shape(folder: Path) -> str:
-    """SmolLM2-135M's layer shape (the default model's: hidden 576, 9/3 heads, vocab 49 152) at 2 layers."""
-    _, tokenizer = tiny_random_model_and_tokenizer(0)
+    """The default model's tokenizer and layer shape (SmolLM2-135M: hidden 576, 9/3 heads, vocab 49 152) at 2
+    layers, random weights. Its vocabulary matters: the [n, 1, V] first-token gradient is large enough for
+    torch's parallel accumulate (the order that used to vary), and sampled ids decode to text."""
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_path())
     config = LlamaConfig(hidden_size=576, intermediate_size=1536, num_hidden_layers=2, num_attention_heads=9,
                          num_key_value_heads=3, vocab_size=49152, tie_word_embeddings=True, rope_theta=100000.0,
                          max_position_embeddings=2048, bos_token_id=tokenizer.bos_token_id,
                          eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    torch.manual_seed(0)
     LlamaForCausalLM(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return str(folder)
@@ -51,9 +55,12 @@ def test_two_runs_of_the_same_command_are_bit_identical(tmp_path, lowercase_rewa
     model = _default_shape(tmp_path / "model") if model == "default shape" else model
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "2"}
     runs = [tmp_path / "a", tmp_path / "b"]
-    procs = [subprocess.Popen([sys.executable, "-m", "rlvr.cli", "train", f"model={model}", "max_steps=5",
-                               f"reward_funcs=[{lowercase_reward}]", "save_steps=0", "max_completion_length=48", "progress_bar=false", f"output_dir={run}"],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for run in runs]
+    # the default job's options but the batch: 3 prompts x 4 responses, so a group straddles the two threads'
+    # halves of the first-token gradient (the accumulate that raced)
+    options = [f"model={model}", "max_steps=5", f"reward_funcs=[{lowercase_reward}]", "save_steps=0",
+               "max_completion_length=48", "prompts_per_step=3", "num_generations=4", "progress_bar=false"]
+    procs = [subprocess.Popen([sys.executable, "-m", "rlvr.cli", "train", *options, f"output_dir={run}"], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for run in runs]
     for proc in procs:
         _, err = proc.communicate(timeout=900)
         assert proc.returncode == 0, err[-3000:]
