@@ -192,10 +192,19 @@ def test_other_save_errors_pass_through_and_still_remove_the_tmp_folder(tmp_path
     (["trl", "trl.rewards"], {"reward_funcs": "accuracy_reward"}, "trl is not installed"),
 ])
 def test_a_missing_optional_package_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, hidden, options, named):
-    """Each optional package an option needs, simulated absent (an import of it fails): the run stops at set-up
-    with one line naming the option and what to install, exit 2, no traceback, nothing trained."""
+    """Each optional package an option needs, simulated absent (an import of it fails): the run stops before the
+    model loads with one line naming the option and what to install, exit 2, no traceback, nothing trained;
+    `--dry-run` says the same."""
+    import rlvr.train.setup
+
+    def load_policy(*args, **kwargs):
+        raise AssertionError("the model was loaded before the refusal")
+
     for module in hidden:
         monkeypatch.setitem(sys.modules, module, None)  # `import module` raises ImportError
+    monkeypatch.setattr(rlvr.train.setup, "load_policy", load_policy)
+    assert main(["train", "--dry-run", *_tiny(tmp_path / "dry", **options)]) == 2
+    assert named in _one_line(capsys)
     assert main(["train", *_tiny(tmp_path / "run", **options)]) == 2
     message = _one_line(capsys)
     assert named in message and "install" in message, message

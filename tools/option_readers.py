@@ -31,6 +31,7 @@ SEVERAL = {
     "data": "the data spec: loaded at set-up; the other modules only name it in their messages",
     "nproc": "the CLI launches that many processes; the trainer checks it runs in as many; the dry run counts them",
     "preset": "the dialect (rlvr or trl): TRL's max_steps count (plan), TRL's prompt format and reward names (setup)",
+    "report_to": "the trackers opened (trainer); their packages checked before the model loads (setup, also in the dry run)",
     "rollout_engine": "the engine built (setup); the plan's default for the importance-sampling correction follows it",
     "seed": "the run's seed: the plan's sampling seeds, set-up's rule rephrasings and model init, the trainer's "
             "torch seed and data order each take it as it is",

@@ -12,7 +12,7 @@ from rlvr.config import ExperimentConfig
 from rlvr.config.experiment import configured_world_size
 from rlvr.data import load_python_rows, load_rows
 from rlvr.train.plan import run_length
-from rlvr.train.setup import chat_rows, check_reward_functions, check_scheduler, question_rows
+from rlvr.train.setup import chat_rows, check_optional_packages, check_reward_functions, check_scheduler, question_rows
 
 
 def dry_run_report(cfg: ExperimentConfig) -> list[str]:
@@ -20,6 +20,7 @@ def dry_run_report(cfg: ExperimentConfig) -> list[str]:
     rows = load_python_rows(cfg.python.data) if cfg.python.data is not None else load_rows(cfg.data.data)
     rows = chat_rows(question_rows(rows, cfg), cfg)
     names = check_reward_functions(cfg, rows)
+    check_optional_packages(cfg)
     batch = cfg.batch_shape(configured_world_size(cfg.run.nproc))
     length = run_length(cfg, batch, len(rows))
     check_scheduler(cfg, length.steps * length.optimizer_steps_per_step)
@@ -30,12 +31,6 @@ def dry_run_report(cfg: ExperimentConfig) -> list[str]:
         f"{batch.micro_batch} on {batch.world_size} process(es), {batch.optimizer_steps_per_pass} optimiser step(s) "
         f"per pass; {length.steps} steps ({length.steps_per_epoch} per epoch)"),
     ]
-
-
-
-
-
-
 
 
 def _prompt_kind(rows: list[dict]) -> str:

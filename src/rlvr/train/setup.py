@@ -28,6 +28,7 @@ or a 3,000-token prompt on a 1,024-position model stops the run at start-up, nam
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import inspect
 import json
 import logging
@@ -47,15 +48,19 @@ from rlvr.data.input_limits import LengthCheck, check_lengths
 from rlvr.data.prompts import has_chat_template
 from rlvr.data.rephrase import RuleRephraser, rephrase_rows
 from rlvr.data.rows import as_chat, select_prompt_column
+from rlvr.dependencies import MissingDependency
 from rlvr.models import apply_lora, copy_for_reference, load_policy
 from rlvr.models.activation_checkpointing import enable_activation_checkpointing
 from rlvr.models.cache import rlvr_cache_dir
+from rlvr.models.embedding import require_embedding_packages
 from rlvr.models.loading import position_limit, warn_unapplied_dropout
 from rlvr.models.reference import AdapterOffReference
 from rlvr.parallel.runtime import DistContext
 from rlvr.parallel.setup import wrap_policy
 from rlvr.rewards import resolve_reward
 from rlvr.rewards.combine import logged_names
+from rlvr.rollout.vllm_engine import INSTALL_HINT as VLLM_INSTALL_HINT
+from rlvr.run.trackers import require_trackers
 from rlvr.train.evaluation import TrainingEval, training_overlap
 from rlvr.train.plan import RunLength, StepPlan
 from rlvr.train.rewarding import Rewarder, reward_columns
@@ -364,6 +369,19 @@ def check_reward_functions(cfg: ExperimentConfig, rows: list[dict]) -> list[str]
             raise ValueError(f"reward function {name} needs the dataset column(s) {missing}, which {cfg.data.data} "
                              f"lacks (it has {sorted(columns)}); use data with them, or another reward function")
     return names
+
+
+def check_optional_packages(cfg: ExperimentConfig) -> None:
+    """The optional packages the options need (vllm, peft, the embed scorer's, the trackers'), before the model
+    loads (the trainer and the dry run call it): MissingDependency naming the option and the install line."""
+    if cfg.rollout.rollout_engine == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise MissingDependency(VLLM_INSTALL_HINT)
+    if cfg.model.lora_r > 0 and importlib.util.find_spec("peft") is None:
+        raise MissingDependency(f"lora_r={cfg.model.lora_r} (LoRA) needs the peft package, which is not installed; "
+                                "install it with: pip install peft, or train the full model (lora_r=0)")
+    if cfg.dagrpo.scorer == "embed":
+        require_embedding_packages("scorer=embed")
+    require_trackers(cfg.run.report_to)  # these are imported: a tracker's import can fail in other ways too
 
 
 def check_scheduler(cfg: ExperimentConfig, total_steps: int) -> None:

@@ -53,7 +53,7 @@ from rlvr.run.hub import HubPush
 from rlvr.run.progress import Progress
 from rlvr.run.resume import check_logged_steps, check_resumable_config, resume_checkpoint, resume_output_dir
 from rlvr.run.stopping import StopOnSignal, TrainingInterrupted, TrainingStopped
-from rlvr.run.trackers import Trackers, open_trackers, require_trackers
+from rlvr.run.trackers import Trackers, open_trackers
 from rlvr.train.dagrpo import build_dagrpo_phase
 from rlvr.train.experience import Experience, compute_advantages
 from rlvr.train.metrics import (
@@ -78,6 +78,7 @@ from rlvr.train.setup import (
     build_training_eval,
     chat_rows,
     check_eval_overlap,
+    check_optional_packages,
     check_reward_functions,
     check_scheduler,
     check_training_lengths,
@@ -150,7 +151,6 @@ class Trainer:
     def _set_up(self, cfg: ExperimentConfig) -> None:
         """Everything but the run folder: data, model, engine, rewards, the phases, optimiser, logs."""
         self._check_output_dir()
-        require_trackers(cfg.run.report_to)  # a missing tracker package fails now, with the pip command
         hub = HubPush.from_config(cfg.run, self.output_dir) if self.dist.is_main else None  # offline: refused now
         torch.manual_seed(cfg.run.seed)
         self.plan = compile_plan(cfg, world_size=self.dist.world_size)  # the decisions of a step, made once
@@ -158,6 +158,7 @@ class Trainer:
         self.length = run_length(cfg, self.plan.batch, len(self.rows))  # max_steps, or epochs of the data
         self.max_steps = self.length.steps
         check_reward_functions(cfg, self.rows)  # an unknown reward or a missing column: before the model loads
+        check_optional_packages(cfg)  # vllm, peft, the embed scorer's, the trackers': before the model loads too
         check_scheduler(cfg, self.max_steps * self.length.optimizer_steps_per_step)
         if self.dist.is_main:
             self._log_start(cfg)
