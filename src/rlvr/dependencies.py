@@ -7,18 +7,14 @@ vllm says what to install instead of a chained traceback.
 
 from __future__ import annotations
 
-import importlib
-from types import ModuleType
+import importlib.util
 
 
 class MissingDependency(ImportError, ValueError):
     """An option needs a package that cannot be imported; the message names the option and the install line."""
 
 
-def import_optional(module: str, *, needed_by: str, install: str) -> ModuleType:
-    """``import module``, or MissingDependency: "<needed_by> needs the <module> package ...; <install>"."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as error:
-        raise MissingDependency(f"{needed_by} needs the {module.split('.')[0]} package, which cannot be imported "
-                                f"({error}); {install}") from error
+def require(module: str, message: str) -> None:
+    """MissingDependency(``message``) unless ``module`` can be found (found, not imported: this is cheap)."""
+    if importlib.util.find_spec(module) is None:
+        raise MissingDependency(message)

@@ -20,7 +20,6 @@ import torch
 from huggingface_hub import is_offline_mode
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from rlvr.dependencies import import_optional
 from rlvr.models.smollm2 import smollm2_path
 from rlvr.models.tiny import tiny_random_model_and_tokenizer
 
@@ -235,9 +234,7 @@ def apply_lora(
         raise ValueError(f"LoRA alpha must be > 0, got {alpha!r}; e.g. alpha=2*r")
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"LoRA dropout must be in [0, 1), got {dropout!r}; e.g. dropout=0.0")
-    peft = import_optional("peft", needed_by=f"lora_r={r} (LoRA)",  # lazy: importing peft costs ~1.5 s
-                           install="install it with: pip install peft, or train the full model (lora_r=0)")
-    LoraConfig, get_peft_model = peft.LoraConfig, peft.get_peft_model
+    from peft import LoraConfig, get_peft_model  # lazy: importing peft costs ~1.5 s
 
     config = LoraConfig(
         r=r,

@@ -64,9 +64,13 @@ def foreign_entries(folder: Path) -> list[str]:
     try:
         listed = set(json.loads((folder / MANIFEST).read_text(encoding="utf-8"))["files"])
     except (OSError, ValueError, KeyError, TypeError):
-        return [f"{p.name}/" if p.is_dir() and p.name != MERGED else p.name for p in sorted(folder.iterdir())
-                if (p.is_dir() and p.name != MERGED) or (p.is_file() and p.suffix not in SAVED_SUFFIXES)
-                or p.name.startswith(".")]
+        foreign = []
+        for p in sorted(folder.iterdir()):
+            if p.is_dir() and p.name != MERGED:
+                foreign.append(f"{p.name}/")
+            elif p.is_file() and (p.suffix not in SAVED_SUFFIXES or p.name.startswith(".")):
+                foreign.append(p.name)
+        return foreign
     owned_dirs = {str(parent) for name in listed for parent in Path(name).parents if str(parent) != "."}
     foreign: list[str] = []
     for path in sorted(folder.rglob("*")):

@@ -83,10 +83,10 @@ def check_not_foreign(path: Path) -> None:
 def check_not_nested(path: Path) -> None:
     """Refuse an output_dir inside another run (or inside one of its checkpoints): that run's checkpoint
     rotation, ``overwrite_output_dir`` or a resume from an earlier step would delete this one."""
-    for parent in Path(os.path.abspath(path)).parents:
+    inner = Path(os.path.abspath(path))
+    for child, parent in zip([inner, *inner.parents], inner.parents):
         if is_run_folder(parent):
-            inside = next((p for p in Path(os.path.abspath(path)).parents if p.parent == parent), None)
-            where = f" (in its {inside.name}/)" if inside is not None and inside.name.startswith("checkpoint-") else ""
+            where = f" (in its {child.name}/)" if child.name.startswith("checkpoint-") else ""
             raise ValueError(f"output_dir={path} is inside the run folder {parent}{where}: that run's checkpoint "
                              "rotation, overwrite_output_dir or resume could delete this run with it. Choose a folder "
                              f"outside it (e.g. output_dir={parent.parent / (path.name or 'run')})")

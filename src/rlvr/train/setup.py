@@ -28,7 +28,6 @@ or a 3,000-token prompt on a 1,024-position model stops the run at start-up, nam
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import inspect
 import json
 import logging
@@ -48,7 +47,7 @@ from rlvr.data.input_limits import LengthCheck, check_lengths
 from rlvr.data.prompts import has_chat_template
 from rlvr.data.rephrase import RuleRephraser, rephrase_rows
 from rlvr.data.rows import as_chat, select_prompt_column
-from rlvr.dependencies import MissingDependency
+from rlvr.dependencies import require
 from rlvr.models import apply_lora, copy_for_reference, load_policy
 from rlvr.models.activation_checkpointing import enable_activation_checkpointing
 from rlvr.models.cache import rlvr_cache_dir
@@ -374,11 +373,11 @@ def check_reward_functions(cfg: ExperimentConfig, rows: list[dict]) -> list[str]
 def check_optional_packages(cfg: ExperimentConfig) -> None:
     """The optional packages the options need (vllm, peft, the embed scorer's, the trackers'), before the model
     loads (the trainer and the dry run call it): MissingDependency naming the option and the install line."""
-    if cfg.rollout.rollout_engine == "vllm" and importlib.util.find_spec("vllm") is None:
-        raise MissingDependency(VLLM_INSTALL_HINT)
-    if cfg.model.lora_r > 0 and importlib.util.find_spec("peft") is None:
-        raise MissingDependency(f"lora_r={cfg.model.lora_r} (LoRA) needs the peft package, which is not installed; "
-                                "install it with: pip install peft, or train the full model (lora_r=0)")
+    if cfg.rollout.rollout_engine == "vllm":
+        require("vllm", VLLM_INSTALL_HINT)
+    if cfg.model.lora_r > 0:
+        require("peft", f"lora_r={cfg.model.lora_r} (LoRA) needs the peft package, which is not installed; install "
+                        "it with: pip install peft, or train the full model (lora_r=0)")
     if cfg.dagrpo.scorer == "embed":
         require_embedding_packages("scorer=embed")
     require_trackers(cfg.run.report_to)  # these are imported: a tracker's import can fail in other ways too
