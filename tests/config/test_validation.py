@@ -40,6 +40,8 @@ from rlvr.config import SECTIONS, build_config, load_config
         (["algo=dagrpo", "judge_model=tiny-random"], ["judge_model", "scorer=steps", "add scorer=judge"]),
         (["eval_data=gsm8k-100"], ["eval_steps=0", "set eval_steps=K", "or drop eval_data"]),
         (["algo=sft", "anchors=off"], ["anchors", "drop anchors=off"]),
+        (["policy_loss=ppo2"], ["policy_loss", "choose one of", "'clip'"]),
+        (["advantage_estimator=gae"], ["advantage_estimator", "'grpo'", "'rloo'"]),
         *[([f"algo={algo}", "num_rephrasings=0"], ["num_rephrasings", "plain GRPO", "algo=grpo"])
           for algo in ("tagrpo", "tagrpo_unanchored", "tagrpo_unpooled")],
         (["algo=equal_sampling", "num_rephrasings=0"], ["equal_sampling", "set num_rephrasings=N"]),
