@@ -11,9 +11,13 @@ with two, some CPUs' float sums vary at ~1e-7 from run to run):
 - ``tagrpo``: pools of the question and 3 rephrasings, ratios anchored to q_0, and truncated IS.
 
 Recorded per run: every metric of metrics.jsonl except timings and memory (``time/``, ``perf/``,
-``memory/``, TRL's ``step_time``), and the SHA-256 of the final weights (float32 bytes, names sorted). A refactoring that
-leaves the numerics alone reproduces them exactly on the machine that recorded them; the test says
-which machine that was (``machine``).
+``memory/``, TRL's ``step_time``), the SHA-256 of the final weights (float32 bytes, names sorted) and,
+per tensor, the float64 L2 norm of what training changed (final − initial weights), which any machine can
+compare at a tolerance. A refactoring that leaves the numerics alone reproduces them exactly on a machine
+of the same ``machine()`` identity: what selects the kernels the numbers come from (torch's CPU
+capability, the CPU vendor and instruction-set flags that MKL and oneDNN dispatch on, the MKL and oneDNN
+builds, the variables that override their dispatch, the thread count, python/torch/transformers), not
+the CPU's marketing name.
 """
 
 from __future__ import annotations
@@ -73,19 +77,43 @@ def weights_hash(model) -> str:
     return digest.hexdigest()
 
 
+# CPU flags that select a kernel in torch (ATen's dispatch), MKL or oneDNN: two CPUs that differ in one of
+# them may run other instructions (another summation order) for the same product
+KERNEL_FLAGS = ("avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512dq", "avx512bw", "avx512vl",
+                "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
+# environment variables that change which kernels those libraries pick
+DISPATCH_VARIABLES = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR", "MKL_DEBUG_CPU_TYPE",
+                      "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def _cpuinfo() -> dict[str, str]:
+    try:
+        lines = Path("/proc/cpuinfo").read_text().split("\n\n")[0].splitlines()
+    except OSError:
+        return {}
+    return {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in lines)}
+
+
 def machine() -> dict[str, str]:
-    """What the exact numbers depend on besides the code."""
+    """What the exact numbers depend on besides the code: the identity of the kernels that compute them."""
     import torch
     import transformers
 
-    cpu = platform.processor()
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                   if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {"cpu": cpu, "python": platform.python_version(), "torch": torch.__version__,
-            "transformers": transformers.__version__, "threads": str(torch.get_num_threads())}
+    info = _cpuinfo()
+    flags = set(info.get("flags", "").split())
+    build = torch.__config__.show()
+    libraries = [line.strip(" -") for line in build.splitlines() if "Math Kernel Library" in line or "MKL-DNN" in line]
+    return {"cpu_capability": torch.backends.cpu.get_cpu_capability(), "cpu_vendor": info.get("vendor_id", platform.machine()),
+            "cpu_flags": " ".join(f for f in KERNEL_FLAGS if f in flags), "libraries": "; ".join(libraries),
+            "dispatch_env": " ".join(f"{k}={os.environ[k]}" for k in DISPATCH_VARIABLES if k in os.environ),
+            "threads": str(torch.get_num_threads()), "python": platform.python_version(), "torch": torch.__version__,
+            "transformers": transformers.__version__}
+
+
+def update_norms(initial: dict, model) -> dict[str, float]:
+    """Per tensor, the float64 L2 norm of final − initial weights: what training did, comparable at a tolerance."""
+    return {name: float((tensor.detach().double() - initial[name]).norm()) for name, tensor in
+            sorted(model.state_dict().items())}
 
 
 def record() -> dict:
@@ -103,11 +131,13 @@ def record() -> dict:
         for name, options in run_options(work).items():
             cfg = build_config({**options, "output_dir": str(work / name)})
             trainer = Trainer(cfg)
+            initial = {k: v.detach().double().clone() for k, v in trainer.policy.state_dict().items()}
             trainer.train()
             lines = (work / name / "metrics.jsonl").read_text().splitlines()
             metrics = [{k: v for k, v in json.loads(line).items() if not k.startswith(UNTIMED)} for line in lines]
             samples = [json.loads(line) for line in (work / name / "samples.jsonl").read_text().splitlines()]
-            runs[name] = {"metrics": metrics, "samples": samples, "weights_sha256": weights_hash(trainer.policy)}
+            runs[name] = {"metrics": metrics, "samples": samples, "weights_sha256": weights_hash(trainer.policy),
+                          "update_norms": update_norms(initial, trainer.policy)}
     return {"machine": machine(), "runs": runs}
 
 
