@@ -290,13 +290,35 @@ def check_prompt_tokens(rlvr_trainer, trl_trainer, rows: list[dict], count: int 
     return f"{same}/{count} prompts tokenised identically"
 
 
-def _flat_grad(model) -> torch.Tensor:
-    return torch.cat([p.grad.detach().float().reshape(-1) if p.grad is not None else torch.zeros(p.numel())
-                      for p in model.parameters() if p.requires_grad])
+def _grads(model) -> list[torch.Tensor | None]:
+    """Each trainable parameter's gradient (a float32 copy), None where it has none."""
+    return [p.grad.detach().float().clone() if p.grad is not None else None
+            for p in model.parameters() if p.requires_grad]
+
+
+def _grad_agreement(first: list, second: list) -> tuple[float, float]:
+    """(cosine, |a − b| / |a|) of two gradients, summed parameter by parameter in float64 on their device (no
+    flattened copy: at 1.5B parameters that alone is 12 GB)."""
+    dot = norm_a = norm_b = diff = 0.0
+    for a, b in zip(first, second):
+        if a is None and b is None:
+            continue
+        a = a.double() if a is not None else torch.zeros_like(b, dtype=torch.float64)
+        b = b.double() if b is not None else torch.zeros_like(a, dtype=torch.float64)
+        dot += float((a * b).sum())
+        norm_a += float((a * a).sum())
+        norm_b += float((b * b).sum())
+        diff += float(((a - b) ** 2).sum())
+    return dot / max((norm_a * norm_b) ** 0.5, 1e-300), (diff / max(norm_a, 1e-300)) ** 0.5
 
 
 def check_loss_numerics(trl_trainer, beta: float, temperature: float = 1.0) -> dict:
-    """Score TRL's last batch (first rows) with both loss implementations on TRL's model."""
+    """Score TRL's last batch (first rows) with both loss implementations on TRL's model.
+
+    Everything rlvr's side makes (the collated batch, the advantages) goes to the model's device, as a run
+    does; under transformers' gradient checkpointing in train mode (TRL's default) the model drops the KV
+    cache, and ``response_logprobs`` then scores each row unshared (``rlvr.train.response_logprobs``).
+    """
     from rlvr.core.losses import LossSettings, aggregate, clip, kl_k3
     from rlvr.train.experience import pad_rows
     from rlvr.train.response_logprobs import collate, response_logprobs, response_logprobs_no_grad
@@ -307,11 +329,12 @@ def check_loss_numerics(trl_trainer, beta: float, temperature: float = 1.0) -> d
     if "ref_per_token_logps" in full:
         sub["ref_per_token_logps"] = full["ref_per_token_logps"][:CHECK_ROWS]
     sub["num_items_in_batch"] = sub["completion_mask"].sum()
+    model = trl_trainer.model
+    device = next(model.parameters()).device
     synthetic = bool((sub["advantages"] == 0).all())
     if synthetic:  # a batch of uniform groups has A = 0 everywhere: loss and gradient would both read 0
-        fixed = torch.tensor([1.0, -0.5, 0.3, -1.2, 0.7, -0.1, 0.9, -0.8])
+        fixed = torch.tensor([1.0, -0.5, 0.3, -1.2, 0.7, -0.1, 0.9, -0.8], device=device)
         sub["advantages"] = fixed[: len(sub["advantages"])].to(sub["advantages"].dtype)
-    model = trl_trainer.model
     pad_id = trl_trainer._tokenizer.pad_token_id
     prompts = [ids[m.bool()].tolist() for ids, m in zip(sub["prompt_ids"], sub["prompt_mask"])]
     responses = [ids[m.bool()].tolist() for ids, m in zip(sub["completion_ids"], sub["completion_mask"])]
@@ -320,7 +343,7 @@ def check_loss_numerics(trl_trainer, beta: float, temperature: float = 1.0) -> d
     model.zero_grad(set_to_none=True)
     trl_loss = trl_trainer._compute_loss(model, sub)
     trl_loss.backward()
-    trl_grad = _flat_grad(model)
+    trl_grad = _grads(model)
     model.zero_grad(set_to_none=True)
     with torch.no_grad():
         input_ids = torch.cat([sub["prompt_ids"], sub["completion_ids"]], dim=1)
@@ -330,26 +353,25 @@ def check_loss_numerics(trl_trainer, beta: float, temperature: float = 1.0) -> d
 
     batch = collate(prompts, responses, pad_token_id=pad_id)
     logps, _ = response_logprobs(model, batch, temperature=temperature)
-    mask = batch.response_mask
-    per_token, _ = clip(logps, logps.detach(), sub["advantages"].float(), mask, LossSettings(epsilon=0.2))
+    mask = batch.response_mask.to(device)
+    advantages = sub["advantages"].float().to(device)
+    per_token, _ = clip(logps, logps.detach(), advantages, mask, LossSettings(epsilon=0.2))
     ref_diff = None
     if beta > 0:
         ref = response_logprobs_no_grad(trl_trainer.ref_model, prompts, responses, pad_token_id=pad_id,
                             temperature=temperature, micro_batch_size=CHECK_ROWS)
-        ref = pad_rows(ref, batch.response_width)
+        ref = pad_rows(ref, batch.response_width).to(device)
         per_token = per_token + beta * kl_k3(logps, ref, mask)
         trl_ref = sub["ref_per_token_logps"]
         ref_diff = max(float((ref[i, :n] - trl_ref[i, :n].float()).abs().max()) for i, n in enumerate(lengths))
     rlvr_loss = aggregate(per_token, mask, "token_mean")
     rlvr_loss.backward()
-    rlvr_grad = _flat_grad(model)
+    rlvr_grad = _grads(model)
     model.zero_grad(set_to_none=True)
 
     logp_diff = max(float((logps[i, :n].detach() - trl_logps[i, :n].float()).abs().max())
                     for i, n in enumerate(lengths))
-    trl_grad, rlvr_grad = trl_grad.double(), rlvr_grad.double()  # 135M-long dot products: sum in fp64
-    cosine = float(trl_grad @ rlvr_grad / (trl_grad.norm() * rlvr_grad.norm()).clamp(min=1e-300))
-    rel = float((trl_grad - rlvr_grad).norm() / trl_grad.norm().clamp(min=1e-300))
+    cosine, rel = _grad_agreement(trl_grad, rlvr_grad)
     return {"rows": CHECK_ROWS, "tokens": int(sum(lengths)), "trl_loss": float(trl_loss.detach()),
             "rlvr_loss": float(rlvr_loss.detach()), "synthetic_advantages": synthetic, "max_abs_logp_diff": logp_diff, "max_abs_ref_logp_diff": ref_diff,
             "grad_cosine": cosine, "grad_rel_diff": rel}

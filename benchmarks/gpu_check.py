@@ -17,28 +17,37 @@ stop ids are set to an id the model cannot sample; TRL: ``generation_kwargs={"mi
 the work is the same in every run. The reward is a hash of the completion's text in [0, 1): it varies
 within every group, so every step updates.
 
-Parts, in order, each with its own time budget (``--budget-scale`` multiplies them all); a part that
-passes its budget is cut where it is, its numbers so far kept, and the next part starts. The JSON
-(``OUT/gpu_check.json``) is rewritten after every step, so a run killed from outside keeps what it
-measured:
+Parts, in order, each in a process of its own with its own time budget (``--budget-scale`` multiplies them
+all). Before it starts the script prints its plan: each part's estimated seconds (its rollout tokens and
+update tokens at the rates stated in ``RATES``, plus the process start) and its budget. A part that passes
+its budget is killed with its whole process group (a cut no code inside it can catch), its numbers so far
+kept, status ``cut``, and the next part starts in a fresh process (its memory starts empty: the start is
+recorded). The part writes its numbers into the JSON (``OUT/gpu_check.json``) after every rollout and every
+step, so a cut part, or a run killed from outside, keeps what it measured:
 
   grpo      rlvr GRPO at the 1.5B shape: fp32 master weights with bf16 compute (``bf16=true``),
             gradient checkpointing, chunked LM head, B = 8 prompts x G = 8, T = 1024; 1 warm-up + 1 timed
             step: seconds per step, rollout tokens/s, peak memory
   trl       TRL's GRPOTrainer, same model, data, reward, batch and options (its defaults otherwise), in
-            the same process: seconds per step, the rlvr/TRL ratio, and bench_step.py's loss-equality
-            check on TRL's first batch, outside the timed steps (log-probs, loss and gradient of both implementations)
+            one process: seconds per step (synchronised), the rlvr/TRL ratio, and bench_step.py's loss-equality
+            check on TRL's first batch, outside the timed steps (log-probs, loss and gradient of both
+            implementations; the peak is reset after it, so TRL's peak is its training's)
   dagrpo    one DaGRPO step at the same shape (pair masking, ``steps`` scorer, an anchor from the row's
             solution in every group: ``anchors=always``, since the hashed reward leaves no group failed)
-  tagrpo    one TA-GRPO step at the same shape (N = 2 rule rephrasings: (N + 1) x G responses per question)
+  tagrpo    one TA-GRPO step at the same shape (N = 2 rule rephrasings: (N + 1) x G responses per question,
+            the whole pool of 192 rolled out in one go: ``max_rollout_batch_size`` 192)
   memory7b  one update at the 7B shape (4 responses of 1024 tokens, 256-token prompts, ``dtype=bfloat16``,
             no memory option, beta = 0, fused AdamW): peak memory against docs/scaling.md's prediction for
             that row (benchmarks/memory_fit.py's arithmetic on its counted activations)
   options   each memory option alone, one update at the 1.5B shape (16 responses of 1024 tokens in groups
             of 4 sharing a 256-token prompt): peak memory and time against plain ``dtype=bfloat16``
 
-``--device cpu`` swaps every shape for a tiny one (2 layers, hidden 64), B = 2 x G = 4, T = 16 and no
-budgets: it checks the code path, not the numbers. This is a script, not a test: it asserts nothing
+``--device cpu`` is the dry run at the GPU's own settings: every shape tiny (2 layers, hidden 64), B = 2 x G = 4,
+T = 16, no budgets, but the same options (bf16 autocast with fp32 master weights, gradient checkpointing in
+both trainers, the chunked head at a chunk of 8 tokens, micro-batches of a quarter of the batch as on the GPU)
+and the same process per part, under ``rlvr.parallel.device_check.DeviceDiscipline``: the models live on an
+emulated accelerator (``cpu:0``) and an operation meeting one of their tensors and a host tensor raises, as
+CUDA would. It checks the code path, not the numbers. This is a script, not a test: it asserts nothing
 about speed. Exit code 1 if a part failed (a cut part is not a failure), 2 without a CUDA device
 (unless --device cpu).
 """
@@ -59,6 +68,7 @@ import math
 import platform
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -83,11 +93,19 @@ TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_atte
             vocab_size=49152, tie_word_embeddings=True)
 COMMON = dict(max_position_embeddings=32768, rope_theta=1_000_000.0, rms_norm_eps=1e-6, hidden_act="silu")
 PARTS = ("grpo", "trl", "dagrpo", "tagrpo", "memory7b", "options")
-# seconds; 440 in all, so the command ends inside 8 minutes with start-up and imports
-BUDGET_S = {"grpo": 100, "trl": 150, "dagrpo": 45, "tagrpo": 65, "memory7b": 40, "options": 40}
+# Stated rates on one H200 (not yet measured: the JSON records the measured ones for the next plan):
+# seconds per decoded position of a 1.5B batch of <= 192 sequences (eager decoding is launch-bound: ~28 layers x
+# ~15 kernels a position), update tokens per second of 1.5B (forward + checkpointed recompute + backward,
+# ~1.2e10 FLOP a token at ~200 TFLOP/s), seconds to build a random model on the GPU, a part's process start
+# (imports, CUDA context).
+RATES = {"decode_s_per_position": 0.03, "update_tokens_per_s": 15000.0, "build_s": {"1.5B": 5.0, "7B": 10.0},
+         "process_start_s": 15.0}
+MARGIN = 1.3  # budget = estimate x margin
+COMMAND_LIMIT_S = 600  # the device tool's limit for one command
 # the run's memory and precision stack (docs/scaling.md): fp32 master weights, bf16 compute, checkpointed
 # layers, the chunked LM head
 LEAN = {"dtype": "float32", "bf16": True, "gradient_checkpointing": True, "lm_head_chunk_tokens": 1024}
+TINY_LEAN = {**LEAN, "lm_head_chunk_tokens": 8}  # the dry run: the same stack, a chunk the size of its shapes
 OPTIONS = {  # each memory option alone, against plain dtype=bfloat16
     "plain bf16": {"dtype": "bfloat16"},
     "+gradient_checkpointing": {"dtype": "bfloat16", "gradient_checkpointing": True},
@@ -99,27 +117,39 @@ OPTIONS = {  # each memory option alone, against plain dtype=bfloat16
 PREDICTIONS = HERE / "results" / "memory_fit_2026-12-01.json"
 
 
-class PartCut(Exception):
-    """A part passed its time budget."""
+def estimates(args) -> dict[str, dict]:
+    """Each part's estimated seconds from its work at ``RATES``: rollout positions, update tokens, models built."""
+    r, T, n = RATES, args.completion_length, args.prompts * args.generations
+    prompt = 64  # the rows' chat prompts, about
+
+    def part(rollouts: int, update_tokens: int, builds: list[str], extra: float = 0.0, pool: int = 1) -> dict:
+        seconds = (r["process_start_s"] + rollouts * T * r["decode_s_per_position"] + update_tokens /
+                   r["update_tokens_per_s"] + sum(r["build_s"][b] for b in builds) + extra)
+        return {"rollout_tokens": rollouts * pool * n * T, "update_tokens": update_tokens, "estimate_s": seconds,
+                "budget_s": seconds * MARGIN * args.budget_scale}
+
+    step_tokens = n * (T + prompt)
+    options_tokens = 16 * (T + 256)
+    return {
+        "grpo": part(args.steps, args.steps * step_tokens, ["1.5B"]),
+        "trl": part(args.steps, args.steps * step_tokens, ["1.5B"], extra=step_tokens / 8 / r["update_tokens_per_s"]),
+        "dagrpo": part(1, step_tokens + args.prompts * (T + prompt), ["1.5B"]),  # + one anchor a group
+        "tagrpo": part(1, 3 * step_tokens * 4 // 3, ["1.5B"], pool=3),  # 3 variants at once; ratios on q_0
+        "memory7b": part(0, 4 * (T + 256) * 5, ["7B"]),  # 7B: ~5x the 1.5B's work a token
+        "options": part(0, len(OPTIONS) * options_tokens, ["1.5B"] * len(OPTIONS)),
+    }
 
 
-@contextlib.contextmanager
-def budget(seconds: float | None):
-    """Raise PartCut in the main thread after ``seconds`` (None: no limit)."""
-    if not seconds:
-        yield
-        return
-
-    def cut(signum, frame):
-        raise PartCut(f"cut at its budget of {seconds:.0f} s")
-
-    previous = signal.signal(signal.SIGALRM, cut)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+def print_plan(args, plan: dict) -> None:
+    rates = ", ".join(f"{k} {v}" for k, v in RATES.items())
+    print(f"plan (stated rates: {rates}; budget = estimate x {MARGIN} x {args.budget_scale}):")
+    for part in args.parts:
+        p = plan[part]
+        print(f"  {part:<9} rollout {p['rollout_tokens']:>7} tokens, update {p['update_tokens']:>7} tokens: "
+              f"~{p['estimate_s']:.0f} s, budget {p['budget_s']:.0f} s")
+    total = sum(plan[p]["budget_s"] for p in args.parts)
+    print(f"  total budget {total:.0f} s against the {COMMAND_LIMIT_S} s command limit "
+          f"({COMMAND_LIMIT_S - total:.0f} s to spare)", flush=True)
 
 
 # --------------------------------------------------------------------------- models, data, reward
@@ -135,7 +165,12 @@ def random_model(shape: str, args, dtype: torch.dtype):
 
     torch.manual_seed(args.seed)
     with torch.device(args.device):
-        return AutoModelForCausalLM.from_config(model_config(shape, args), dtype=dtype).eval()
+        model = AutoModelForCausalLM.from_config(model_config(shape, args), dtype=dtype).eval()
+    if args.tiny:  # the dry run: the model lives on the emulated accelerator (rlvr.parallel.device_check)
+        from rlvr.parallel.device_check import mark_on_device
+
+        mark_on_device(model)
+    return model
 
 
 def register_models(args) -> None:
@@ -187,7 +222,7 @@ def rlvr_config(args, part: str, **extra):
         "lr_scheduler_type": "constant", "max_grad_norm": 1.0, "output_dir": str(args.work / part),
         "save_steps": 0, "save_strategy": "no", "progress_bar": False, "log_completions": False,
         "report_to": "none", "verifier_workers": 1, "max_steps": 100,
-        **({} if args.tiny else LEAN), **extra,
+        **(TINY_LEAN if args.tiny else LEAN), **extra,
     })
 
 
@@ -215,21 +250,63 @@ def peak_gib(args) -> float | None:
     return torch.cuda.max_memory_allocated() / 2**30 if args.cuda else None
 
 
+def synchronize(args) -> None:
+    if args.cuda:
+        torch.cuda.synchronize()
+
+
+def memory_now(args) -> dict:
+    """What the process holds on the GPU now, and what the GPU has free (another tenant would show here)."""
+    if not args.cuda:
+        return {}
+    free, total = torch.cuda.mem_get_info()
+    return {"allocated_gib": torch.cuda.memory_allocated() / 2**30, "free_gib": free / 2**30,
+            "total_gib": total / 2**30}
+
+
+STEP_KEYS = ("time/step_s", "time/rollout_s", "time/reward_s", "time/update_s", "perf/tokens_per_s", "train/loss",
+             "train/grad_norm", "completions/mean_length", "reward", "dagrpo/anchor_rate", "dagrpo/anchor_unavailable",
+             "dagrpo/masked_pair_frac", "tagrpo/variants_per_pool")
+
+
 def rlvr_steps(args, part: str, steps: int, record: dict, save, **extra) -> None:
-    """``steps`` training steps of rlvr; each step's numbers into ``record['steps']`` as they come."""
+    """``steps`` training steps of rlvr; each rollout's and each step's numbers into ``record`` as they come."""
     from rlvr.train.trainer import Trainer
 
     reset_peak(args)
     trainer = Trainer(rlvr_config(args, part, **extra))
     never_stop(trainer)
-    record["steps"] = []
+    record["steps"], record["rollouts"] = [], []
+    record["after_set_up"] = memory_now(args)
+    save()
+    round_ = trainer.rollouts.round
+
+    def timed_round(step, **kwargs):  # a step cut in its update still keeps its rollout's numbers
+        synchronize(args)
+        start = time.perf_counter()
+        profile = args.profile and not record["rollouts"]
+        with (torch.profiler.profile() if profile else contextlib.nullcontext()) as profiler:
+            groups = round_(step, **kwargs)
+            synchronize(args)
+        seconds = time.perf_counter() - start
+        if profile:
+            record["rollout_profile"] = profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)
+        tokens = sum(len(c.token_ids) for g in groups for c in g.completions)
+        record["rollouts"].append({"step": step, "seconds": seconds, "responses": sum(len(g.completions) for g in groups),
+                                   "tokens": tokens, "tokens_per_s": tokens / seconds,
+                                   "s_per_position": seconds / args.completion_length, "peak_gib": peak_gib(args)})
+        save()
+        return groups
+
+    trainer.rollouts.round = timed_round
     try:
         for step in range(1, steps + 1):
+            synchronize(args)
+            start = time.perf_counter()
             metrics = trainer.training_step(step).metrics
-            record["steps"].append({key: metrics.get(key) for key in (
-                "time/step_s", "time/rollout_s", "time/reward_s", "time/update_s", "perf/tokens_per_s",
-                "train/loss", "train/grad_norm", "completions/mean_length", "reward", "dagrpo/anchor_rate",
-                "dagrpo/anchor_unavailable", "dagrpo/masked_pair_frac", "tagrpo/variants_per_pool")} | {"peak_gib": peak_gib(args)})
+            synchronize(args)
+            record["steps"].append({key: metrics.get(key) for key in STEP_KEYS} |
+                                   {"wall_s": time.perf_counter() - start, "peak_gib": peak_gib(args)})
             save()
     finally:
         close_trainer(trainer)
@@ -267,13 +344,14 @@ def part_dagrpo(args, record, save):
 
 
 def part_tagrpo(args, record, save):
-    rlvr_steps(args, "tagrpo", 1, record, save, algo="tagrpo", num_rephrasings=2)
+    # the pool of (N + 1) x G responses a question, B questions: one rollout, not three after one another
+    pool = args.prompts * 3 * args.generations
+    rlvr_steps(args, "tagrpo", 1, record, save, algo="tagrpo", num_rephrasings=2, max_rollout_batch_size=pool)
 
 
 # --------------------------------------------------------------------------- TRL
 def part_trl(args, record, save):
     """TRL's GRPOTrainer on the same model shape, rows, prompts, reward and batch; then the loss check."""
-    import bench_step
     from datasets import Dataset
     from transformers import PrinterCallback, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -282,13 +360,12 @@ def part_trl(args, record, save):
 
     cfg = rlvr_config(args, "trl_rows")
     reset_peak(args)
-    mixed = not args.tiny
     model = random_model("1.5B", args, torch.float32)
     data = Dataset.from_list([{"prompt": prompt_messages(r["question"], system_prompt=cfg.data.system_prompt,
                                                          instruction=cfg.data.instruction)} for r in args.rows])
     config = GRPOConfig(
         output_dir=str(args.work / "trl"), report_to="none", use_cpu=not args.cuda, seed=args.seed,
-        bf16=mixed, gradient_checkpointing=mixed, max_steps=args.steps, logging_steps=1, save_strategy="no",
+        bf16=True, gradient_checkpointing=True, max_steps=args.steps, logging_steps=1, save_strategy="no",
         disable_tqdm=True, per_device_train_batch_size=args.micro_batch,
         gradient_accumulation_steps=args.prompts * args.generations // args.micro_batch,
         num_generations=args.generations, max_completion_length=args.completion_length,
@@ -309,16 +386,20 @@ def part_trl(args, record, save):
 
     class StepTimer(TrainerCallback):
         def on_step_begin(self, *_, **__):
+            synchronize(args)
             self.start = time.perf_counter()
 
         def on_step_end(self, _args, state, control, **kwargs):
+            synchronize(args)
             metrics = trainer._metrics["train"]
             record["steps"].append({"time/step_s": time.perf_counter() - self.start, "peak_gib": peak_gib(args),
                                     "completions/mean_length": (metrics.get("completions/mean_length") or [None])[-1],
                                     "reward": (metrics.get("reward") or [None])[-1]})
-            if "loss_check" not in record:  # on the first step's batch, outside the timed step: a cut keeps it
-                record["loss_check"] = bench_step.check_loss_numerics(trainer, beta=0.0)
             save()
+            if "loss_check" not in record:  # on the first step's batch, outside the timed step: a cut keeps it
+                record["loss_check"] = loss_check(args, trainer)
+                reset_peak(args)  # TRL's peak is its training's, not the check's gradient copies
+                save()
 
     trainer.add_callback(StepTimer())
     trainer.remove_callback(PrinterCallback)
@@ -327,6 +408,20 @@ def part_trl(args, record, save):
     finally:
         trainer = model = None  # free both before the next part (the callbacks hold the trainer: a cycle)
         reset_peak(args)
+
+
+def loss_check(args, trainer) -> dict:
+    """bench_step's loss check on TRL's batch; in the dry run under the device discipline, TRL's model and batch
+    on the emulated accelerator (where they are on the GPU), so whatever rlvr's side leaves on the host fails."""
+    import bench_step
+
+    if not args.tiny:
+        return bench_step.check_loss_numerics(trainer, beta=0.0)
+    from rlvr.parallel.device_check import DeviceDiscipline, mark_on_device
+
+    mark_on_device(trainer.model, *[v for v in trainer._bench_last_inputs.values() if isinstance(v, torch.Tensor)])
+    with DeviceDiscipline():
+        return bench_step.check_loss_numerics(trainer, beta=0.0)
 
 
 # --------------------------------------------------------------------------- one update, memory
@@ -349,6 +444,10 @@ def one_update(args, shape: str, options: dict, groups: list[tuple[list[int], in
     model = random_model(shape, args, dtype)
     if options.get("lora_r"):
         model = apply_lora(model, r=options["lora_r"], alpha=32, dropout=0.0, target_modules="all-linear")
+        if args.tiny:  # PEFT puts the adapters beside their base weights (on the GPU too); the emulation
+            from rlvr.parallel.device_check import mark_on_device  # does not follow PEFT's placement
+
+            mark_on_device(model)
     if options.get("gradient_checkpointing"):
         enable_activation_checkpointing(model)
     n = sum(count for _, count in groups)
@@ -474,11 +573,15 @@ def parse_args(argv):
     parser.add_argument("--out", required=True, help="folder for gpu_check.json (created)")
     parser.add_argument("--parts", default=",".join(PARTS), help=f"comma list of {', '.join(PARTS)} (default: all)")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
-                        help="cpu: tiny shapes, a check of the script (default cuda)")
+                        help="cpu: the dry run (tiny shapes, the GPU's options, the emulated accelerator)")
     parser.add_argument("--tokenizer", default="kit/tokenizer", help="tokenizer folder (default kit/tokenizer, "
                         "made by benchmarks/gpu_kit.sh)")
     parser.add_argument("--budget-scale", type=float, default=1.0, help="multiply every part's time budget")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--completion-length", type=int, help="T (default 1024 on the GPU, 16 in the dry run)")
+    parser.add_argument("--profile", action="store_true", help="torch.profiler over each rlvr part's first rollout: "
+                        "the 25 costliest operations into the JSON")
+    parser.add_argument("--child", choices=PARTS, help=argparse.SUPPRESS)  # one part, in its own process
     args = parser.parse_args(argv)
     args.parts = [p.strip() for p in args.parts.split(",") if p.strip()]
     unknown = sorted(set(args.parts) - set(PARTS))
@@ -488,8 +591,8 @@ def parse_args(argv):
     args.tiny = not args.cuda
     big = not args.tiny
     args.prompts, args.generations = (8, 8) if big else (2, 4)
-    args.completion_length = 1024 if big else 16
-    args.micro_batch = 16 if big else 4
+    args.completion_length = args.completion_length or (1024 if big else 16)
+    args.micro_batch = 16 if big else 2  # a quarter of the step's responses, on the GPU and in the dry run
     args.steps = 2  # one warm-up, one timed
     args.rows = rows(64)
     if not Path(args.tokenizer).is_dir():
@@ -497,12 +600,7 @@ def parse_args(argv):
     return args
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    if args.cuda and not torch.cuda.is_available():
-        print(f"gpu_check: torch {torch.__version__} sees no CUDA device; on a CPU add --device cpu (tiny shapes)",
-              file=sys.stderr)
-        return 2
+def quiet_libraries() -> None:
     import logging
     import warnings
 
@@ -512,50 +610,113 @@ def main(argv=None) -> int:
     warnings.filterwarnings("ignore", category=FutureWarning)
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
+
+
+class Report:
+    """OUT/gpu_check.json, written whole and atomically; a part's process writes its own record into it."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def read(self) -> dict:
+        return json.loads(self.path.read_text())
+
+    def write(self, report: dict) -> None:
+        tmp = self.path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(report, indent=1, default=str))
+        os.replace(tmp, self.path)
+
+
+def run_child(args) -> int:
+    """One part in this process: its record into the report after every rollout and step."""
+    quiet_libraries()
     register_models(args)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "gpu_check.json"
-    report = {"environment": environment(args), "budgets_s": {}, "results": {}}
-    print(f"gpu_check: {report['environment'].get('gpu', 'cpu (tiny shapes)')}, torch {torch.__version__}, "
-          f"transformers {transformers.__version__}; parts {', '.join(args.parts)}", flush=True)
+    report_file = Report(Path(args.out) / "gpu_check.json")
+    report = report_file.read()
+    record = report["results"][args.child]
+    record.update(status="running", at_start=memory_now(args))
 
     def save() -> None:
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(report, indent=1, default=str))
-        os.replace(tmp, path)
+        report_file.write(report)
 
-    failed = False
+    discipline = contextlib.nullcontext()
+    if args.tiny:  # the dry run: rlvr's device is the emulated accelerator, where the models live
+        import rlvr.train.setup
+        from rlvr.parallel.device_check import ON_DEVICE, DeviceDiscipline
+
+        rlvr.train.setup.resolve_device = lambda name, **_: ON_DEVICE
+        discipline = DeviceDiscipline() if args.child != "trl" else contextlib.nullcontext()  # TRL's: loss_check
     with tempfile.TemporaryDirectory(prefix="gpu_check_") as work:
         args.work = Path(work)
-        for part in args.parts:
-            seconds = None if args.tiny else BUDGET_S[part] * args.budget_scale
-            record = report["results"][part] = {"status": "running"}
-            report["budgets_s"][part] = seconds
-            print(f"[{part}] budget {fmt(seconds, '.0f')} s ...", flush=True)
-            start = time.perf_counter()
-            try:
-                with budget(seconds):
-                    RUN[part](args, record, save)
-                record["status"] = "done"
-            except PartCut as cut:
-                record.update(status="cut", error=str(cut))
-            except Exception as error:  # noqa: BLE001  (one failing part must not cost the others their GPU time)
-                failed = True
-                record.update(status="failed", error=f"{type(error).__name__}: {error}",
-                              traceback=traceback.format_exc())
-            record["wall_s"] = time.perf_counter() - start
-            if "steps" in record:
-                summarise_steps(record)
-            if record.get("predicted_gib") and record.get("peak_gib"):
-                record["measured_over_predicted"] = record["peak_gib"] / record["predicted_gib"]
-            reset_peak(args)
-            save()
-            print(f"[{part}] {record['status']} in {record['wall_s']:.0f} s"
-                  + (f": {record['error'].splitlines()[0][:300]}" if record.get("error") else ""), flush=True)
+        try:
+            with discipline:
+                RUN[args.child](args, record, save)
+            record["status"] = "done"
+        except Exception as error:  # noqa: BLE001  (recorded, and the exit code says it)
+            record.update(status="failed", error=f"{type(error).__name__}: {error}", traceback=traceback.format_exc())
+        save()
+    return 0 if record["status"] == "done" else 1
+
+
+def run_part(args, argv: list[str], part: str, budget_s: float | None, report_file: Report) -> None:
+    """The part in a process group of its own, killed whole at its budget (nothing in it can catch that)."""
+    start = time.perf_counter()
+    child = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), *argv, "--child", part],
+                             start_new_session=True)
+    try:
+        rc = child.wait(timeout=budget_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+        rc = None
+    report = report_file.read()
+    record = report["results"][part]
+    record["wall_s"] = time.perf_counter() - start
+    if rc is None:
+        record.update(status="cut", error=f"cut at its budget of {budget_s:.0f} s (process group killed)")
+    elif rc != 0 and record.get("status") != "failed":
+        record.update(status="failed", error=f"the part's process ended with exit code {rc}")
+    if record.get("steps"):
+        summarise_steps(record)
+    if record.get("predicted_gib") and record.get("peak_gib"):
+        record["measured_over_predicted"] = record["peak_gib"] / record["predicted_gib"]
+    report_file.write(report)
+    print(f"[{part}] {record['status']} in {record['wall_s']:.0f} s"
+          + (f": {record['error'].splitlines()[0][:300]}" if record.get("error") else ""), flush=True)
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    if args.cuda and not torch.cuda.is_available():
+        print(f"gpu_check: torch {torch.__version__} sees no CUDA device; on a CPU add --device cpu (tiny shapes)",
+              file=sys.stderr)
+        return 2
+    if args.child:
+        return run_child(args)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    report_file = Report(out / "gpu_check.json")
+    plan = estimates(args)
+    report = {"environment": environment(args), "rates": RATES, "plan": {p: plan[p] for p in args.parts},
+              "budgets_s": {}, "results": {}}
+    print(f"gpu_check: {report['environment'].get('gpu', 'cpu (dry run: tiny shapes, the GPU options)')}, torch "
+          f"{torch.__version__}; parts {', '.join(args.parts)}", flush=True)
+    print_plan(args, plan)
+    for part in args.parts:
+        budget_s = None if args.tiny else plan[part]["budget_s"]
+        report["budgets_s"][part] = budget_s
+        report["results"][part] = {"status": "starting"}
+        report_file.write(report)
+        print(f"[{part}] budget {fmt(budget_s, '.0f')} s ...", flush=True)
+        run_part(args, argv, part, budget_s, report_file)
+        report = report_file.read()
     print("\n" + table(report["results"]))
-    print(f"\nwrote {path}")
-    finite = all(math.isfinite(s["train/loss"]) for r in report["results"].values() for s in r.get("steps", [])
+    print(f"\nwrote {report_file.path}")
+    results = report["results"].values()
+    failed = any(r["status"] == "failed" for r in results)
+    finite = all(math.isfinite(s["train/loss"]) for r in results for s in r.get("steps", [])
                  if s.get("train/loss") is not None)
     return 1 if failed or not finite else 0
 

@@ -237,3 +237,26 @@ def test_activation_checkpointing_recomputes_in_the_backward():
         calls.clear()
         response_logprobs(model, batch, temperature=1.0)
     assert len(calls) == forward_calls  # no gradients: nothing is checkpointed
+
+
+def test_a_model_with_transformers_checkpointing_in_train_mode_is_scored_unshared():
+    """transformers' own gradient checkpointing (TRL's default) drops the KV cache in train mode: the shared
+    prompts' keys would reach no layer (the GPU check's TRL loss check crashed on it). The rows are then scored
+    unshared: the same log-probs and gradients as the model without checkpointing."""
+    prompts, responses = [[5, 6, 7]] * 3, [[8, 9, 10], [11, 12], [13]]
+    batch = collate(prompts, responses, pad_token_id=0)
+    assert batch.shares_prompts
+    results = []
+    for checkpointing in (False, True):
+        model, _ = tiny_random_model_and_tokenizer(seed=4)
+        model.config.dropout = 0.0
+        if checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.train()
+        logprobs, _ = response_logprobs(model, batch, temperature=1.0)
+        (logprobs * batch.response_mask).sum().backward()
+        results.append((logprobs.detach(), [p.grad.clone() for p in model.parameters()]))
+    (plain, plain_grads), (checkpointed, checkpointed_grads) = results
+    torch.testing.assert_close(checkpointed[batch.response_mask], plain[batch.response_mask], rtol=1e-5, atol=1e-5)
+    for a, b in zip(checkpointed_grads, plain_grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)  # shared vs unshared sums: as in the tests above

@@ -25,6 +25,7 @@ from transformers import DynamicCache
 
 from rlvr.core.lm_head import chunked_token_logprobs
 from rlvr.core.logprobs import entropy_from_logits, token_logprobs
+from rlvr.models.activation_checkpointing import decoder_layers
 from rlvr.rollout.base import left_pad
 from rlvr.rollout.decode_engine import CACHE_KWARG
 from rlvr.train.experience import length_buckets
@@ -88,7 +89,7 @@ def response_logits(model, batch: Collated, *, share_prefix: bool = True, in_hea
     width = batch.response_width
     tokens = batch.response_ids.to(device)
     head = in_head if in_head is not None else (lambda _tokens: contextlib.nullcontext())
-    if not (share_prefix and batch.shares_prompts):
+    if not (share_prefix and batch.shares_prompts) or drops_cache(model):
         input_ids, attention_mask, position_ids = (x.to(device) for x in batch.concatenated())
         prompt_width = batch.prompt_ids.shape[1]
         keep = torch.arange(prompt_width - 1, prompt_width + width - 1, device=device)
@@ -114,6 +115,16 @@ def response_logits(model, batch: Collated, *, share_prefix: bool = True, in_hea
                      position_ids=position_ids, **{CACHE_KWARG: cache}, use_cache=True,
                      logits_to_keep=torch.arange(width - 1, device=device)).logits  # [n, T - 1, V]
     return [first, rest]
+
+
+def drops_cache(model) -> bool:
+    """Whether the model's layers would drop the prompts' KV cache: transformers' own gradient checkpointing
+    (``gradient_checkpointing_enable``, TRL's default) in training mode with gradients on sets the cache to
+    None inside each layer, so the shared prefix would reach no layer. rlvr's own checkpointing
+    (``rlvr.models.activation_checkpointing``) keeps it; a model prepared elsewhere is scored unshared."""
+    if not (model.training and torch.is_grad_enabled()):
+        return False
+    return any(getattr(layer, "gradient_checkpointing", False) for layer in decoder_layers(model))
 
 
 def _per_row(onehot: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
