@@ -82,11 +82,13 @@ def boxed_reward(prompts, completions, answer, **kwargs):
 
 
 class FixedResponses:
-    """Stands in for the engine's ``generate``: the responses for each prompt, in the order of its requests."""
+    """Stands in for the engine's ``generate``: the responses for each prompt, in the order of its requests,
+    with the sampler's log-probs a real engine reports (log π(o_t | the prompt it was sampled from), by ``score``)."""
 
-    def __init__(self, by_prompt: dict[tuple[int, ...], list[str]]):
+    def __init__(self, by_prompt: dict[tuple[int, ...], list[str]], score):
         self.by_prompt = {key: list(texts) for key, texts in by_prompt.items()}
         self.taken = {key: 0 for key in by_prompt}
+        self.score = score
         self.prompts: list[list[int]] = []
 
     def __call__(self, prompts, **kwargs):
@@ -97,7 +99,7 @@ class FixedResponses:
             self.prompts.append(list(prompt))
             ids = response(self.by_prompt[key][self.taken[key]])
             self.taken[key] += 1
-            out.append(Completion(ids, [0.0] * len(ids), False))
+            out.append(Completion(ids, self.score(list(prompt), ids).tolist(), False))
         return out
 
 
@@ -188,32 +190,45 @@ COMMON = {
 def run_one_step(tmp_path, rows, by_prompt, **overrides):
     """The real trainer, one step, the engine's ``generate`` replaced by the fixed responses.
 
-    Returns (trainer, initial fp32 weights, its float64-able copy of the policy, metrics, samples, engine stand-in)."""
+    Returns (trainer, the initial fp32 weights, a copy of the initial policy, the step's metrics, samples.jsonl's
+    records, the engine stand-in)."""
     cfg = build_config({**COMMON, "data": rows, "output_dir": str(tmp_path / "run"), **overrides})
     trainer = Trainer(cfg)
     initial = {n: p.detach().clone() for n, p in trainer.policy.named_parameters()}
     model0 = copy.deepcopy(trainer.policy)
-    fixed = FixedResponses(by_prompt)
+    model64 = copy.deepcopy(model0).to(torch.float64).eval()
+    temperature = trainer.cfg.rollout.temperature
+
+    def score(prompt, ids):
+        with torch.no_grad():
+            return logprobs64(model64, prompt, ids, temperature)
+
+    fixed = FixedResponses(by_prompt, score)
     trainer.engine.generate = fixed  # the rollout boundary: everything downstream is the product's
     (metrics,) = trainer.train()
     samples = [json.loads(line) for line in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
     return trainer, initial, model0, metrics, samples, fixed
 
 
-def assert_weights_match(trainer, initial, ref: Reference):
-    """Every parameter within TOL of the update's scale (plus one fp32 rounding of the weight)."""
-    got = dict(trainer.policy.named_parameters())
+def assert_weights_match(trainer, initial, ref: Reference) -> tuple[float, float]:
+    """Every parameter within TOL of the update's scale (plus one fp32 rounding of the weight itself), and the
+    whole model within TOL of the update's norm. Returns (worst element error, whole-model error), both as
+    fractions of the update's scale and norm."""
+    got = {n: p.detach().double() for n, p in trainer.policy.named_parameters()}
     assert set(got) == set(ref.weights)
-    scale = max(float((ref.weights[n] - initial[n].double()).abs().max()) for n in got)
-    assert scale > 1e-4, "the step must move the weights measurably"
+    deltas = {n: ref.weights[n] - initial[n].double() for n in got}
+    scale = max(float(d.abs().max()) for d in deltas.values())
+    assert scale > 1e-3, "the step must move the weights measurably"
     worst = 0.0
-    for name, p in got.items():
-        w = p.detach().double()
+    for name, w in got.items():
         err = (w - ref.weights[name]).abs()
         bound = TOL * scale + ref.weights[name].abs() * 2.0**-24
         assert bool((err <= bound).all()), (name, float(err.max()), TOL * scale)
         worst = max(worst, float(err.max()) / scale)
-    return worst
+    norm = math.sqrt(sum(float((d * d).sum()) for d in deltas.values()))
+    whole = math.sqrt(sum(float(((got[n] - ref.weights[n]) ** 2).sum()) for n in got)) / norm
+    assert whole <= TOL, whole
+    return worst, whole
 
 
 # ----------------------------------------------------------------------------------------------- DaGRPO
@@ -252,8 +267,17 @@ def test_dagrpo_pair_masking_and_anchor_one_step_matches_float64(tmp_path, passe
         anchor_placement="replace_worst", anchor_psi="log", num_iterations=passes, learning_rate=lr)
     assert fixed.prompts == [q_a] * 4 + [q_b] * 4  # the prompts reached the engine as built here
 
-    # the hand-worked batch, checked on the way (scores, the anchor, advantages as samples.jsonl logs them)
     adv_a, adv_b = dagrpo_hand_advantages()
+    items = [Item(q_a, q_a, response(t), a) for (t, _, _), a in zip(GROUP_A, adv_a)]
+    texts_b = [GROUP_B[0][0], ANCHOR_B, GROUP_B[2][0], GROUP_B[3][0]]  # the anchor replaced slot 2 (s = 0)
+    items += [Item(q_b, q_b, response(t), a, anchor=(k == 1)) for k, (t, a) in enumerate(zip(texts_b, adv_b))]
+    ref = reference_update(model0, items, passes=passes, old_needed=passes > 1, lr=lr, betas=(0.9, 0.99),
+                           adam_eps=1.0, weight_decay=0.0, temperature=0.8, epsilon=0.2)
+    if passes == 2:  # the second pass reaches the clip: sampled tokens lose their gradient, anchor tokens never
+        assert ref.clipped_tokens > 0 and ref.anchor_ratio_outside > 0
+    assert_weights_match(trainer, initial, ref)
+
+    # the hand-worked batch on the way: rewards, scores, the anchor, the advantages as samples.jsonl logs them
     kept = records_by_row(samples)
     assert [s["reward"] for s in kept["a"]] == [1.0, 1.0, 0.0, 0.0]
     assert [s["anchor"] for s in kept["b"]] == [False, True, False, False]
@@ -261,18 +285,11 @@ def test_dagrpo_pair_masking_and_anchor_one_step_matches_float64(tmp_path, passe
     for got, want in zip([s["advantage"] for s in kept["a"] + kept["b"]], adv_a + adv_b):
         assert got == pytest.approx(want, rel=1e-6)
     assert metrics["dagrpo/anchor_rate"] == 0.5
+    # s over the 8 sampled responses and the anchor: (1 + 0.5 + 0.25 + 0) + (0.5 + 0 + 0.5 + 0.5) + 1
+    assert metrics["dagrpo/score_mean"] == pytest.approx(4.25 / 9)
     # masked pairs: A (2,3), (3,4); B (1,3), (1,4), (3,4) of 12 within-group pairs; contrasting: A's 4, B's 3
     assert metrics["dagrpo/masked_pair_frac"] == pytest.approx(5 / 12)
     assert metrics["dagrpo/masked_contrast_frac"] == pytest.approx(1 / 7)
-
-    items = [Item(q_a, q_a, response(t), a) for (t, _, _), a in zip(GROUP_A, adv_a)]
-    texts_b = [GROUP_B[0][0], ANCHOR_B, GROUP_B[2][0], GROUP_B[3][0]]
-    items += [Item(q_b, q_b, response(t), a, anchor=(k == 1)) for k, (t, a) in enumerate(zip(texts_b, adv_b))]
-    ref = reference_update(model0, items, passes=passes, old_needed=passes > 1, lr=lr, betas=(0.9, 0.99),
-                           adam_eps=1.0, weight_decay=0.0, temperature=0.8, epsilon=0.2)
-    if passes == 2:  # the second pass reaches the clip: sampled tokens lose their gradient, anchor tokens never
-        assert ref.clipped_tokens > 0 and ref.anchor_ratio_outside > 0
-    assert_weights_match(trainer, initial, ref)
 
 
 def records_by_row(samples) -> dict[str, list[dict]]:
@@ -308,7 +325,7 @@ def test_tagrpo_pooled_advantages_and_q0_anchored_ratios_match_float64(tmp_path,
     prompts = {row["id"]: [chat_prompt(q) for q in [row["prompt"], *row["rephrasings"]]] for row in TAGRPO_ROWS}
     pools = {"c": POOL_C, "d": POOL_D}
     by_prompt = {tuple(prompts[rid][j]): [t for t, _ in pools[rid][j]] for rid in pools for j in range(3)}
-    lr, cap = 0.2, 1.25
+    lr, cap = 0.2, 1.3
     trainer, initial, model0, metrics, samples, fixed = run_one_step(
         tmp_path, TAGRPO_ROWS, by_prompt, num_generations=2, algo="tagrpo", num_rephrasings=2, pooled=True,
         ratio_anchor=mode, truncated_is_cap=cap, num_iterations=passes, learning_rate=lr)
@@ -318,24 +335,37 @@ def test_tagrpo_pooled_advantages_and_q0_anchored_ratios_match_float64(tmp_path,
     adv = {rid: pooled_hand_advantages([r for variant in pools[rid] for _, r in variant]) for rid in pools}
     assert adv["c"][2] == pytest.approx(0.5 / (math.sqrt(0.3) + EPS_ADV)) == pytest.approx(0.912869, abs=1e-6)
     assert adv["d"][0] == pytest.approx((5 / 6) / (math.sqrt(1 / 6) + EPS_ADV)) == pytest.approx(2.041236, abs=1e-6)
-    logged = records_by_row(samples)
-    for rid in pools:
-        assert [s["variant"] for s in logged[rid]] == [0, 0, 1, 1, 2, 2]
-        assert [s["reward"] for s in logged[rid]] == [float(r) for v in pools[rid] for _, r in v]
-        for got, want in zip([s["advantage"] for s in logged[rid]], adv[rid]):
-            assert got == pytest.approx(want, rel=1e-6)
-    assert metrics["tagrpo/variants_per_pool"] == 3
-    assert metrics["tagrpo/frac_uniform_variant_groups"] == pytest.approx(4 / 6)  # C: q_0, q_2; D: q_1, q_2
-
     items = []
-    for rid in pools:
-        for j, variant in enumerate(pools[rid]):
+    for rid, pool in pools.items():
+        for j, variant in enumerate(pool):
             for (text, _), a in zip(variant, adv[rid][2 * j : 2 * j + 2]):
                 old_prompt = prompts[rid][j] if mode == "truncated_is" else prompts[rid][0]
                 items.append(Item(prompts[rid][0], old_prompt, response(text), a))
     ref = reference_update(model0, items, passes=passes, old_needed=passes > 1 or mode == "truncated_is", lr=lr,
                            betas=(0.9, 0.99), adam_eps=1.0, weight_decay=0.0, temperature=0.8, epsilon=0.2,
                            cap=cap if mode == "truncated_is" else None)
-    if mode == "truncated_is":  # the case reaches the cap C and the clip
+    if mode == "truncated_is":  # the case reaches the cap C (where it decides) and the clip
         assert ref.capped_tokens > 0 and ref.clipped_tokens > 0
     assert_weights_match(trainer, initial, ref)
+
+    # on the way: rewards against q_0's gold, pooled advantages as samples.jsonl logs them, the pool metrics
+    logged = records_by_row(samples)
+    for rid, pool in pools.items():
+        assert [s["variant"] for s in logged[rid]] == [0, 0, 1, 1, 2, 2]
+        assert [s["reward"] for s in logged[rid]] == [float(r) for v in pool for _, r in v]
+        for got, want in zip([s["advantage"] for s in logged[rid]], adv[rid]):
+            assert got == pytest.approx(want, rel=1e-6)
+    assert metrics["tagrpo/variants_per_pool"] == 3
+    assert metrics["tagrpo/frac_uniform_variant_groups"] == pytest.approx(4 / 6)  # C: q_0, q_2; D: q_1, q_2
+    # the policy pass scored q_1/q_2's responses on q_0: the gap to the sampler's log π(o|q_j), by hand
+    model64 = copy.deepcopy(model0).to(torch.float64).eval()
+    with torch.no_grad():
+        gaps = []
+        for rid, pool in pools.items():
+            for j in (1, 2):
+                for text, _ in pool[j]:
+                    ids = response(text)
+                    gaps.append((logprobs64(model64, prompts[rid][0], ids, 0.8)
+                                 - logprobs64(model64, prompts[rid][j], ids, 0.8)).abs())
+    assert metrics["tagrpo/anchor_logp_gap"] == pytest.approx(float(torch.cat(gaps).mean()), rel=1e-4)
+    assert metrics["rollout/logprob_mismatch"] < 1e-5  # q_0's responses: the sampler's own log-probs
