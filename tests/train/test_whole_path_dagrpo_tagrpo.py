@@ -369,3 +369,44 @@ def test_tagrpo_pooled_advantages_and_q0_anchored_ratios_match_float64(tmp_path,
                                  - logprobs64(model64, prompts[rid][j], ids, 0.8)).abs())
     assert metrics["tagrpo/anchor_logp_gap"] == pytest.approx(float(torch.cat(gaps).mean()), rel=1e-4)
     assert metrics["rollout/logprob_mismatch"] < 1e-5  # q_0's responses: the sampler's own log-probs
+
+
+# ------------------------------------------------------------------------------------ TA-GRPO × DaGRPO
+POOL_E_ROW = {"id": "e", "prompt": "What is 4+4?", "answer": "8", "solution": "4+4=8\n#### 8",
+              "rephrasings": ["Compute 4 plus 4.", "Add 4 to 4."]}
+# every response wrong (r = 0); the steps scorer gives q = 1 but to q_1's first (4+4=9: q = 0, s = 0, the lowest)
+POOL_E = [["4+4=8\n\\boxed{9}", "4+4=8\n\\boxed{7}"], ["4+4=9\n\\boxed{9}", "4+4=8\n\\boxed{6}"],
+          ["4+4=8\n\\boxed{1}", "4+4=8\n\\boxed{2}"]]
+ANCHOR_E = "4+4=8\nThe answer is \\boxed{8}."
+
+
+def test_tagrpo_unanchored_pool_with_an_anchor_in_a_q1_slot_scores_it_on_q0(tmp_path):
+    """docs/algorithms/dagrpo.md, step 2: an anchor answers q_0 — under TA-GRPO it is variant 0 and scored on q_0
+    in every ``ratio_anchor`` mode, whichever variant's slot it took. Here ``unanchored``: the sampled responses
+    are scored on their own q_j, the anchor (in q_1's slot) on q_0. Pool of 6 after injection: r = [0, 0 | 1, 0 |
+    0, 0], mean 1/6, σ = √(1/6): Â_anchor = (5/6)/(σ + ε) = 2.041236, −0.408247 for the others (τ = 0)."""
+    prompts = [chat_prompt(q) for q in [POOL_E_ROW["prompt"], *POOL_E_ROW["rephrasings"]]]
+    lr = 0.2
+    trainer, initial, model0, metrics, samples, fixed = run_one_step(
+        tmp_path, [POOL_E_ROW], {tuple(p): texts for p, texts in zip(prompts, POOL_E)}, prompts_per_step=1,
+        num_generations=2, algo="tagrpo", num_rephrasings=2, ratio_anchor="unanchored", scorer="steps",
+        score_alpha=0.5, anchors="failed", anchor_max_correct=0, anchor_psi="log", learning_rate=lr)
+    assert fixed.prompts == [p for p in prompts for _ in range(2)]
+
+    adv = pooled_hand_advantages([0, 0, 1, 0, 0, 0])
+    texts = [t for variant in POOL_E for t in variant]
+    texts[2] = ANCHOR_E
+    sampled_from = [0, 0, 1, 1, 2, 2]
+    items = [Item(prompts[0] if k == 2 else prompts[sampled_from[k]], prompts[sampled_from[k]], response(t), a,
+                  anchor=k == 2) for k, (t, a) in enumerate(zip(texts, adv))]
+    ref = reference_update(model0, items, passes=1, old_needed=False, lr=lr, betas=(0.9, 0.99), adam_eps=1.0,
+                           weight_decay=0.0, temperature=0.8, epsilon=0.2)
+    assert_weights_match(trainer, initial, ref)
+
+    logged = records_by_row(samples)["e"]
+    assert [s["anchor"] for s in logged] == [False, False, True, False, False, False]
+    assert [s["variant"] for s in logged] == [0, 0, 0, 1, 2, 2]  # the anchor is variant 0
+    assert logged[2]["completion"] == ANCHOR_E
+    for got, want in zip([s["advantage"] for s in logged], adv):
+        assert got == pytest.approx(want, rel=1e-6)
+    assert metrics["dagrpo/anchor_rate"] == 1.0
