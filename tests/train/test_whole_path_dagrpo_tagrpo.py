@@ -32,20 +32,37 @@ The advantages are worked by hand in the test's own numbers:
   "3+4=7\\nThe answer is \\boxed{7}.", r = 1, q = 1, s = 1) replaces the lowest-scored response (slot 2);
   the wrong ones tie (masked among themselves), each is exactly τ from the anchor (kept); σ = 0.5, so
   Â_anchor = 3 / (4 · 0.500001) = 1.499997 and −0.499999 for each wrong response.
+  One pass (ρ = 1), and two (``num_iterations=2``): the second pass's ratios leave [1 − ε, 1 + ε], so some
+  sampled tokens lose their gradient to the clip while the anchor's tokens, which have no ratio, never do.
 - TA-GRPO (docs/algorithms/tagrpo.md, steps 3-5), N = 2 rephrasings, G = 2, pools of (N+1)·G = 6:
   pool C, r = [0, 0 | 1, 0 | 1, 1] (q_0 | q_1 | q_2): mean 1/2, σ = √0.3, A = ±0.5 / (√0.3 + ε) =
   ±0.912869 (q_0's own two responses are uniform: GRPO would give them 0); pool D, r = [1, 0 | 0, 0 | 0, 0]:
-  mean 1/6, σ = √(1/6), A = 2.041236 and −0.408247. Every response is scored on q_0 (``ratio_anchor=original``);
-  with ``truncated_is`` the old log-probs are scored on the q_j it was sampled from, ρ is capped at C, and
-  two passes (``num_iterations=2``) take two AdamW steps.
+  mean 1/6, σ = √(1/6), A = 2.041236 and −0.408247. Every response is scored on q_0 (``ratio_anchor=original``,
+  one pass: ρ = 1 and the gradient is −A ∇log π(o|q_0)); with ``truncated_is`` the old log-probs are scored on
+  the q_j each response was sampled from, ρ is capped at C = 1.3 before the clip, and two passes
+  (``num_iterations=2``) take two AdamW steps.
+- TA-GRPO × DaGRPO (docs/algorithms/dagrpo.md, step 2: an anchor answers q_0 in every ``ratio_anchor`` mode):
+  pool E all wrong, the lowest score (s = 0, a false equation) in q_1's slot, so the anchor replaces it;
+  ``ratio_anchor=unanchored`` scores the sampled responses on their own q_j and the anchor on q_0;
+  r = [0, 0 | 1, 0 | 0, 0], Â_anchor = 2.041236, −0.408247 for the others.
+
+The fixed responses come with the sampler's log-probs a real engine would report (float64 here, on the prompt
+each was sampled from), so ``rollout/logprob_mismatch`` and TA-GRPO's ``tagrpo/anchor_logp_gap`` (the mean
+|log π(o|q_j) − log π(o|q_0)| the policy pass sees) are checked against hand values too. The weights are
+checked first; rewards, scores, anchors, advantages (samples.jsonl) and the pair and pool metrics after, to
+say where a difference came from.
 
 Precision: the product computes in float32 (``dtype`` accepts float32 | bfloat16 | auto, and the log-prob
 code works in fp32), so float64 end to end is not possible; the reference is float64 from the same initial
-weights. Bound: for every parameter tensor, max |w_rlvr − w_ref| ≤ 1e-5 × max |w_ref − w_0| of the whole
-model (the update's scale), plus one fp32 rounding of the weight itself. Measured: ~1e-7 to 1e-6 of the
-update's scale. To keep AdamW's first step sensitive to the gradient's size (with the default ε = 1e-8 it is
-≈ lr·sign(g), blind to an advantage's magnitude), the runs set ``adam_epsilon=1`` (the step is then
-≈ lr·g/(|g| + 1)), and ``max_grad_norm=0`` (a clip would rescale away a wrong overall scale).
+weights. Bound (TOL = 1e-5): for every parameter tensor, max |w_rlvr − w_ref| ≤ TOL × max |w_ref − w_0| of the
+whole model (the update's scale) plus one fp32 rounding of the weight itself (2^-24 |w|), and
+‖w_rlvr − w_ref‖ ≤ TOL × ‖w_ref − w_0‖ over the whole model. Measured: the worst element 2.3e-6 to 4.5e-6 of
+the update's scale, the whole model 1.9e-6 to 3.0e-6 of the update's norm; a planted one-line bug (a threshold
+`>=` made `>`, an anchor's sign, a ratio on q_j instead of q_0, a pool's std over one variant) moves some
+weight by 2e-3 to 0.4, 10^4 to 10^6 times the bound. To keep AdamW's first step sensitive to the
+gradient's size (with the default ε = 1e-8 it is ≈ lr·sign(g), blind to an advantage's magnitude), the runs
+set ``adam_epsilon=1`` (the step is then ≈ lr·g/(|g| + 1)), and ``max_grad_norm=0`` (a clip would rescale
+away a wrong overall scale).
 """
 
 from __future__ import annotations
