@@ -296,14 +296,15 @@ def test_dagrpo_pair_masking_and_anchor_one_step_matches_float64(tmp_path, passe
 
     # the hand-worked batch on the way: rewards, scores, the anchor, the advantages as samples.jsonl logs them
     kept = records_by_row(samples)
-    assert [s["reward"] for s in kept["a"]] == [1.0, 1.0, 0.0, 0.0]
+    assert [s["reward"] for s in kept["a"]] == [r for _, r, _ in GROUP_A] == [1, 1, 0, 0]
     assert [s["anchor"] for s in kept["b"]] == [False, True, False, False]
     assert kept["b"][1]["completion"] == ANCHOR_B and kept["b"][1]["reward"] == 1.0
     for got, want in zip([s["advantage"] for s in kept["a"] + kept["b"]], adv_a + adv_b):
         assert got == pytest.approx(want, rel=1e-6)
     assert metrics["dagrpo/anchor_rate"] == 0.5
-    # s over the 8 sampled responses and the anchor: (1 + 0.5 + 0.25 + 0) + (0.5 + 0 + 0.5 + 0.5) + 1
-    assert metrics["dagrpo/score_mean"] == pytest.approx(4.25 / 9)
+    # s = 0.5 r + 0.5 q over the 8 sampled responses and the anchor: (1 + 0.5 + 0.25 + 0) + (0.5 + 0 + 0.5 + 0.5) + 1
+    hand_scores = [0.5 * r + 0.5 * q for _, r, q in GROUP_A + GROUP_B] + [1.0]
+    assert metrics["dagrpo/score_mean"] == pytest.approx(sum(hand_scores) / 9) == pytest.approx(4.25 / 9)
     # masked pairs: A (2,3), (3,4); B (1,3), (1,4), (3,4) of 12 within-group pairs; contrasting: A's 4, B's 3
     assert metrics["dagrpo/masked_pair_frac"] == pytest.approx(5 / 12)
     assert metrics["dagrpo/masked_contrast_frac"] == pytest.approx(1 / 7)
