@@ -351,3 +351,22 @@ def test_one_trl_step_is_one_rlvr_step(name, tmp_path, model_dir, monkeypatch):
     if name == "all-truncated-masked":  # TRL's NaN of the micro-batch with no row is out of the mean, as rlvr's
         assert any(math.isnan(v) for raw in trl.raw for v in raw["clip_ratio/high_max"])
         assert max(line["clip_ratio/high_max"] for line in rlvr.log_history) > 0
+
+
+def test_the_counters_are_trls(tmp_path, model_dir, monkeypatch):
+    """steps_per_generation > gradient_accumulation_steps (2 optimiser steps a generation), max_steps 3, save_steps 2:
+    TRL saves checkpoint-2 and checkpoint-3 (the last); rlvr's counters are optimiser steps for a TRL-shaped config,
+    so its checkpoints, their trainer_state.json (global_step, epoch), its trackers' step and its last epoch are
+    TRL's. (save_steps 1 would make TRL save after optimiser step 1 too, inside a generation: rlvr saves at the end
+    of the step holding it, docs/from_trl.md.)"""
+    options = dict(loss_type="dapo", **ACC, steps_per_generation=4, max_steps=3, save_strategy="steps", save_steps=2)
+    trl, rlvr = run_both(tmp_path, model_dir, options, monkeypatch)
+    assert trl.checkpoints == rlvr.checkpoints == ["checkpoint-2", "checkpoint-3"]
+    for name in trl.checkpoints:
+        ours, theirs = rlvr.states[name], trl.states[name]
+        assert (ours["global_step"], ours["epoch"], ours["max_steps"]) == (theirs["global_step"], theirs["epoch"],
+                                                                         theirs["max_steps"])
+        assert ours["save_steps"] == theirs["save_steps"] == 2
+    steps = [line["step"] for line in trl.log_history]
+    assert rlvr.tracker_steps == [line["step"] for line in expected_lines(trl, 2)] == [steps[1], steps[2]] == [2, 3]
+    assert rlvr.log_history[-1]["epoch"] == trl.log_history[-1]["epoch"] == 1.5
