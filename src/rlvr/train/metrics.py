@@ -255,15 +255,17 @@ TRL_METRICS: dict[str, tuple[str, str]] = {
     "clip_ratio/low_mean": ("tokens with ratio < 1 - epsilon and A < 0", "-"),
     "clip_ratio/high_mean": ("tokens with ratio > 1 + epsilon_high and A > 0", "-"),
     "clip_ratio/region_mean": ("either", "train/clip_frac"),
-    "clip_ratio/low_min": ("the least low-clipped sequence's fraction", "-"),
-    "clip_ratio/high_max": ("the most high-clipped sequence's fraction", "-"),
+    "clip_ratio/low_min": ("the least low-clipped sequence's fraction (micro-batches with no trained row left out)",
+                           "-"),
+    "clip_ratio/high_max": ("the most high-clipped sequence's fraction (the same micro-batches)", "-"),
     "loss": ("the optimiser step's loss, averaged over the step's", "train/loss"),
     "grad_norm": ("gradient norm before clipping, averaged over the step's optimiser steps", "train/grad_norm"),
     "learning_rate": ("the rate of the step's last optimiser step, as transformers logs it (rlvr's: after it)",
                       "train/lr"),
-    "epoch": ("steps / steps per epoch", "-"),
+    "epoch": ("optimiser steps / optimiser steps per epoch", "-"),
     "step_time": ("seconds per optimiser step (the step's time / its optimiser steps)", "time/step_s"),
     "entropy_coef": ("the entropy bonus coefficient (entropy_coef > 0)", "-"),
+    "policy_loss": ("the policy term before the entropy bonus, micro-batch values averaged (entropy_coef > 0)", "-"),
     "sampling/sampling_logp_difference/mean": (("mean absolute difference of the trainer's and the sampler's "
                                                "log-probs (the vLLM correction on)"), "rollout/logprob_mismatch"),
     "sampling/importance_sampling_ratio/min": ("the correction's weight (after truncation or masking), min",
@@ -285,19 +287,24 @@ SAMPLING_METRICS = {
 
 
 def trl_update_metrics(sums: dict[str, float], *, with_kl: bool, loss: float | None, grad_norm: float | None,
-                       learning_rate: float) -> dict[str, float | None]:
-    """TRL's training metrics of one step from the update's sums (None where no micro-batch ran)."""
-    count = sums.get("micro_batches", 0.0)
+                       learning_rate: float, with_policy_loss: bool = False) -> dict[str, float | None]:
+    """TRL's training metrics of one step from the update's sums (None where no micro-batch ran). As TRL's log
+    leaves a micro-batch's NaN out of the mean, ``clip_ratio/low_min`` / ``high_max`` are averaged over the
+    micro-batches that had a row to take them over (None when none had)."""
+    count, extremes = sums.get("micro_batches", 0.0), sums.get("clip_extreme_micro", 0.0)
     mean = (lambda key: sums[key] / count) if count else (lambda key: None)
+    extreme = (lambda key: sums[key] / extremes) if extremes else (lambda key: None)
     metrics = {
         "loss": loss, "grad_norm": grad_norm, "learning_rate": learning_rate,
         "entropy": mean("entropy_micro"),
         "clip_ratio/low_mean": mean("clip_low_micro"), "clip_ratio/high_mean": mean("clip_high_micro"),
         "clip_ratio/region_mean": mean("clip_region_micro"),
-        "clip_ratio/low_min": mean("clip_low_min_micro"), "clip_ratio/high_max": mean("clip_high_max_micro"),
+        "clip_ratio/low_min": extreme("clip_low_min_micro"), "clip_ratio/high_max": extreme("clip_high_max_micro"),
     }
     if with_kl:
         metrics["kl"] = mean("kl_micro")
+    if with_policy_loss:  # TRL logs its policy term beside the entropy bonus
+        metrics["policy_loss"] = mean("policy_loss_micro")
     return metrics
 
 

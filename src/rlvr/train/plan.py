@@ -206,6 +206,20 @@ class RunLength:
     optimizer_steps_per_step: int  # μ × optimiser steps per pass (TRL counts max_steps and global_step in these)
     optimizer_steps: int  # of the whole run: the last step stops there (TRL trains part of its last generation)
     epochs: float = 0.0  # num_train_epochs when the run is counted in epochs (0: by max_steps), as TrainerState logs it
+    counts_optimizer_steps: bool = False  # preset=trl: save_steps, checkpoint-N, the trackers' step count them
+
+    def optimizer_steps_done(self, step: int) -> int:
+        """Optimiser steps taken at the end of ``step`` (the last step stops at the run's count)."""
+        return min(step * self.optimizer_steps_per_step, self.optimizer_steps)
+
+    def counter(self, step: int) -> int:
+        """The run's count at the end of ``step``: optimiser steps (TRL's global_step) for a TRL-shaped config
+        (preset=trl), else rlvr's steps (docs/training.md, "Steps and optimiser steps")."""
+        return self.optimizer_steps_done(step) if self.counts_optimizer_steps else step
+
+    def epoch(self, step: int) -> float:
+        """Epochs done at the end of ``step``, as TRL logs them: optimiser steps / optimiser steps per epoch."""
+        return self.optimizer_steps_done(step) / (self.steps_per_epoch * self.optimizer_steps_per_step)
 
 
 def run_length(cfg: ExperimentConfig, batch: BatchShape, num_rows: int) -> RunLength:
@@ -231,4 +245,5 @@ def run_length(cfg: ExperimentConfig, batch: BatchShape, num_rows: int) -> RunLe
     else:
         total = cfg.run.max_steps * k
     return RunLength(steps=math.ceil(total / k), steps_per_epoch=max(1, per_epoch), optimizer_steps_per_step=k,
-                     optimizer_steps=total, epochs=cfg.run.num_train_epochs or 0)
+                     optimizer_steps=total, epochs=cfg.run.num_train_epochs or 0,
+                     counts_optimizer_steps=cfg.run.preset == "trl")

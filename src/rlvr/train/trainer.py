@@ -289,8 +289,8 @@ class Trainer:
         used = update.lr_used if update is not None and update.lr_used is not None else metrics["train/lr"]
         trl |= trl_update_metrics(update.sums if update is not None else {}, with_kl=self.plan.update.needs_reference,
                                   loss=metrics["train/loss"], grad_norm=metrics["train/grad_norm"],
-                                  learning_rate=used)
-        trl |= {"num_tokens": float(self.num_tokens), "epoch": step / self.length.steps_per_epoch,
+                                  learning_rate=used, with_policy_loss=self.plan.update.loss.entropy_coef > 0)
+        trl |= {"num_tokens": float(self.num_tokens), "epoch": self.length.epoch(step),
                 "step_time": metrics["time/step_s"] / max(1, optimizer_steps)}
         if self.plan.update.loss.entropy_coef > 0:
             trl["entropy_coef"] = self.plan.update.loss.entropy_coef
@@ -336,7 +336,7 @@ class Trainer:
                             self.dist.barrier()
                     if main:
                         samples = result.samples if self.cfg.run.log_completions else []
-                        metrics.update(self.trackers.log_step(step, metrics, samples))  # {} for report_to=none
+                        metrics.update(self.trackers.log_step(self.length.counter(step), metrics, samples))
                         self.metrics_log.write([metrics])
                         if self.cfg.run.log_completions:
                             self.samples_log.write(result.samples)
@@ -344,8 +344,8 @@ class Trainer:
                     history.append(metrics)
                     progress.update(metrics)
                     self._check_finite_steps(step, result.update)
-                    save_every, stopping = self._save_every(), self._stop_requested(stop)
-                    if step == self.max_steps or (save_every and step % save_every == 0) or stopping:
+                    stopping = self._stop_requested(stop)
+                    if step == self.max_steps or self._save_due(step) or stopping:
                         path = self.save(step, final=step == self.max_steps)
                         if main:
                             self.callbacks.saved(step, path)
@@ -369,8 +369,19 @@ class Trainer:
         return history
 
     def _save_every(self) -> int:
-        """Steps between checkpoints (0: only the last): save_steps, an epoch, or none (save_strategy)."""
+        """Steps between checkpoints (0: only the last): save_steps (in the run's counter: optimiser steps for a
+        TRL-shaped config), an epoch (in rlvr's steps), or none (save_strategy)."""
         return {"steps": self.cfg.run.save_steps, "epoch": self.length.steps_per_epoch, "no": 0}[self.cfg.run.save_strategy]
+
+    def _save_due(self, step: int) -> bool:
+        """A checkpoint at the end of ``step``: a multiple of save_steps was reached during it (TRL saves at that
+        optimiser step; rlvr at the end of the step holding it), or the step ends an epoch."""
+        every = self._save_every()
+        if not every:
+            return False
+        if self.cfg.run.save_strategy == "epoch":
+            return step % every == 0
+        return self.length.counter(step) // every > self.length.counter(step - 1) // every
 
     def _stop_requested(self, stop: StopOnSignal) -> int:
         """The signal that asked this run to stop (0: none); on several ranks, any rank's request."""
@@ -396,7 +407,7 @@ class Trainer:
             snapshot = ckpt.Snapshot(self.policy, self.tokenizer, self.optimizer, self.scheduler, trainer_state=state,
                                      hf_state=self._hf_state(step), model_state=model_state,
                                      optimizer_state=optimizer_state)
-            path = ckpt.save_checkpoint(self.output_dir, step, snapshot, keep_last=self.cfg.run.save_total_limit,
+            path = ckpt.save_checkpoint(self.output_dir, self.length.counter(step), snapshot, keep_last=self.cfg.run.save_total_limit,
                                         merged_model=self.cfg.model.save_merged_model)
             if final:
                 export_final_model(path, self.output_dir)
@@ -408,13 +419,13 @@ class Trainer:
     def _hf_state(self, step: int) -> dict:
         """transformers' TrainerState of the checkpoint at ``step``: optimiser steps, and log_history (the
         metrics.jsonl lines up to ``step``, each with its ``step`` in optimiser steps, as TRL logs them)."""
-        k, lines = self.length.optimizer_steps_per_step, self.metrics_log.read()
-        history = [{**line, "rlvr_step": line["step"], "step": min(line["step"] * k, self.length.optimizer_steps)}
+        length, lines = self.length, self.metrics_log.read()
+        history = [{**line, "rlvr_step": line["step"], "step": length.optimizer_steps_done(line["step"])}
                    for line in lines]
-        done = min(step * k, self.length.optimizer_steps)
-        return ckpt.hf_trainer_state(done, max_steps=self.length.optimizer_steps, epoch=step / self.length.steps_per_epoch,
-                                     num_train_epochs=self.length.epochs, log_history=history,
-                                     save_steps=self._save_every() * k, num_input_tokens_seen=self.num_tokens,
+        save_steps = self._save_every() * (1 if length.counts_optimizer_steps else length.optimizer_steps_per_step)
+        return ckpt.hf_trainer_state(length.optimizer_steps_done(step), max_steps=length.optimizer_steps,
+                                     epoch=length.epoch(step), num_train_epochs=length.epochs, log_history=history,
+                                     save_steps=save_steps, num_input_tokens_seen=self.num_tokens,
                                      train_batch_size=self.plan.batch.micro_batch)
 
     def _check_finite_steps(self, step: int, update: UpdateResult | None) -> None:
@@ -511,7 +522,7 @@ class Trainer:
         self.rollouts.restore(ahead[self.dist.rank] if ahead else None)
         self.grad_spikes.load_state_dict(state["grad_spikes"])
         if main:
-            ckpt.remove_checkpoints_after(out, state["step"])  # resume_from_checkpoint: the later steps are abandoned
+            ckpt.remove_checkpoints_after(out, self.length.counter(state["step"]))  # resume_from_checkpoint: the later steps are abandoned
             self.metrics_log.truncate_after(state["step"])
             self.samples_log.truncate_after(state["step"])
             check_logged_steps(self.metrics_log.read(), state["step"], out, force=self.cfg.run.force_resume)

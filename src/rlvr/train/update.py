@@ -50,8 +50,11 @@ from rlvr.train.plan import UpdateSettings
 from rlvr.train.response_logprobs import collate, response_logprobs, response_logprobs_no_grad
 
 # sums over a step's micro-batches of each micro-batch's own mean (train/update.py accumulates them)
+# (clip_low_min / clip_high_max: over the micro-batches with a row to take them over, clip_extreme_micro of them,
+# as TRL's NaN of a micro-batch with none is left out of its logged mean; policy_loss: TRL's, with entropy_coef)
 MICRO_MEANS = ("micro_batches", "entropy_micro", "kl_micro", "clip_low_micro", "clip_high_micro",
-               "clip_region_micro", "clip_low_min_micro", "clip_high_max_micro")
+               "clip_region_micro", "clip_low_min_micro", "clip_high_max_micro", "clip_extreme_micro",
+               "policy_loss_micro")
 
 # per-token sums of a micro-batch, accumulated on the device; summed over ranks at the end. The *_micro ones
 # are sums over micro-batches of a micro-batch's own mean, as TRL logs its train metrics (micro_means)
@@ -275,8 +278,9 @@ class PolicyUpdate:
                     _zero_loss_pass(self.model, self.pad_token_id)
                     continue
                 inputs = self.loss_inputs(batch, buckets[k], keep, on_policy=on_policy)
-                loss, out = self._backward(inputs, num_tokens=num_tokens, num_sequences=len(mini))
-                stats.add(loss, micro_statistics(out, inputs, s, on_policy=on_policy, first_pass=first_pass))
+                loss, out, policy = self._backward(inputs, num_tokens=num_tokens, num_sequences=len(mini))
+                stats.add(loss, {**micro_statistics(out, inputs, s, on_policy=on_policy, first_pass=first_pass),
+                                 "policy_loss_micro": policy})
         params = [p for p in self.model.parameters() if p.requires_grad]
         max_norm = s.max_grad_norm if s.max_grad_norm > 0 else math.inf
         loss, grad_norm = stats.read(_full(torch.nn.utils.clip_grad_norm_(params, max_norm)), result)
@@ -330,19 +334,23 @@ class PolicyUpdate:
             sampled=sampled, shown=collated.response_mask.to(device) & ~anchor.unsqueeze(-1),
             on_own_prompt=exp.on_own_prompt[rows].unsqueeze(-1).to(device))
 
-    def _backward(self, x: LossInputs, *, num_tokens: float, num_sequences: int) -> tuple[torch.Tensor, PolicyLoss]:
-        """The micro-batch's share of the optimiser step's loss (module doc), backpropagated; (loss, per-token out)."""
+    def _backward(self, x: LossInputs, *, num_tokens: float,
+                  num_sequences: int) -> tuple[torch.Tensor, PolicyLoss, torch.Tensor]:
+        """The micro-batch's share of the optimiser step's loss (module doc), backpropagated; (loss, per-token out,
+        TRL's ``policy_loss`` of the micro-batch: its policy term before the step's share, dapo's as it is)."""
         s = self.s.loss
         out = policy_loss(x.logprobs, x.old, x.advantages, x.mask, s, is_anchor=x.is_anchor, ref_logprobs=x.ref,
                           is_weights=x.is_weights)  # (w_t before β·KL, as TRL)
         loss = aggregate(out.per_token, x.mask, s.aggregation, max_completion_length=s.max_completion_length,
                          num_tokens=num_tokens, num_sequences=num_sequences)
+        unshared = s.aggregation in ("dapo", "token_mean")  # (their normaliser is the step's: no share to undo)
+        policy = loss.detach().to(torch.float64) * (1 if unshared else num_sequences / len(x.advantages))
         if s.entropy_coef > 0:  # TRL's bonus: this micro-batch's mean entropy, by its share of the step
             loss = loss - entropy_bonus(x.entropy, x.mask, coef=s.entropy_coef,
                                         share=len(x.advantages) / num_sequences, is_anchor=x.is_anchor)
         scale = self.ctx.world_size
         (loss * scale if scale != 1 else loss).backward()  # DDP/FSDP average over ranks: scale to a sum
-        return loss, out
+        return loss, out, policy
 
 
 def micro_statistics(out: PolicyLoss, x: LossInputs, s: UpdateSettings, *, on_policy: bool,
@@ -408,6 +416,7 @@ def micro_means(out, entropy: torch.Tensor, mask: torch.Tensor, is_anchor: torch
         "clip_low_micro": mean(low), "clip_high_micro": mean(high), "clip_region_micro": mean(low | high),
         "clip_low_min_micro": low_seq.min() if low_seq.numel() else zero,
         "clip_high_max_micro": high_seq.max() if high_seq.numel() else zero,
+        "clip_extreme_micro": torch.ones((), dtype=torch.float64, device=mask.device) if low_seq.numel() else zero,
     }
 
 
