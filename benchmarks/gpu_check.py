@@ -22,7 +22,8 @@ all). Before it starts the script prints its plan: each part's estimated seconds
 update tokens at the rates stated in ``RATES``, plus the process start) and its budget. A part that passes
 its budget is killed with its whole process group (a cut no code inside it can catch), its numbers so far
 kept, status ``cut``, and the next part starts in a fresh process (its memory starts empty: the start is
-recorded). The part writes its numbers into the JSON (``OUT/gpu_check.json``) after every rollout and every
+recorded). Just before the cut the part's main thread dumps its stack (``faulthandler`` on SIGUSR1): a cut
+part's stack is in the JSON (``last_stacks``), so a part that hangs or crawls says where. The part writes its numbers into the JSON (``OUT/gpu_check.json``) after every rollout and every
 step, so a cut part, or a run killed from outside, keeps what it measured:
 
   grpo      rlvr GRPO at the 1.5B shape: fp32 master weights with bf16 compute (``bf16=true``),
@@ -62,6 +63,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import argparse
 import contextlib
+import faulthandler
 import gc
 import json
 import math
@@ -278,6 +280,12 @@ def rlvr_steps(args, part: str, steps: int, record: dict, save, **extra) -> None
     never_stop(trainer)
     record["steps"], record["rollouts"] = [], []
     record["after_set_up"] = memory_now(args)
+    cfg = trainer.cfg
+    record["settings"] = {"dtype": cfg.model.dtype, "bf16": cfg.model.bf16,
+                          "gradient_checkpointing": cfg.model.gradient_checkpointing,
+                          "lm_head_chunk_tokens": cfg.optim.lm_head_chunk_tokens,
+                          "per_device_train_batch_size": cfg.optim.per_device_train_batch_size,
+                          "device": str(trainer.device)}
     save()
     round_ = trainer.rollouts.round
 
@@ -503,6 +511,7 @@ def part_options(args, record, save):
     prompt = 16 if args.tiny else 256
     groups = [(prompt_ids(args, prompt, 100 + g), 4) for g in range(4)]
     record["options"] = {}
+    record["warm_up"] = one_update(args, "1.5B", OPTIONS["plain bf16"], groups[:1])  # cuBLAS, kernels: not in a row
     for name, options in OPTIONS.items():
         record["options"][name] = one_update(args, "1.5B", options, groups)
         save()
@@ -579,6 +588,8 @@ def parse_args(argv):
     parser.add_argument("--budget-scale", type=float, default=1.0, help="multiply every part's time budget")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--completion-length", type=int, help="T (default 1024 on the GPU, 16 in the dry run)")
+    parser.add_argument("--budget-s", type=float, help="one budget in seconds for every part (the dry run included): "
+                        "a test of the cut")
     parser.add_argument("--profile", action="store_true", help="torch.profiler over each rlvr part's first rollout: "
                         "the 25 costliest operations into the JSON")
     parser.add_argument("--child", choices=PARTS, help=argparse.SUPPRESS)  # one part, in its own process
@@ -634,11 +645,14 @@ def run_child(args) -> int:
     report_file = Report(Path(args.out) / "gpu_check.json")
     report = report_file.read()
     record = report["results"][args.child]
-    record.update(status="running", at_start=memory_now(args))
+    record.update(status="running", pid=os.getpid(), at_start=memory_now(args))
 
     def save() -> None:
         report_file.write(report)
 
+    if part_budget(args, args.child):  # the parent's SIGUSR1 just before the cut: where the part stood
+        stacks = stack_file(args, args.child).open("w")
+        faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=False)
     discipline = contextlib.nullcontext()
     if args.tiny:  # the dry run: rlvr's device is the emulated accelerator, where the models live
         import rlvr.train.setup
@@ -658,21 +672,41 @@ def run_child(args) -> int:
     return 0 if record["status"] == "done" else 1
 
 
+def part_budget(args, part: str) -> float | None:
+    if args.budget_s:
+        return args.budget_s
+    return None if args.tiny else estimates(args)[part]["budget_s"]
+
+
+def stack_file(args, part: str) -> Path:
+    return Path(args.out) / f"stacks-{part}.txt"
+
+
 def run_part(args, argv: list[str], part: str, budget_s: float | None, report_file: Report) -> None:
     """The part in a process group of its own, killed whole at its budget (nothing in it can catch that)."""
     start = time.perf_counter()
     child = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), *argv, "--child", part],
                              start_new_session=True)
+    warn_s = None if budget_s is None else budget_s - min(3.0, budget_s / 10)
     try:
-        rc = child.wait(timeout=budget_s)
+        rc = child.wait(timeout=warn_s)
     except subprocess.TimeoutExpired:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(child.pid, signal.SIGKILL)
-        child.wait()
-        rc = None
+            os.kill(child.pid, signal.SIGUSR1)  # its main thread's stack into the stack file (faulthandler)
+        try:
+            rc = child.wait(timeout=budget_s - warn_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+            rc = None
     report = report_file.read()
     record = report["results"][part]
     record["wall_s"] = time.perf_counter() - start
+    stacks = stack_file(args, part)
+    if stacks.exists():  # the last dump of the part's threads (a cut part: where it stood)
+        record["last_stacks"] = stacks.read_text()[-8000:] or None
+        stacks.unlink()
     if rc is None:
         record.update(status="cut", error=f"cut at its budget of {budget_s:.0f} s (process group killed)")
     elif rc != 0 and record.get("status") != "failed":
@@ -705,7 +739,7 @@ def main(argv=None) -> int:
           f"{torch.__version__}; parts {', '.join(args.parts)}", flush=True)
     print_plan(args, plan)
     for part in args.parts:
-        budget_s = None if args.tiny else plan[part]["budget_s"]
+        budget_s = part_budget(args, part)
         report["budgets_s"][part] = budget_s
         report["results"][part] = {"status": "starting"}
         report_file.write(report)

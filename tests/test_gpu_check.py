@@ -1,7 +1,10 @@
 """benchmarks/gpu_check.py's dry run: the GPU check's whole path on tiny shapes on this CPU, in rlvr's environment.
 
 The same command runs on the lent GPU machine with the kit (docs/scaling.md, "The GPU check"); this keeps
-it runnable between GPU loans. It checks the code path and what the JSON holds, not a speed.
+it runnable between GPU loans. The dry run uses the GPU's own options (bf16 autocast over fp32 master
+weights, gradient checkpointing in both trainers, the chunked head, micro-batches of a quarter of the step)
+and an emulated accelerator (rlvr.parallel.device_check): a tensor left on the host that meets the model's
+fails here as it would on CUDA. It checks the code path and what the JSON holds, not a speed.
 """
 
 from __future__ import annotations
@@ -54,9 +57,20 @@ def test_responses_have_a_fixed_length_and_every_step_updates(dry_run):
 
 
 def test_the_trl_loss_check_agrees(dry_run):
-    """bench_step's check on TRL's last batch: the two implementations' log-probs and gradients agree."""
+    """bench_step's check on TRL's first batch, with TRL's gradient checkpointing on (its model then drops the KV
+    cache: rlvr scores unshared) and both under bf16 autocast: log-probs within bf16's rounding (1e-3 measured),
+    gradients parallel."""
     check = dry_run[1]["results"]["trl"]["loss_check"]
-    assert check["max_abs_logp_diff"] < 1e-4 and check["grad_cosine"] > 0.9999
+    assert check["max_abs_logp_diff"] < 5e-3 and check["grad_cosine"] > 0.9999
+
+
+def test_the_dry_run_uses_the_gpu_settings_on_the_emulated_accelerator(dry_run):
+    """Every rlvr part ran with the GPU run's memory and precision stack, on the emulated accelerator."""
+    for part in ("grpo", "dagrpo", "tagrpo"):
+        settings = dry_run[1]["results"][part]["settings"]
+        assert settings == {"dtype": "float32", "bf16": True, "gradient_checkpointing": True,
+                            "lm_head_chunk_tokens": 8, "per_device_train_batch_size": 2, "device": "cpu:0"}, part
+    assert [r["responses"] for r in dry_run[1]["results"]["tagrpo"]["rollouts"]] == [24]  # the pool in one go
 
 
 def test_memory_parts_compare_with_the_documented_prediction(dry_run):
@@ -81,3 +95,21 @@ def test_without_cuda_it_exits_2_naming_the_cpu_option(tmp_path):
                            str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True, timeout=300,
                           check=False)
     assert proc.returncode == 2 and "--device cpu" in proc.stderr
+
+
+def test_a_part_past_its_budget_is_killed_whole_and_says_where_it_stood(tmp_path):
+    """A part in its own process group past its budget (here: 20 000 tokens to decode in 20 s) is killed with
+    everything it started, whatever its code catches; the JSON says 'cut' and holds its last stack dump."""
+    tokenizer = tmp_path / "tok"
+    tiny_random_model_and_tokenizer(0)[1].save_pretrained(tokenizer)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--device", "cpu", "--tokenizer", str(tokenizer),
+                           "--out", str(tmp_path / "out"), "--parts", "grpo", "--budget-s", "20",
+                           "--completion-length", "20000"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]  # a cut is no failure
+    record = json.loads((tmp_path / "out" / "gpu_check.json").read_text())["results"]["grpo"]
+    assert record["status"] == "cut" and 20 <= record["wall_s"] < 60
+    assert "gpu_check.py" in record["last_stacks"] and not (tmp_path / "out" / "stacks-grpo.txt").exists()
+    with pytest.raises(ProcessLookupError):
+        os.kill(record["pid"], 0)  # the part's process is gone

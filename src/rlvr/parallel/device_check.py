@@ -121,9 +121,7 @@ class DeviceDiscipline(TorchFunctionMode):
         if target is not None and isinstance(result, torch.Tensor) and any(result is t for t in tensors) and \
                 on_device(result) != side:
             result = result.clone()  # a move between devices is a copy on a GPU
-        for out in tree_flatten(result)[0]:
-            if isinstance(out, torch.Tensor) and not any(out is t for t in tensors):
-                _set(out, side)
-            elif isinstance(out, torch.Tensor) and target is not None:
+        for out in tree_flatten(result)[0]:  # new tensors, and a move's result, are where the operation put them
+            if isinstance(out, torch.Tensor) and (target is not None or not any(out is t for t in tensors)):
                 _set(out, side)
         return result
