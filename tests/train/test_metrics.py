@@ -162,12 +162,17 @@ def test_trl_update_metrics_average_the_micro_batch_means():
     """entropy, kl and the clip fractions are sums of micro-batch means over the micro-batch count; kl only with a
     reference; None for all of them when no micro-batch ran; loss, grad_norm and the rate pass through."""
     sums = {"micro_batches": 4.0, "entropy_micro": 6.0, "kl_micro": 0.2, "clip_low_micro": 0.4,
-            "clip_high_micro": 0.8, "clip_region_micro": 1.2, "clip_low_min_micro": 0.0, "clip_high_max_micro": 2.0}
+            "clip_high_micro": 0.8, "clip_region_micro": 1.2, "clip_low_min_micro": 0.0, "clip_high_max_micro": 2.0,
+            "clip_extreme_micro": 4.0}
     m = trl_update_metrics(sums, with_kl=True, loss=0.3, grad_norm=1.5, learning_rate=1e-6)
     assert m == pytest.approx({"loss": 0.3, "grad_norm": 1.5, "learning_rate": 1e-6, "entropy": 1.5, "kl": 0.05,
                                "clip_ratio/low_mean": 0.1, "clip_ratio/high_mean": 0.2, "clip_ratio/region_mean": 0.3,
                                "clip_ratio/low_min": 0.0, "clip_ratio/high_max": 0.5})
     assert "kl" not in trl_update_metrics(sums, with_kl=False, loss=0.3, grad_norm=1.5, learning_rate=1e-6)
+    # two of the four micro-batches had no trained row: TRL's NaN is left out of the mean, as its logger does
+    fewer = trl_update_metrics({**sums, "clip_extreme_micro": 2.0}, with_kl=True, loss=0.3, grad_norm=1.5,
+                               learning_rate=1e-6)
+    assert fewer["clip_ratio/high_max"] == pytest.approx(1.0) and fewer["clip_ratio/low_mean"] == pytest.approx(0.1)
     none = trl_update_metrics({}, with_kl=True, loss=None, grad_norm=None, learning_rate=2e-6)
     assert none["learning_rate"] == 2e-6 and none["entropy"] is none["kl"] is none["clip_ratio/region_mean"] is None
 
