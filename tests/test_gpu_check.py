@@ -28,7 +28,7 @@ def dry_run(tmp_path_factory):
     tiny_random_model_and_tokenizer(0)[1].save_pretrained(folder / "tokenizer")  # the kit's is SmolLM2's
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--device", "cpu", "--tokenizer",
-                           str(folder / "tokenizer"), "--out", str(folder / "out")],
+                           str(folder / "tokenizer"), "--out", str(folder / "out"), "--profile"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc.stdout, json.loads((folder / "out" / "gpu_check.json").read_text())
@@ -71,6 +71,7 @@ def test_the_dry_run_uses_the_gpu_settings_on_the_emulated_accelerator(dry_run):
         assert settings == {"dtype": "float32", "bf16": True, "gradient_checkpointing": True,
                             "lm_head_chunk_tokens": 8, "per_device_train_batch_size": 2, "device": "cpu:0"}, part
     assert [r["responses"] for r in dry_run[1]["results"]["tagrpo"]["rollouts"]] == [24]  # the pool in one go
+    assert "aten::" in dry_run[1]["results"]["grpo"]["rollout_profile"]  # --profile: the first rollout's operations
 
 
 def test_memory_parts_compare_with_the_documented_prediction(dry_run):

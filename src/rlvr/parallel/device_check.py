@@ -29,7 +29,7 @@ _MARK = "_rlvr_on_device"
 _DEVICE_GET = torch.Tensor.device.__get__
 _HOST_MOVES = {"cpu", "numpy", "tolist", "item"}
 _MOVES = {"to", "cuda", "cpu", "new_tensor", "new_zeros", "new_ones", "new_full", "new_empty", "copy_"}
-_ALLOWED_WITH_HOST = {"__getitem__", "__setitem__", "index_select"}  # host indices into device tensors
+_ALLOWED_WITH_HOST = {"__getitem__", "__setitem__"}  # host indices into device tensors, as CUDA allows
 _INFO = {"size", "dim", "numel", "is_floating_point", "__len__", "__repr__", "__format__",
          "data_ptr", "element_size", "_has_compatible_shallow_copy_type", "stride", "storage_offset", "is_contiguous", "requires_grad_"}
 

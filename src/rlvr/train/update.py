@@ -280,7 +280,7 @@ class PolicyUpdate:
                 inputs = self.loss_inputs(batch, buckets[k], keep, on_policy=on_policy)
                 loss, out, policy = self._backward(inputs, num_tokens=num_tokens, num_sequences=len(mini))
                 stats.add(loss, {**micro_statistics(out, inputs, s, on_policy=on_policy, first_pass=first_pass),
-                                 "policy_loss_micro": policy})
+                                 **({"policy_loss_micro": policy} if policy is not None else {})})
         params = [p for p in self.model.parameters() if p.requires_grad]
         max_norm = s.max_grad_norm if s.max_grad_norm > 0 else math.inf
         loss, grad_norm = stats.read(_full(torch.nn.utils.clip_grad_norm_(params, max_norm)), result)
@@ -335,17 +335,19 @@ class PolicyUpdate:
             on_own_prompt=exp.on_own_prompt[rows].unsqueeze(-1).to(device))
 
     def _backward(self, x: LossInputs, *, num_tokens: float,
-                  num_sequences: int) -> tuple[torch.Tensor, PolicyLoss, torch.Tensor]:
+                  num_sequences: int) -> tuple[torch.Tensor, PolicyLoss, torch.Tensor | None]:
         """The micro-batch's share of the optimiser step's loss (module doc), backpropagated; (loss, per-token out,
-        TRL's ``policy_loss`` of the micro-batch: its policy term before the step's share, dapo's as it is)."""
+        TRL's ``policy_loss`` of the micro-batch — its policy term before the step's share, dapo's as it is — when
+        TRL logs it, i.e. with the entropy bonus, else None)."""
         s = self.s.loss
         out = policy_loss(x.logprobs, x.old, x.advantages, x.mask, s, is_anchor=x.is_anchor, ref_logprobs=x.ref,
                           is_weights=x.is_weights)  # (w_t before β·KL, as TRL)
         loss = aggregate(out.per_token, x.mask, s.aggregation, max_completion_length=s.max_completion_length,
                          num_tokens=num_tokens, num_sequences=num_sequences)
-        unshared = s.aggregation in ("dapo", "token_mean")  # (their normaliser is the step's: no share to undo)
-        policy = loss.detach().to(torch.float64) * (1 if unshared else num_sequences / len(x.advantages))
+        policy = None
         if s.entropy_coef > 0:  # TRL's bonus: this micro-batch's mean entropy, by its share of the step
+            unshared = s.aggregation in ("dapo", "token_mean")  # (their normaliser is the step's: no share to undo)
+            policy = loss.detach().to(torch.float64) * (1 if unshared else num_sequences / len(x.advantages))
             loss = loss - entropy_bonus(x.entropy, x.mask, coef=s.entropy_coef,
                                         share=len(x.advantages) / num_sequences, is_anchor=x.is_anchor)
         scale = self.ctx.world_size
