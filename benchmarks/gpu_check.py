@@ -18,16 +18,19 @@ the work is the same in every run. The reward is a hash of the completion's text
 within every group, so every step updates.
 
 Parts, in order, each in a process of its own with its own time budget (``--budget-scale`` multiplies them
-all). Before it starts the script prints its plan: each part's estimated seconds (its rollout tokens and
-update tokens at the rates stated in ``RATES``, plus the process start) and its budget. A part that passes
-its budget is killed with its whole process group (a cut no code inside it can catch), its numbers so far
-kept, status ``cut``, and the next part starts in a fresh process (its memory starts empty: the start is
-recorded). Just before the cut the part's main thread dumps its stack (``faulthandler`` on SIGUSR1): a cut
-part's stack is in the JSON (``last_stacks``), so a part that hangs or crawls says where. The part writes its numbers into the JSON (``OUT/gpu_check.json``) after every rollout and every
-step, so a cut part, or a run killed from outside, keeps what it measured:
+all). Before it starts the script prints its plan: each part's estimated seconds (its rollout positions and
+update tokens at the rates in ``RATES``, measured on an H200, plus a process's first rollout and update and
+its start) and its budget. When the budgets total more than one device command (600 s) it stops and names
+the commands to run instead (the six parts at T = 512 take two: ``--parts grpo,trl,dagrpo`` and ``--parts
+tagrpo,memory7b,options``). A part that passes its budget is killed with its whole process group (a cut no code
+inside it can catch), its numbers so far kept, status ``cut``, and the next part starts in a fresh process
+(its memory starts empty: the start is recorded). Just before the cut the part dumps every thread's stack
+(``faulthandler`` on SIGUSR1) into the JSON (``last_stacks``), so a part that hangs or crawls says where.
+The part writes its numbers into the JSON (``OUT/gpu_check.json``) after every rollout and every step, so
+a cut part, or a run killed from outside, keeps what it measured:
 
   grpo      rlvr GRPO at the 1.5B shape: fp32 master weights with bf16 compute (``bf16=true``),
-            gradient checkpointing, chunked LM head, B = 8 prompts x G = 8, T = 1024; 1 warm-up + 1 timed
+            gradient checkpointing, chunked LM head, B = 8 prompts x G = 8, T = 512; 1 warm-up + 1 timed
             step: seconds per step, rollout tokens/s, peak memory
   trl       TRL's GRPOTrainer, same model, data, reward, batch and options (its defaults otherwise), in
             one process: seconds per step (synchronised), the rlvr/TRL ratio, and bench_step.py's loss-equality
@@ -95,13 +98,16 @@ TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_atte
             vocab_size=49152, tie_word_embeddings=True)
 COMMON = dict(max_position_embeddings=32768, rope_theta=1_000_000.0, rms_norm_eps=1e-6, hidden_act="silu")
 PARTS = ("grpo", "trl", "dagrpo", "tagrpo", "memory7b", "options")
-# Stated rates on one H200 (not yet measured: the JSON records the measured ones for the next plan):
-# seconds per decoded position of a 1.5B batch of <= 192 sequences (eager decoding is launch-bound: ~28 layers x
-# ~15 kernels a position), update tokens per second of 1.5B (forward + checkpointed recompute + backward,
-# ~1.2e10 FLOP a token at ~200 TFLOP/s), seconds to build a random model on the GPU, a part's process start
-# (imports, CUDA context).
-RATES = {"decode_s_per_position": 0.03, "update_tokens_per_s": 15000.0, "build_s": {"1.5B": 5.0, "7B": 10.0},
-         "process_start_s": 15.0}
+# Rates on one H200, measured by this script on 2026-12-04 (grpo part, T = 512, 64 sequences; rounded): seconds
+# per decoded position of a 1.5B batch once its shapes were seen (0.027), the extra seconds per position of a
+# process's first rollout (0.126 - 0.027: a set-up per new attention length, likeliest cuDNN's; the engine's
+# length buckets should shrink it, not measured yet), update tokens per second of 1.5B (forward, checkpointed
+# recompute, backward: 14 600), the first update's extra seconds (12.3 - 2.5), TRL's seconds per decoded
+# position (transformers' generate; its second step, 34.8 s, less the update), seconds to build a random
+# model on the GPU (stated), a part's start (imports, CUDA context, the trainer's set-up: 23.7 s less the build).
+RATES = {"decode_s_per_position": 0.027, "first_rollout_s_per_position": 0.1, "update_tokens_per_s": 15000.0,
+         "first_update_s": 10.0, "trl_decode_s_per_position": 0.06, "build_s": {"1.5B": 5.0, "7B": 10.0},
+         "process_start_s": 20.0}
 MARGIN = 1.3  # budget = estimate x margin
 COMMAND_LIMIT_S = 600  # the device tool's limit for one command
 # the run's memory and precision stack (docs/scaling.md): fp32 master weights, bf16 compute, checkpointed
@@ -124,27 +130,30 @@ def estimates(args) -> dict[str, dict]:
     r, T, n = RATES, args.completion_length, args.prompts * args.generations
     prompt = 64  # the rows' chat prompts, about
 
-    def part(rollouts: int, update_tokens: int, builds: list[str], extra: float = 0.0, pool: int = 1) -> dict:
-        seconds = (r["process_start_s"] + rollouts * T * r["decode_s_per_position"] + update_tokens /
-                   r["update_tokens_per_s"] + sum(r["build_s"][b] for b in builds) + extra)
+    def part(rollouts: int, update_tokens: int, builds: list[str], extra: float = 0.0, pool: int = 1,
+             decode: str = "decode_s_per_position") -> dict:
+        first = T * r["first_rollout_s_per_position"] if rollouts else 0.0  # a process's first rollout
+        seconds = (r["process_start_s"] + first + rollouts * T * r[decode] + update_tokens /
+                   r["update_tokens_per_s"] + r["first_update_s"] + sum(r["build_s"][b] for b in builds) + extra)
         return {"rollout_tokens": rollouts * pool * n * T, "update_tokens": update_tokens, "estimate_s": seconds,
                 "budget_s": seconds * MARGIN * args.budget_scale}
 
     step_tokens = n * (T + prompt)
-    options_tokens = 16 * (T + 256)
+    options_tokens = 16 * (args.update_length + 256)
     return {
         "grpo": part(args.steps, args.steps * step_tokens, ["1.5B"]),
-        "trl": part(args.steps, args.steps * step_tokens, ["1.5B"], extra=step_tokens / 8 / r["update_tokens_per_s"]),
+        "trl": part(args.steps, args.steps * step_tokens, ["1.5B"], extra=step_tokens / 8 / r["update_tokens_per_s"],
+                    decode="trl_decode_s_per_position"),
         "dagrpo": part(1, step_tokens + args.prompts * (T + prompt), ["1.5B"]),  # + one anchor a group
         "tagrpo": part(1, 3 * step_tokens * 4 // 3, ["1.5B"], pool=3),  # 3 variants at once; ratios on q_0
-        "memory7b": part(0, 4 * (T + 256) * 5, ["7B"]),  # 7B: ~5x the 1.5B's work a token
+        "memory7b": part(0, 4 * (args.update_length + 256) * 5, ["7B"]),  # 7B: ~5x the 1.5B's work a token
         "options": part(0, len(OPTIONS) * options_tokens, ["1.5B"] * len(OPTIONS)),
     }
 
 
 def print_plan(args, plan: dict) -> None:
     rates = ", ".join(f"{k} {v}" for k, v in RATES.items())
-    print(f"plan (stated rates: {rates}; budget = estimate x {MARGIN} x {args.budget_scale}):")
+    print(f"plan (rates, docs/scaling.md: {rates}; budget = estimate x {MARGIN} x {args.budget_scale}):")
     for part in args.parts:
         p = plan[part]
         print(f"  {part:<9} rollout {p['rollout_tokens']:>7} tokens, update {p['update_tokens']:>7} tokens: "
@@ -152,6 +161,18 @@ def print_plan(args, plan: dict) -> None:
     total = sum(plan[p]["budget_s"] for p in args.parts)
     print(f"  total budget {total:.0f} s against the {COMMAND_LIMIT_S} s command limit "
           f"({COMMAND_LIMIT_S - total:.0f} s to spare)", flush=True)
+
+
+def split_parts(args, plan: dict) -> list[list[str]]:
+    """The parts in order, cut into runs whose budgets each fit one command (a part alone may not)."""
+    runs, total = [[]], 0.0
+    for part in args.parts:
+        if runs[-1] and total + plan[part]["budget_s"] > COMMAND_LIMIT_S:
+            runs.append([])
+            total = 0.0
+        runs[-1].append(part)
+        total += plan[part]["budget_s"]
+    return runs
 
 
 # --------------------------------------------------------------------------- models, data, reward
@@ -338,8 +359,9 @@ def part_grpo(args, record, save):
     import memory_fit
 
     # docs/scaling.md's arithmetic for this run: 1.5B, bf16=true, beta 0, micro-batches of 16, ckpt+chunk,
-    # T = 1024, ~64-token prompts; the peak is the larger of the update's and the rollout's (64 sequences)
-    setting = memory_fit.Setting("1.5B", False, "mixed", 0.0, args.micro_batch, True, True, T=1024, prompt=64)
+    # this T, ~64-token prompts; the peak is the larger of the update's and the rollout's (64 sequences)
+    setting = memory_fit.Setting("1.5B", False, "mixed", 0.0, args.micro_batch, True, True,
+                                 T=args.completion_length, prompt=64)
     acts = json.loads(PREDICTIONS.read_text())["activations_bytes_per_token_per_layer"]
     record["predicted_gib"] = max(memory_fit.update_gib(setting, acts, "one"), memory_fit.rollout_gib(setting, "one"))
     record["predicted_row"] = setting.label() + " (prompts of 64 tokens)"
@@ -436,7 +458,7 @@ def loss_check(args, trainer) -> dict:
 def one_update(args, shape: str, options: dict, groups: list[tuple[list[int], int]]) -> dict:
     """Peak memory and seconds of one rlvr update (forward, backward, AdamW step) on a random ``shape`` model.
 
-    ``groups``: (prompt ids, responses) — each response ``--completion-length`` random tokens.
+    ``groups``: (prompt ids, responses) — each response ``args.update_length`` random tokens (1 024; 16 tiny).
     """
     from rlvr.config import build_config
     from rlvr.models.activation_checkpointing import enable_activation_checkpointing
@@ -461,13 +483,13 @@ def one_update(args, shape: str, options: dict, groups: list[tuple[list[int], in
     n = sum(count for _, count in groups)
     generations = max(2, groups[0][1])  # the config's batch shape only sizes the micro-batch: n responses
     cfg = build_config({"model": "tiny-random", "prompts_per_step": n // generations, "num_generations": generations,
-                        "max_completion_length": args.completion_length, "learning_rate": 1e-6,
+                        "max_completion_length": args.update_length, "learning_rate": 1e-6,
                         "per_device_train_batch_size": n, **options})
     gen = torch.Generator().manual_seed(1)
     vocab = args.tokenizer_object.vocab_size
     batch = [Group(group_id=g + 1, row={"id": str(g)}, prompt_ids=prompt,
-                   completions=[Completion(torch.randint(0, vocab, (args.completion_length,), generator=gen).tolist(),
-                                           [0.0] * args.completion_length, True) for _ in range(count)],
+                   completions=[Completion(torch.randint(0, vocab, (args.update_length,), generator=gen).tolist(),
+                                           [0.0] * args.update_length, True) for _ in range(count)],
                    texts=[""] * count, rewards=[float(i % 2) for i in range(count)])
              for g, (prompt, count) in enumerate(groups)]
     experience = Experience.from_groups(batch)
@@ -484,7 +506,7 @@ def one_update(args, shape: str, options: dict, groups: list[tuple[list[int], in
     if args.cuda:
         torch.cuda.synchronize()
     out = {"update_s": time.perf_counter() - start, "peak_gib": peak_gib(args), "weights_gib": weights_gib,
-           "loss": result.loss, "responses": n, "tokens": n * args.completion_length}
+           "loss": result.loss, "responses": n, "tokens": n * args.update_length}
     del update, optimizer, scheduler, model
     reset_peak(args)
     return out
@@ -587,7 +609,8 @@ def parse_args(argv):
                         "made by benchmarks/gpu_kit.sh)")
     parser.add_argument("--budget-scale", type=float, default=1.0, help="multiply every part's time budget")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--completion-length", type=int, help="T (default 1024 on the GPU, 16 in the dry run)")
+    parser.add_argument("--completion-length", type=int, help="T of the training parts (default 512 on the GPU, 16 in "
+                        "the dry run; the memory parts' responses are 1024 tokens, 16 in the dry run)")
     parser.add_argument("--budget-s", type=float, help="one budget in seconds for every part (the dry run included): "
                         "a test of the cut")
     parser.add_argument("--profile", action="store_true", help="torch.profiler over each rlvr part's first rollout: "
@@ -602,7 +625,8 @@ def parse_args(argv):
     args.tiny = not args.cuda
     big = not args.tiny
     args.prompts, args.generations = (8, 8) if big else (2, 4)
-    args.completion_length = args.completion_length or (1024 if big else 16)
+    args.completion_length = args.completion_length or (512 if big else 16)
+    args.update_length = 1024 if big else 16  # memory7b, options: the documented rows' T
     args.micro_batch = 16 if big else 2  # a quarter of the step's responses, on the GPU and in the dry run
     args.steps = 2  # one warm-up, one timed
     args.rows = rows(64)
@@ -652,7 +676,7 @@ def run_child(args) -> int:
 
     if part_budget(args, args.child):  # the parent's SIGUSR1 just before the cut: where the part stood
         stacks = stack_file(args, args.child).open("w")
-        faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=False)
+        faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
     discipline = contextlib.nullcontext()
     if args.tiny:  # the dry run: rlvr's device is the emulated accelerator, where the models live
         import rlvr.train.setup
@@ -738,6 +762,12 @@ def main(argv=None) -> int:
     print(f"gpu_check: {report['environment'].get('gpu', 'cpu (dry run: tiny shapes, the GPU options)')}, torch "
           f"{torch.__version__}; parts {', '.join(args.parts)}", flush=True)
     print_plan(args, plan)
+    runs = split_parts(args, plan)
+    if len(runs) > 1 and not args.tiny and not args.budget_s:
+        commands = " and ".join(f"--parts {','.join(r)}" for r in runs)
+        print(f"gpu_check: the budgets total more than one command's {COMMAND_LIMIT_S} s; run {len(runs)} commands: "
+              f"{commands} (or fewer parts, or a smaller --budget-scale)", file=sys.stderr)
+        return 2
     for part in args.parts:
         budget_s = part_budget(args, part)
         report["budgets_s"][part] = budget_s

@@ -114,3 +114,21 @@ def test_a_part_past_its_budget_is_killed_whole_and_says_where_it_stood(tmp_path
     assert "gpu_check.py" in record["last_stacks"] and not (tmp_path / "out" / "stacks-grpo.txt").exists()
     with pytest.raises(ProcessLookupError):
         os.kill(record["pid"], 0)  # the part's process is gone
+
+
+def test_the_gpu_plan_fits_each_command_and_names_the_split(tmp_path):
+    """At the GPU's settings the six parts' budgets pass one command's 600 s: the plan is cut into commands that
+    each fit, in the parts' order, and each part's estimate covers what the H200 run measured (2026-12-04, T = 512:
+    grpo 117 s, trl 120 s, dagrpo 73 s, tagrpo 66 s, memory7b 20 s of wall time)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpu_check
+
+    tiny_random_model_and_tokenizer(0)[1].save_pretrained(tmp_path / "tokenizer")
+    args = gpu_check.parse_args(["--out", str(tmp_path / "out"), "--tokenizer", str(tmp_path / "tokenizer")])
+    plan = gpu_check.estimates(args)
+    runs = gpu_check.split_parts(args, plan)
+    assert [p for run in runs for p in run] == list(gpu_check.PARTS)
+    assert all(sum(plan[p]["budget_s"] for p in run) <= gpu_check.COMMAND_LIMIT_S for run in runs)
+    assert len(runs) == 2
+    measured = {"grpo": 117, "trl": 120, "dagrpo": 73, "tagrpo": 66, "memory7b": 20}
+    assert all(plan[p]["estimate_s"] >= seconds for p, seconds in measured.items())

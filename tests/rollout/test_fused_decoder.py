@@ -137,3 +137,33 @@ def test_supports_only_plain_llama_family():
     assert not fused_decoder.supports(lora.base_model.model)  # LoRA layers instead of nn.Linear
     gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=50))
     assert not fused_decoder.supports(gpt2)
+
+
+@pytest.mark.parametrize("bucket", [4, 16, 64])
+def test_attention_length_buckets_change_nothing_but_shapes(bucket, monkeypatch):
+    """kv_bucket > 1 (CUDA's default) attends over masked positions past the filled ones: same samples,
+    same log-probs as exact lengths and as the model's forward; the attention's key lengths are multiples
+    of the bucket (or the cache's capacity)."""
+    model = MODELS["qwen2-bias"]()
+    lengths = []
+    sdpa = fused_decoder.F.scaled_dot_product_attention
+    monkeypatch.setattr(fused_decoder.F, "scaled_dot_product_attention",
+                        lambda q, k, v, **kw: (q.shape[2] == 1 and lengths.append(k.shape[2])) or sdpa(q, k, v, **kw))
+    sampling = Sampling(1.0)
+    bucketed = DecodeEngine(model, pad_token_id=0, eos_token_ids=[299], kv_bucket=bucket).generate(
+        PROMPTS, max_new_tokens=12, sampling=sampling, generator_seed=2)
+    capacity = 5 + 12  # widest prompt + new tokens
+    assert len(lengths) >= 11 * 2, "the decoding steps' attention (2 layers) must have been seen"
+    assert lengths and all(n % bucket == 0 or n == capacity for n in lengths)
+    assert len(set(lengths)) <= -(-capacity // bucket)
+    for other in (DecodeEngine(model, pad_token_id=0, eos_token_ids=[299], kv_bucket=1),
+                  DecodeEngine(model, pad_token_id=0, eos_token_ids=[299], fused=False)):
+        exact = other.generate(PROMPTS, max_new_tokens=12, sampling=sampling, generator_seed=2)
+        assert [c.token_ids for c in bucketed] == [c.token_ids for c in exact]
+        for x, y in zip(bucketed, exact):
+            torch.testing.assert_close(torch.tensor(x.logprobs), torch.tensor(y.logprobs), rtol=1e-5, atol=1e-5)
+
+
+def test_buckets_default_to_128_on_cuda_only():
+    assert fused_decoder.kv_bucket_for(torch.device("cuda", 0)) == 128
+    assert fused_decoder.kv_bucket_for("cpu") == 1

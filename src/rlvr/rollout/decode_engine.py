@@ -91,6 +91,10 @@ class PreallocatedLayer(DynamicLayer):
     def get_seq_length(self) -> int:
         return self.length
 
+    def first(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values of the first ``length`` positions (filled or not: zeros past the filled ones)."""
+        return self._keys[:, :, :length], self._values[:, :, :length]
+
     def get_max_length(self) -> int:  # transformers' cache-layer interface (abstract there; Bloom reads it)
         return self.capacity
 
@@ -135,16 +139,20 @@ class DecodeEngine(LocalEngine):
         fused: decode one-token steps with :mod:`rlvr.rollout.fused_decoder` (q/k/v as one product,
             on CPU float32 oneDNN-prepacked weights) when the model allows it (a plain
             Llama-family model); False always calls the model's forward.
+        kv_bucket: the fused step's attention-length bucket (``FusedDecoder``'s ``kv_bucket``);
+            None: :func:`~rlvr.rollout.fused_decoder.kv_bucket_for` the model's device (128 on CUDA,
+            1 elsewhere).
     """
 
     supports_row_seeds = True  # generate(row_seeds=...): a request's draws do not depend on its batch
 
     def __init__(self, model, *, pad_token_id: int, eos_token_ids: list[int], max_batch_size: int = 64,
-                 compact_below: float = 1.0, fused: bool = True):
+                 compact_below: float = 1.0, fused: bool = True, kv_bucket: int | None = None):
         super().__init__(model, pad_token_id=pad_token_id, eos_token_ids=eos_token_ids,
                          max_batch_size=max_batch_size)
         self.compact_below = compact_below
         self.fused = fused
+        self.kv_bucket = kv_bucket
         self._decoder_now: fused_decoder.FusedDecoder | None = None  # built once per generate() call
 
     def generate(self, prompts, **kwargs) -> list[Completion]:
@@ -159,7 +167,8 @@ class DecodeEngine(LocalEngine):
                 and fused_decoder.supports(self.model)):
             return None
         if self._decoder_now is None:
-            self._decoder_now = fused_decoder.FusedDecoder(self.model, batch_hint=batch)
+            bucket = self.kv_bucket or fused_decoder.kv_bucket_for(next(self.model.parameters()).device)
+            self._decoder_now = fused_decoder.FusedDecoder(self.model, batch_hint=batch, kv_bucket=bucket)
         return self._decoder_now
 
     # ------------------------------------------------------------------ one batch

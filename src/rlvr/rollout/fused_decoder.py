@@ -11,6 +11,12 @@ This step changes only how the products run:
   kept measurement is the engine's (docs/performance.md, "Rollout against the machine's ceiling"). gate/up are not stacked: on
   this machine one [576, 3072] product was slower than two [576, 1536] ones.
 
+The attention reads the cache up to the filled length rounded up to a multiple of ``kv_bucket`` (the
+rest masked out): 128 on CUDA, 1 elsewhere. On an H200 the first rollout took 0.126 s a position
+against 0.027 s for the same shapes again (2026-12-04, docs/scaling.md); the likeliest cause is a
+set-up per new attention shape (cuDNN's attention builds a graph per shape), which buckets make once
+per 128 positions. That cause and the bucket's effect are not yet measured on a GPU.
+
 Everything else is the model's own code (its RMSNorm and rotary-embedding modules, SDPA over the
 same KV cache, its final norm). Prefill still runs the model's forward.
 
@@ -63,6 +69,17 @@ def supports(model) -> bool:
     return all(type(m) is torch.nn.Linear and type(m.weight.data) is torch.Tensor for m in linears)
 
 
+def kv_bucket_for(device: torch.device) -> int:
+    """The attention-length bucket of :class:`FusedDecoder` on ``device``: 128 on CUDA, else 1 (exact).
+
+    On CUDA the first call at each new attention shape sets kernels up (cuDNN's attention builds and
+    caches an execution graph per shape); one-position growth made every decoding step of a first
+    rollout a new shape. On CPU there is no such cost, and exact lengths keep runs bit-identical to
+    the model's forward.
+    """
+    return 128 if torch.device(device).type == "cuda" else 1
+
+
 def _stack(linears) -> tuple[torch.Tensor, torch.Tensor | None]:
     weight = torch.cat([m.weight.detach() for m in linears], dim=0)
     if all(m.bias is None for m in linears):
@@ -113,10 +130,16 @@ class FusedDecoder:
         model: a model :func:`supports` accepts.
         prepack: reorder the weights for oneDNN (CPU float32, see :class:`Projection`).
         batch_hint: the decoding batch the packed layout is chosen for (any batch works).
+        kv_bucket: the attention sees the cache's keys up to the filled length rounded up to a multiple
+            of this (the positions past the filled ones masked out), so the attention's shapes change
+            once every ``kv_bucket`` positions instead of at every one. 1: the filled length exactly.
+            On CUDA, shape-keyed kernel set-up (cuDNN's attention builds a graph for each new shape)
+            otherwise costs every new length once: see :func:`kv_bucket_for`.
     """
 
-    def __init__(self, model, *, prepack: bool = True, batch_hint: int = 32):
+    def __init__(self, model, *, prepack: bool = True, batch_hint: int = 32, kv_bucket: int = 1):
         self.body, head = _parts(model)
+        self.kv_bucket = kv_bucket
         config = model.config
         self.heads = config.num_attention_heads
         self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
@@ -144,7 +167,9 @@ class FusedDecoder:
         batch = input_ids.shape[0]
         hidden = self.body.embed_tokens(input_ids)  # [b, 1, H]
         cos, sin = self.body.rotary_emb(hidden, position_ids)
-        mask = attention_mask.bool()[:, None, None, :]  # [b, 1, 1, L]
+        length = attention_mask.shape[1]  # L: cached tokens and this one
+        seen = min(-(-length // self.kv_bucket) * self.kv_bucket, cache.layers[0].capacity)  # L rounded up
+        mask = F.pad(attention_mask.bool(), (0, seen - length), value=False)[:, None, None, :]  # [b, 1, 1, L']
         for i, (layer, proj) in enumerate(zip(self.body.layers, self.layers)):
             x = layer.input_layernorm(hidden)
             q, k, v = proj["qkv"](x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
@@ -152,7 +177,8 @@ class FusedDecoder:
             k = k.view(batch, 1, self.kv_heads, self.head_dim).transpose(1, 2)
             v = v.view(batch, 1, self.kv_heads, self.head_dim).transpose(1, 2)
             q, k = apply_rotary_pos_emb(q, k, cos, sin)
-            keys, values = cache.layers[i].update(k, v)
+            cache.layers[i].update(k, v)
+            keys, values = cache.layers[i].first(seen)  # [b, kv, L', d]: the filled L and masked positions
             out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=layer.self_attn.scaling,
                                                  enable_gqa=self.kv_heads != self.heads)  # [b, h, 1, d]
             hidden = hidden + proj["o"](out.transpose(1, 2).reshape(batch, 1, self.q_size))
