@@ -117,18 +117,19 @@ def test_unknown_spec_lists_the_forms(spec):
 def test_hub_spec_passes_name_config_split(monkeypatch):
     calls = []
 
-    def fake_load_dataset(name, config, split):
-        calls.append((name, config, split))
-        return [{"question": "q", "answer": "#### 3"}]
+    def fake_load_dataset(name, config):
+        calls.append((name, config))
+        return {"train": [{"prompt": "p", "answer": "1"}], "test": [{"question": "q", "answer": "#### 3"}]}  # all splits
 
     monkeypatch.setattr("datasets.load_dataset", fake_load_dataset)
     rows = load_rows("openai/gsm8k:config=main:split=test")
-    assert calls == [("openai/gsm8k", "main", "test")]
+    assert calls == [("openai/gsm8k", "main")]
     assert rows == [
         {"id": "openai/gsm8k:main:test#0", "prompt": "q", "answer": "3", "solution": "#### 3", "question": "q"}
     ]
-    load_rows("owner/name")
-    assert calls[-1] == ("owner/name", None, "train")
+    # the split train; the config default is datasets' None (the dataset's default config)
+    assert load_rows("owner/name:config=default") == [{"id": "owner/name:train#0", "prompt": "p", "answer": "1"}]
+    assert calls[-1] == ("owner/name", None)
 
 
 def test_hub_spec_rejects_unknown_option():
@@ -137,7 +138,7 @@ def test_hub_spec_rejects_unknown_option():
 
 
 def test_hub_failure_is_a_value_error_explaining_offline_mode(monkeypatch):
-    def unreachable(name, config, split):
+    def unreachable(name, config):
         raise ConnectionError(f"Couldn't reach {name!r} on the Hub (OfflineModeIsEnabled)")
 
     monkeypatch.setattr("datasets.load_dataset", unreachable)
@@ -153,13 +154,13 @@ def test_hub_failure_is_a_value_error_explaining_offline_mode(monkeypatch):
 
 
 def test_hub_failure_online_hint(monkeypatch):
-    def missing(name, config, split):
+    def missing(name, config):
         raise FileNotFoundError("no such dataset")
 
     monkeypatch.setattr("datasets.load_dataset", missing)
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
-    with pytest.raises(ValueError, match="FileNotFoundError: no such dataset. check the id, config and split"):
+    with pytest.raises(ValueError, match="FileNotFoundError: no such dataset. no local file or folder 'owner/missing' exists either; check the id"):
         load_rows("owner/missing")
 
 

@@ -73,8 +73,10 @@ class ModelConfig:
 @dataclass(frozen=True)
 class DataConfig:
     data: str = _f(DEFAULT_DATA, "training data: rg:NAME[:k=v...], gsm8k-100, FILE.jsonl|.json|.parquet (verl's parquet "
-                                 "rows as they are), or a Hub dataset id (from Python also a list of row dicts or a "
-                                 "datasets.Dataset) (TRL: dataset_name, dataset_config, dataset_train_split)")
+                                 "rows as they are), a dataset FOLDER[:split=S][:config=C] (as datasets.load_dataset "
+                                 "or load_from_disk reads it), or a Hub dataset id[:split=S][:config=C] (from Python "
+                                 "also a list of row dicts or a datasets.Dataset) (TRL: dataset_name, dataset_config, "
+                                 "dataset_train_split)")
     dataset_prompt_column: str | None = _f(None, "the column holding the question (open-r1's name; null: prompt, else "
                                                  "question, else problem). With preset=trl a string question then "
                                                  "becomes a chat [system_prompt?, user], as open-r1's grpo.py builds it")

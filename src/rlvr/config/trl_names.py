@@ -7,8 +7,8 @@ is one of five kinds (docs/from_trl.md):
 - **the same name** in rlvr (``learning_rate``, ``beta``, ``num_generations``, ``bf16``, ``max_steps``,
   ``num_train_epochs``, ``save_strategy``, ``system_prompt``, ``chat_template``, ...): nothing to do;
 - **renamed** (:data:`RENAMED`): ``model_name_or_path`` is ``model``, ``torch_dtype`` is ``dtype``, ...;
-- **translated** (:func:`translate_trl_keys`): ``dataset_name`` + ``dataset_config`` + ``dataset_train_split``
-  make one ``data`` spec; ``use_peft`` turns ``lora_r`` on or off as TRL does; ``use_vllm`` is
+- **translated** (:func:`translate_trl_keys`): ``dataset_name`` + ``dataset_config`` (or open-r1's older
+  ``dataset_configs`` list) + ``dataset_train_split`` make one ``data`` spec; ``use_peft`` turns ``lora_r`` on or off as TRL does; ``use_vllm`` is
   ``rollout_engine=vllm``; ``delta`` (above 1 + epsilon_high) is ``dual_clip``; ``generation_batch_size``
   fixes the prompts per step; ``eval_strategy`` with ``eval_steps`` and ``dataset_test_split`` is evaluation
   during training; ``use_liger_kernel: true`` is rlvr's own chunked LM head; ``resume_from_checkpoint: true``
@@ -39,7 +39,7 @@ RENAMED = {
 }
 
 # TRL keys that rlvr honours through a translation (translate_trl_keys)
-TRANSLATED = ("dataset_name", "dataset_config", "dataset_train_split", "dataset_test_split", "use_peft",
+TRANSLATED = ("dataset_name", "dataset_config", "dataset_configs", "dataset_train_split", "dataset_test_split", "use_peft",
               "use_vllm", "generation_batch_size", "use_liger_kernel", "do_eval", "delta")
 
 _ANY = (lambda v: True, "")
@@ -181,9 +181,9 @@ def translate_trl_keys(overrides: dict[str, Any], rlvr_fields: set[str]) -> dict
 
 def _translate(trl: dict[str, Any], overrides: dict[str, Any], out: dict[str, Any]) -> list[str]:
     """Fill ``out`` with what the TRANSLATED keys of ``trl`` mean; return the values refused."""
-    problems = []
+    problems = _translate_dataset_configs(trl)
     if "dataset_name" in trl and "data" not in overrides:
-        out["data"] = _hub_spec(trl["dataset_name"], trl.get("dataset_train_split", "train"), trl.get("dataset_config"))
+        out["data"] = _data_spec(trl["dataset_name"], trl.get("dataset_train_split", "train"), trl.get("dataset_config"))
     if "use_peft" in trl:  # TRL's lora_r (default 16) only counts with use_peft: true
         out["lora_r"] = (overrides.get("lora_r") or 16) if _truthy(trl["use_peft"]) else 0
     if _truthy(trl.get("use_vllm")) and "rollout_engine" not in overrides:
@@ -244,11 +244,33 @@ def _translate_eval(trl: dict[str, Any], overrides: dict[str, Any], out: dict[st
             return [("eval_strategy: evaluates on the dataset's test split, but the data is not a Hub dataset "
                     "(dataset_name): set eval_data=FILE or a dataset spec")]
         split = trl.get("dataset_test_split", "test")
-        out["eval_data"] = [_hub_spec(trl["dataset_name"], split, trl.get("dataset_config"))]
+        out["eval_data"] = [_data_spec(trl["dataset_name"], split, trl.get("dataset_config"))]
     return []
 
 
-def _hub_spec(name: str, split: str | None, config: str | None) -> str:
+def _translate_dataset_configs(trl: dict[str, Any]) -> list[str]:
+    """open-r1's older ``dataset_configs: [NAME]`` (in its recipes until 2025-03, open-r1 #461) as ``dataset_config``.
+    open-r1's grpo.py never read the key (it loads ``load_dataset(dataset_name, name=dataset_config)``): ``[all]``
+    (and ``[]``) is the default config, as open-r1 loaded it; ``[NAME]`` is ``dataset_config: NAME``. Several
+    names are refused: rlvr loads one config, as TRL's and open-r1's scripts do. Replaces the key in ``trl``."""
+    if "dataset_configs" not in trl:
+        return []
+    configs = trl.pop("dataset_configs")
+    configs = [configs] if isinstance(configs, str) else list(configs or [])
+    if len(configs) > 1:
+        return [(f"dataset_configs: {configs!r}: rlvr loads one config of dataset_name, as TRL's and open-r1's "
+                 "scripts do (open-r1's never read dataset_configs); keep one: dataset_config: NAME")]
+    config = None if not configs or configs[0] in ("all", "default") else configs[0]
+    if config is not None and trl.get("dataset_config") not in (None, config):
+        return [f"dataset_configs: {configs!r} contradicts dataset_config: {trl['dataset_config']!r}; remove one"]
+    if config is not None:
+        trl["dataset_config"] = config
+    return []
+
+
+def _data_spec(name: str, split: str | None, config: str | None) -> str:
+    """The ``data`` spec of TRL's dataset_name (a Hub id, a local file or folder, an rlvr source), split and config:
+    ``name[:split=S][:config=C]`` (rlvr.data.sources reads it)."""
     spec = name
     if split not in (None, "train"):
         spec += f":split={split}"

@@ -3,14 +3,19 @@
 Spec forms, tried in this order:
     gsm8k-100                               100 GSM8K test problems shipped in a package (offline)
     rg:NAME[:key=value...]                  a seeded reasoning-gym generator (offline)
-    path/to/file.jsonl | .json | .parquet   a local file (.json: one list of objects; verl's
-                                            parquet rows as they are: gold from reward_model.ground_truth)
+    path/to/file.jsonl | .json | .parquet   a local file, the one split 'train' (.json: one list of objects;
+                                            verl's parquet rows as they are: gold from reward_model.ground_truth)
+    path/to/folder[:split=train][:config=NAME]
+                                            a local folder as datasets.load_dataset reads it (train.jsonl +
+                                            test.jsonl, data/train-*.parquet, ...) or a save_to_disk folder
     owner/name[:split=train][:config=main]  a Hugging Face Hub dataset (needs the network or the
                                             local datasets cache)
+``config=default`` (or no config) is the default config; a single file takes it too. Folders and Hub ids
+load through ``rlvr.data.datasets_loading`` (the ``datasets`` library, as TRL's script loads them).
 Local files name their rows by file name (ids "<file name>#<index>" when there is no `id` column),
-so a run resumed from another directory sees the same ids. Rows given from Python (a list of
-dicts or a ``datasets.Dataset``, ``rlvr.config.python_objects``) go through
-:func:`load_python_rows` (ids "python#<index>").
+folders by folder name and split ("<folder>:<split>#<index>"), so a run resumed from another directory sees
+the same ids. Rows given from Python (a list of dicts or a ``datasets.Dataset``,
+``rlvr.config.python_objects``) go through :func:`load_python_rows` (ids "python#<index>").
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import os
 import re
 from pathlib import Path
 
+from rlvr.data.datasets_loading import DEFAULT_SPLIT, config_name, load_folder_split, load_hub_split
 from rlvr.data.gsm8k100 import GSM8K100_NAME, load_gsm8k100
 from rlvr.data.reasoning_gym_source import RG_PREFIX, load_reasoning_gym
 from rlvr.data.rows import normalize_rows
@@ -27,10 +33,11 @@ from rlvr.data.spec_options import split_options
 
 LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet")
 PYTHON_SOURCE = "python"  # the source name (and id prefix) of rows given from Python
-HUB_DEFAULT_SPLIT = "train"
+_SPLIT_OPTIONS = ("split", "config")
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 _SPEC_FORMS = (
     f"'{GSM8K100_NAME}', 'rg:NAME[:key=value...]', a local {'/'.join(LOCAL_SUFFIXES)} file, "
+    "a local dataset folder 'path/to/folder[:split=train][:config=NAME]', "
     "or a Hugging Face Hub id 'owner/name[:split=train][:config=main]'"
 )
 
@@ -104,38 +111,53 @@ def load_local_file(path: str | Path) -> list[dict]:
     return normalize_rows(_READERS[suffix](path), path.name)
 
 
-def _hub_failure_hint() -> str:
-    offline = [name for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE") if os.environ.get(name, "") not in ("", "0")]
+def _hub_failure_hint(name: str) -> str:
+    offline = [key for key in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE") if os.environ.get(key, "") not in ("", "0")]
+    local = f"no local file or folder {name!r} exists either; "
     if offline:
         return (
-            f"{' and '.join(offline)} {'is' if len(offline) == 1 else 'are'} set, so only datasets "
+            f"{local}{' and '.join(offline)} {'is' if len(offline) == 1 else 'are'} set, so only datasets "
             "already in the local cache load; "
-            "unset it to download, or pass a local .jsonl/.json/.parquet file or an offline source "
+            "unset it to download, or pass a local .jsonl/.json/.parquet file, a dataset folder or an offline source "
             f"('{GSM8K100_NAME}', 'rg:NAME')"
         )
-    return "check the id, config and split, or pass a local .jsonl/.json/.parquet file"
+    return f"{local}check the id, config and split, or pass a local .jsonl/.json/.parquet file or dataset folder"
+
+
+def _split_and_config(options: dict[str, str], spec: str, what: str) -> tuple[str, str | None]:
+    unknown = sorted(set(options) - set(_SPLIT_OPTIONS))
+    if unknown:
+        raise ValueError(f"dataset spec {spec!r}: unknown option(s) {unknown}; {what} take split= and config=")
+    return options.get("split", DEFAULT_SPLIT), options.get("config")
 
 
 def load_hub_dataset(spec: str) -> list[dict]:
     """Normalized rows of `owner/name[:split=...][:config=...]` via datasets.load_dataset."""
     name, *option_parts = spec.split(":")
-    options = split_options(option_parts, spec)
-    unknown = sorted(set(options) - {"split", "config"})
-    if unknown:
-        raise ValueError(f"dataset spec {spec!r}: unknown option(s) {unknown}; Hub datasets take split= and config=")
-    split = options.get("split", HUB_DEFAULT_SPLIT)
-    config = options.get("config")
-    import datasets
-
-    try:
-        dataset = datasets.load_dataset(name, config, split=split)
-    except Exception as error:  # datasets raises many types (ConnectionError, FileNotFoundError, ValueError...)
-        raise ValueError(
-            f"could not load Hugging Face Hub dataset {name!r} (config {config!r}, split {split!r}): "
-            f"{type(error).__name__}: {error}. {_hub_failure_hint()}"
-        ) from error
+    split, config = _split_and_config(split_options(option_parts, spec), spec, "Hub datasets")
+    dataset = load_hub_split(name, split, config, hint=_hub_failure_hint(name))
+    config = config_name(config)
     source = f"{name}:{split}" if config is None else f"{name}:{config}:{split}"
     return normalize_rows(dataset, source)
+
+
+def load_local(path: str | Path, options: dict[str, str] | None = None, spec: str | None = None) -> list[dict]:
+    """Normalized rows of a local file (the one split 'train') or of one split of a local dataset folder."""
+    path = Path(path)
+    split, config = _split_and_config(options or {}, spec or str(path), "local files and folders")
+    if path.is_dir():
+        source = path.resolve().name + (f":{config_name(config)}" if config_name(config) else "") + f":{split}"
+        return normalize_rows(load_folder_split(path, split, config), source)
+    if config_name(config) is not None:
+        raise ValueError(f"{path} is one file, which has only the default config: remove :config={config} "
+                         "(TRL: dataset_config), or put the data in a dataset folder with that config")
+    if split != DEFAULT_SPLIT:
+        raise ValueError(
+            f"split {split!r} not in {path} (splits: {DEFAULT_SPLIT}): a single file is the split "
+            f"'{DEFAULT_SPLIT}'; name the file of that split itself (eval_data=FILE), or put train.jsonl and "
+            f"{split}.jsonl in a folder and give the folder (TRL: dataset_name: FOLDER)"
+        )
+    return load_local_file(path)
 
 
 def load_python_rows(data) -> list[dict]:
@@ -156,7 +178,10 @@ def load_rows(spec: str) -> list[dict]:
     if spec.startswith(RG_PREFIX):
         return load_reasoning_gym(spec)
     if Path(spec).suffix.lower() in LOCAL_SUFFIXES or Path(spec).exists():
-        return load_local_file(spec)
+        return load_local(spec)
+    path, *option_parts = spec.split(":")
+    if Path(path).suffix.lower() in LOCAL_SUFFIXES or Path(path).exists():
+        return load_local(path, split_options(option_parts, spec), spec)
     if _HUB_ID.fullmatch(spec.split(":")[0]):
         return load_hub_dataset(spec)
     raise ValueError(f"dataset spec {spec!r} is not a known source, an existing file or a Hub id; give {_SPEC_FORMS}")
