@@ -1,12 +1,14 @@
-"""What the Python API may give ``build_config`` that is no config value: reward callables and in-memory data.
+"""What the Python API may give ``build_config`` that is no config value: reward callables, in-memory data,
+a loaded model and its tokenizer.
 
-    build_config({"reward_funcs": [my_reward, "format"], "data": rows_or_dataset, ...})
+    build_config({"reward_funcs": [my_reward, "format"], "data": rows_or_dataset, "model": model,
+                  "processing_class": tokenizer, ...})
 
 The config keeps only text, so config.yaml is still written and compared on resume: a callable
 is recorded by its qualified name (``package.module.function`` when that name imports back to the
 same object, so the file can be reused from the command line; ``python:<module>.<qualname>``
-otherwise, e.g. a lambda or a function defined in a test), and in-memory data as
-``python:<type>[<N> rows, <fingerprint>]``. The objects themselves ride along in
+otherwise, e.g. a lambda or a function defined in a test), in-memory data as
+``python:<type>[<N> rows, <fingerprint>]``, and a loaded model as ``python:<class>[<name_or_path>]``. The objects themselves ride along in
 :class:`PythonObjects` (``ExperimentConfig.python``), which the trainer reads. A run resumed
 from Python must pass the same objects again; ``data=python:...`` from the command line is refused.
 """
@@ -17,6 +19,7 @@ import json
 import sys
 import zlib
 from collections.abc import Callable
+from os import PathLike
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +32,8 @@ class PythonObjects:
 
     reward_funcs: tuple[tuple[str, Callable], ...] = ()
     data: Any = None  # a list of row dicts or a datasets.Dataset
+    model: Any = None  # a loaded transformers causal LM (None: ``model`` names one to load)
+    tokenizer: Any = None  # its tokenizer (``processing_class``; None: loaded from the model's name_or_path)
 
     def reward(self, spec: str):
         """The callable a ``reward_funcs`` entry stands for, or the spec itself (a name to resolve)."""
@@ -56,7 +61,17 @@ def split_python_objects(overrides: dict[str, Any]) -> tuple[dict[str, Any], Pyt
         overrides["data"] = data_label(data)
     else:
         data = None
-    return overrides, PythonObjects(tuple(rewards), data)
+    model, tokenizer = overrides.get("model"), overrides.pop("processing_class", None)
+    if model is not None and not isinstance(model, (str, PathLike)):
+        if not callable(getattr(model, "generate", None)) or not hasattr(model, "config"):
+            raise TypeError(f"model must be a name, a folder or a loaded transformers causal LM, got a "
+                            f"{type(model).__name__}")
+        overrides["model"] = f"{PYTHON_PREFIX}{type(model).__name__}[{getattr(model, 'name_or_path', '') or '?'}]"
+    else:
+        model = None
+        if model is None and tokenizer is not None and overrides.get("model") is None:
+            raise ValueError("processing_class without a model: give model= too")
+    return overrides, PythonObjects(tuple(rewards), data, model, tokenizer)
 
 
 def callable_label(fn: Callable) -> str:

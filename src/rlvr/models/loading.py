@@ -215,6 +215,26 @@ def load_policy(
     return model, tokenizer
 
 
+def given_policy(model, tokenizer=None, *, chat_template: str | None = None):
+    """(model, tokenizer) for a model the caller loaded (TRL's ``GRPOTrainer(model=<model>, processing_class=...)``):
+    the tokenizer given, else the one saved beside the model (its ``name_or_path``), prepared for rollouts
+    as :func:`load_policy`'s are."""
+    if tokenizer is None:
+        name = getattr(model, "name_or_path", "") or ""
+        if not name:
+            raise ValueError("the model given has no name_or_path to load its tokenizer from; pass processing_class=")
+        from transformers import AutoTokenizer
+
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(name)
+        except OSError as error:
+            raise ValueError(f"no tokenizer found for the model given ({name}): pass processing_class=") from error
+    if chat_template is not None:
+        tokenizer.chat_template = chat_template
+    _prepare_for_rollouts(model, tokenizer)
+    return model, tokenizer
+
+
 def apply_lora(
     model: PreTrainedModel,
     *,

@@ -59,6 +59,16 @@ class Callbacks:
                 callback.on_log(args, state, control, logs=dict(metrics), **self.objects)
             self._check_control(control)
 
+    def event(self, name: str, *, state=None, **kwargs) -> None:
+        """A TrainerCallback event with no rlvr counterpart (on_train_begin, on_train_end, on_evaluate), called
+        on the TrainerCallbacks with ``state`` (default: the one of the last step) and ``kwargs``."""
+        if not self.trl:
+            return
+        args, current, control = self._trl_context(self._state.global_step if self._trl_args else 0)
+        for callback in self.trl:
+            getattr(callback, name)(args, state or current, control, **self.objects, **kwargs)
+        self._check_control(control)
+
     def saved(self, step: int, path) -> None:
         for callback in self.plain:
             if callable(getattr(callback, "on_save", None)):

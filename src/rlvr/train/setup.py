@@ -52,7 +52,7 @@ from rlvr.models import apply_lora, copy_for_reference, load_policy
 from rlvr.models.activation_checkpointing import enable_activation_checkpointing
 from rlvr.models.cache import rlvr_cache_dir
 from rlvr.models.embedding import require_embedding_packages
-from rlvr.models.loading import position_limit, warn_unapplied_dropout
+from rlvr.models.loading import given_policy, position_limit, warn_unapplied_dropout
 from rlvr.models.reference import AdapterOffReference
 from rlvr.parallel.runtime import DistContext
 from rlvr.parallel.setup import wrap_policy
@@ -287,9 +287,12 @@ def build_models(cfg: ExperimentConfig, plan: StepPlan, dist: DistContext) -> Mo
     """The policy loaded as ``model`` says (LoRA when ``lora_r`` > 0) on this process's device, in eval mode (no
     dropout: the on-policy ratio is exactly 1), its reference, activation checkpointing, and the wrapping."""
     m = cfg.model
-    policy, tokenizer = load_policy(m.model, dtype=m.dtype, trust_remote_code=m.trust_remote_code, seed=cfg.run.seed,
-                                    allow_pickle_weights=m.allow_pickle_weights,
-                                    attn_implementation=m.attn_implementation, chat_template=cfg.data.chat_template)
+    if cfg.python.model is not None:  # a model loaded by the caller (GRPOTrainer(model=...)): used as it is
+        policy, tokenizer = given_policy(cfg.python.model, cfg.python.tokenizer, chat_template=cfg.data.chat_template)
+    else:
+        policy, tokenizer = load_policy(m.model, dtype=m.dtype, trust_remote_code=m.trust_remote_code,
+                                        seed=cfg.run.seed, allow_pickle_weights=m.allow_pickle_weights,
+                                        attn_implementation=m.attn_implementation, chat_template=cfg.data.chat_template)
     if m.lora_r > 0:
         targets = m.lora_target_modules
         policy = apply_lora(policy, r=m.lora_r, alpha=m.lora_alpha, dropout=m.lora_dropout,

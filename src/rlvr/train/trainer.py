@@ -318,7 +318,7 @@ class Trainer:
         main = self.dist.is_main
         history, progress = [], None
         try:
-            start = self._start()
+            start = self.step_done = self._start()
             if main:  # TensorBoard / W&B / trackio / MLflow (trackers.py), sent the resolved config
                 r = self.cfg.run
                 self.trackers = open_trackers(r.report_to, run_name=r.run_name,
@@ -328,7 +328,7 @@ class Trainer:
             with StopOnSignal() as stop:
                 for step in range(start + 1, self.max_steps + 1):
                     result = self.training_step(step)
-                    metrics = result.metrics
+                    metrics, self.step_done = result.metrics, step
                     if self.evaluation is not None and self.evaluation.due(step):
                         with full_weights(self.policy):  # FSDP2: gathered on every rank, used by rank 0
                             if main:

@@ -1,0 +1,63 @@
+"""GRPOTrainer's arguments as TRL's: what each becomes in rlvr's config, and what is refused with its reason."""
+
+from __future__ import annotations
+
+import pytest
+from datasets import Dataset
+
+from rlvr import GRPOConfig, GRPOTrainer
+from rlvr.models import tiny_random_model_and_tokenizer
+
+ROWS = [{"prompt": f"What is {i} + 1?", "answer": str(i + 1)} for i in range(4)]
+
+
+def reward(completions, **kwargs):
+    return [0.0 for _ in completions]
+
+
+def _trainer(**kwargs):
+    arguments = {"model": "tiny-random", "reward_funcs": reward, "train_dataset": Dataset.from_list(ROWS),
+                 "args": GRPOConfig(output_dir="unused", max_steps=1)} | kwargs
+    return GRPOTrainer(**arguments)
+
+
+def test_args_become_a_trl_preset_config():
+    cfg = _trainer(args=GRPOConfig(output_dir="o", learning_rate=5e-6, num_generations=4, max_steps=3)).cfg
+    assert cfg.run.preset == "trl" and cfg.optim.learning_rate == 5e-6 and cfg.rollout.num_generations == 4
+    assert cfg.run.output_dir == "o"
+
+
+def test_a_peft_lora_config_becomes_rlvrs_lora_options():
+    peft = pytest.importorskip("peft")
+    cfg = _trainer(peft_config=peft.LoraConfig(r=8, lora_alpha=16, lora_dropout=0.05,
+                                               target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")).cfg
+    assert (cfg.model.lora_r, cfg.model.lora_alpha, cfg.model.lora_dropout) == (8, 16, 0.05)
+    assert cfg.model.lora_target_modules == "q_proj,v_proj"
+    with pytest.raises(ValueError, match="peft_config.use_dora"):
+        _trainer(peft_config=peft.LoraConfig(r=8, use_dora=True))
+
+
+def test_a_loaded_model_and_its_tokenizer_are_used_as_given(tmp_path):
+    model, tokenizer = tiny_random_model_and_tokenizer(seed=5)
+    trainer = _trainer(model=model, processing_class=tokenizer,
+                       args=GRPOConfig(output_dir=str(tmp_path / "run"), max_steps=1, report_to="none"))
+    assert trainer.cfg.model.model.startswith("python:")
+    assert trainer.model is model and trainer.processing_class is tokenizer
+
+
+@pytest.mark.parametrize("argument", ["reward_processing_classes", "quantization_config", "tools", "rollout_func",
+                                      "environment_factory"])
+def test_what_rlvr_has_no_counterpart_for_is_refused_with_the_reason(argument):
+    with pytest.raises(ValueError, match=f"GRPOTrainer\\({argument}=...\\): not supported by rlvr: "):
+        _trainer(**{argument: object()})
+
+
+def test_a_missing_reward_or_dataset_or_a_dataset_dict_is_named():
+    with pytest.raises(ValueError, match="needs reward_funcs"):
+        _trainer(reward_funcs=None)
+    with pytest.raises(ValueError, match="needs train_dataset"):
+        _trainer(train_dataset=None)
+    from datasets import DatasetDict
+
+    with pytest.raises(TypeError, match="pick a split"):
+        _trainer(train_dataset=DatasetDict({"train": Dataset.from_list(ROWS)}))
