@@ -17,6 +17,7 @@ import yaml
 from rlvr.config import build_config, parse_cli_value
 from rlvr.config.sections import TRACKER_NAMES
 from rlvr.run import trackers
+from rlvr.train.metrics import TRL_SUMMARY, trl_log_name
 from rlvr.train.trainer import Trainer
 
 from .conftest import LOWERCASE_REWARD, tiny_overrides
@@ -69,6 +70,9 @@ class Recording:
     def log_samples(self, step, rows):
         self.samples[step] = list(rows)
 
+    def log_summary(self, step, summary):
+        self.summary = (step, dict(summary))
+
     def close(self):
         self.closed = True
 
@@ -104,11 +108,12 @@ def test_a_tracker_that_raises_never_stops_training_and_is_counted(tmp_path, mon
     good, bad = RECORDED
     assert good.closed and bad.closed and good.config == bad.config == cfg.to_dict()
     assert good.settings["run_name"] == "my-run" and good.settings["logging_dir"] == tmp_path / "run" / "runs"
-    # the working tracker got every finite number of each line; tracker/errors as before the step's calls
+    # the working tracker got every finite number of each line (tagged); tracker/errors as before the step's calls
     for line in lines:
         sent = good.metrics[line["step"]]
-        assert sent["tracker/errors"] == line["tracker/errors"] - 2
-        _assert_same_numbers(line, sent, ignore=("tracker/errors",))
+        assert sent["rlvr/tracker/errors"] == line["tracker/errors"] - 2
+        _assert_same_numbers(line, sent, ignore=("rlvr/tracker/errors",))
+    assert good.summary[0] == 2 and set(good.summary[1]) == set(TRL_SUMMARY)  # transformers' last line
     samples = [json.loads(x) for x in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
     assert [row for step in (1, 2) for row in good.samples[step]] == samples
 
@@ -121,12 +126,14 @@ def test_numbers_only_and_the_skipped_ones_counted():
 
 
 def _assert_same_numbers(line: dict, sent: dict, *, ignore=()):
-    """Every finite number of the metrics.jsonl line (but ``step``) is in ``sent`` with the same value."""
-    want = {k: float(v) for k, v in line.items()
-            if k != "step" and k not in ignore and isinstance(v, (int, float)) and math.isfinite(v)}
+    """Every finite number of the metrics.jsonl line (but ``step``) is in ``sent`` with the same value, under its
+    TensorBoard tag."""
+    numbers = {k: float(v) for k, v in line.items() if k != "step" and isinstance(v, (int, float)) and math.isfinite(v)}
+    want = {k: v for k, v in trackers.tracker_tags(numbers, trl_log_name, tracker="tensorboard").items()
+            if k not in ignore}
     got = {k: v for k, v in sent.items() if k not in ignore}
-    assert got == want
-    assert sent["tracker/skipped_values"] == line["tracker/skipped_values"]
+    assert got == want and "train/reward" in got and "rlvr/train/loss" in got
+    assert sent["rlvr/tracker/skipped_values"] == line["tracker/skipped_values"]
     assert line["tracker/skipped_values"] == sum(1 for k, v in line.items() if k != "step" and v is None)
 
 
@@ -166,9 +173,19 @@ def _point_trackio_at(mp, folder):
                     mp.setattr(module, attr, value)
 
 
-def _numbers_by_step(lines):
-    return {line["step"]: {k: float(v) for k, v in line.items()
-                           if k != "step" and isinstance(v, (int, float)) and math.isfinite(v)} for line in lines}
+def _numbers_by_step(lines, tracker="tensorboard"):
+    """Each step's finite numbers under ``tracker``'s tags (rlvr.run.trackers; tests/run/test_tracker_tags.py
+    checks them against transformers' callbacks)."""
+    return {line["step"]: trackers.tracker_tags({k: float(v) for k, v in line.items()
+                                                 if k != "step" and isinstance(v, (int, float)) and math.isfinite(v)},
+                                                trl_log_name, tracker=tracker) for line in lines}
+
+
+def _without_summary(got: dict, names: list[str]) -> dict:
+    """``got`` (step -> values) without transformers' end-of-training values (``names``, at the last step only)."""
+    last = max(got)
+    assert set(names) <= set(got[last]) and not any(set(names) & set(got[step]) for step in got if step != last)
+    return {step: {k: v for k, v in values.items() if k not in names} for step, values in got.items()}
 
 
 def test_tensorboard_event_files_hold_every_metric_of_metrics_jsonl(tracked_run):
@@ -184,7 +201,7 @@ def test_tensorboard_event_files_hold_every_metric_of_metrics_jsonl(tracked_run)
             got.setdefault(event.step, {})[tag] = event.value
     # TensorBoard stores float32: the value is metrics.jsonl's rounded to float32, exactly
     want = {step: {k: float(np.float32(v)) for k, v in numbers.items()} for step, numbers in _numbers_by_step(lines).items()}
-    assert got == want
+    assert _without_summary(got, [trackers.rewrite_log_name(k) for k in TRL_SUMMARY if k != "epoch"]) == want
     texts = {e.step: e.tensor_proto.string_val[0].decode() for e in events.Tensors("samples/text_summary")}
     assert sorted(texts) == [1, 2]
     for row in samples:
@@ -226,7 +243,7 @@ def test_wandb_offline_run_holds_every_metric_of_metrics_jsonl(tracked_run):
     run, cfg, lines, samples = tracked_run
     (path,) = run.glob("wandb/offline-run-*/run-*.wandb")
     records = _wandb_records(path)
-    history, config, names = {}, {}, set()
+    history, config, names, summary = {}, {}, set(), {}
     for record in records:
         kind = record.WhichOneof("record_type")
         if kind == "history":
@@ -236,10 +253,14 @@ def test_wandb_offline_run_holds_every_metric_of_metrics_jsonl(tracked_run):
             config.update({item.key: json.loads(item.value_json) for item in record.config.update})
         elif kind == "run":
             names.add(record.run.display_name)
+        elif kind == "summary":
+            summary.update({item.key: json.loads(item.value_json) for item in record.summary.update})
     assert names == {"tracked-run"}
+    assert set(trackers.SINGLE_VALUE_SCALARS) <= set(summary)  # transformers' end-of-training values, as its callback
     # a history row: the step's numbers, W&B's own _runtime/_timestamp, and the table's reference (samples/...)
     got = {step: {k: v for k, v in row.items() if not k.startswith(("_", "samples/"))} for step, row in history.items()}
-    assert got == _numbers_by_step(lines)
+    assert all(row.pop("train/global_step") == step for step, row in got.items())  # transformers' step series
+    assert got == _numbers_by_step(lines, "wandb")
     assert {k: config[k] for k in cfg.to_dict()} == cfg.to_dict()
     for step in (1, 2):
         table = {k.removeprefix("samples/"): v for k, v in history[step].items() if k.startswith("samples/")}
@@ -260,7 +281,8 @@ def test_trackio_store_holds_every_metric_of_metrics_jsonl(tracked_run, monkeypa
     for log in SQLiteStorage.get_logs("rlvr", "tracked-run"):
         got.setdefault(log.pop("step"), {}).update({k: v for k, v in log.items() if k not in ("timestamp",)})
     tables = {step: row.pop("samples") for step, row in got.items()}
-    assert got == _numbers_by_step(lines)
+    assert all(row.pop("train/global_step") == step for step, row in got.items())
+    assert got == _numbers_by_step(lines, "trackio")
     stored = SQLiteStorage.get_run_config("rlvr", "tracked-run")  # trackio adds its own _-keys
     assert {k: stored[k] for k in cfg.to_dict()} == cfg.to_dict()
     for step, table in tables.items():
@@ -276,12 +298,13 @@ def test_mlflow_run_holds_every_metric_of_metrics_jsonl(tracked_run):
     experiment = client.get_experiment_by_name("rlvr")
     (found,) = client.search_runs([experiment.experiment_id])
     assert found.info.run_name == "tracked-run"
-    want = _numbers_by_step(lines)
+    want = _numbers_by_step(lines, "mlflow")
     got = {}
     for key in found.data.metrics:
         for metric in client.get_metric_history(found.info.run_id, key):
             got.setdefault(metric.step, {})[key] = metric.value
-    assert got == want
+    assert _without_summary(got, [k for k in TRL_SUMMARY if k != "epoch"]) == want
+    assert "reward" in got[1] and "rlvr/train/loss" in got[1]  # transformers' MLflow names: TRL's as they are
     flat = {k: "null" if v is None else str(v) for k, v in cfg.flat().items()}
     assert found.data.params == flat
     table = client.load_table(experiment.experiment_id, "samples.json", run_ids=[found.info.run_id])

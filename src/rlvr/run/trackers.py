@@ -9,9 +9,27 @@ rank 0 with the tracker's own client library:
     trackio      trackio.init(project=$TRACKIO_PROJECT or "rlvr", name=run_name, config=…) (its store: $TRACKIO_DIR)
     mlflow       mlflow.start_run(run_name=…) at $MLFLOW_TRACKING_URI (default output_dir/mlflow.db)
 
-Each step sends every top-level number of the step's metrics.jsonl line (``step`` is the x axis),
-the resolved config once at start, and the step's samples.jsonl rows as a table (W&B Table, MLflow
-table, trackio Table, TensorBoard markdown text).
+Each step sends every top-level number of the step's metrics.jsonl line at the run's step (TRL-shaped
+runs: TRL's global_step, the optimiser steps), the resolved config once at start, the step's
+samples.jsonl rows as a table (W&B Table, MLflow table, trackio Table, TensorBoard markdown text), and at
+the end of a run transformers' last line (``train_runtime``, ..., ``train_loss``).
+
+The tags are transformers' (its TensorBoard, W&B, trackio and MLflow callbacks, which TRL logs through), so a
+TRL user's dashboards read an rlvr run as they are. A value that TRL logs (``rlvr.train.metrics.trl_log_name``:
+TRL's name computed as TRL computes it, rlvr's evaluation as ``eval_<x>``, a reward function's ``log_metric``)
+gets the tag transformers gives that name; every other series, rlvr's own, gets ``rlvr/`` + its metrics.jsonl
+name, which no TRL tag starts with:
+
+    metrics.jsonl       TensorBoard, W&B, trackio            MLflow (transformers logs names as they are)
+    reward              train/reward                          reward
+    loss                train/loss                            loss
+    eval/test/pass@1    eval/test/pass@1                      eval_test/pass_1
+    train/loss          rlvr/train/loss                       rlvr/train/loss
+    rollout/accuracy    rlvr/rollout/accuracy                 rlvr/rollout/accuracy
+
+W&B and trackio also get ``train/global_step`` (the step) in every line, and W&B plots every series
+against it (``define_metric``), as transformers sets them up; MLflow's names have the characters it
+refuses replaced by ``_``, as transformers does.
 
 Conventions:
 - numbers only: ``None``, NaN and ±inf are not sent (metrics.jsonl writes them as null) and are
@@ -32,6 +50,7 @@ import importlib
 import logging
 import math
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -54,13 +73,17 @@ TRACKER_PACKAGES: dict[str, tuple[str, str]] = {
 class Tracker(Protocol):
     """One experiment tracker of a run, on rank 0. Each method may raise; :class:`Trackers` counts it.
 
-    ``log_metrics`` gets finite numbers only (float); ``log_samples`` gets the step's samples.jsonl
-    rows (dicts with the same keys), never an empty list.
+    ``log_metrics`` gets finite numbers only (float) under the tracker's tags (:func:`tracker_tags`);
+    ``log_samples`` gets the step's samples.jsonl rows (dicts with the same keys), never an empty list;
+    ``log_summary`` transformers' end-of-training line under TRL's log names (``train_runtime``, ...),
+    each tracker treating it as transformers' callback for it does.
     """
 
     def log_config(self, config: dict[str, dict[str, Any]]) -> None: ...
 
     def log_metrics(self, step: int, metrics: dict[str, float]) -> None: ...
+
+    def log_summary(self, step: int, summary: dict[str, float]) -> None: ...
 
     def log_samples(self, step: int, rows: list[dict[str, Any]]) -> None: ...
 
@@ -100,6 +123,9 @@ class TensorBoardTracker:
             self.writer.add_scalar(key, value, global_step=step)
         self.writer.flush()
 
+    def log_summary(self, step: int, summary: dict[str, float]) -> None:
+        self.log_metrics(step, {rewrite_log_name(name): value for name, value in summary.items()})
+
     def log_samples(self, step: int, rows: list[dict[str, Any]]) -> None:
         self.writer.add_text("samples", markdown_table(rows), global_step=step)
         self.writer.flush()
@@ -115,12 +141,18 @@ class WandbTracker:
         self.wandb = wandb
         self.run = wandb.init(project=os.environ.get("WANDB_PROJECT") or "rlvr", name=run_name,
                               dir=None if os.environ.get("WANDB_DIR") else str(Path(output_dir).resolve()))
+        self.run.define_metric(GLOBAL_STEP)  # transformers' WandbCallback: every series against train/global_step
+        self.run.define_metric("*", step_metric=GLOBAL_STEP, step_sync=True)
 
     def log_config(self, config: dict[str, dict[str, Any]]) -> None:
         self.run.config.update(config, allow_val_change=True)
 
     def log_metrics(self, step: int, metrics: dict[str, float]) -> None:
-        self.run.log(metrics, step=step)
+        self.run.log({**metrics, GLOBAL_STEP: step}, step=step)
+
+    def log_summary(self, step: int, summary: dict[str, float]) -> None:
+        self.run.summary.update({k: v for k, v in summary.items() if k in SINGLE_VALUE_SCALARS})
+        self.log_metrics(step, {rewrite_log_name(k): v for k, v in summary.items() if k not in SINGLE_VALUE_SCALARS})
 
     def log_samples(self, step: int, rows: list[dict[str, Any]]) -> None:
         columns, data = table_columns(rows)
@@ -146,7 +178,10 @@ class TrackioTracker:
         pass  # given to trackio.init
 
     def log_metrics(self, step: int, metrics: dict[str, float]) -> None:
-        self.run.log(metrics, step=step)
+        self.run.log({**metrics, GLOBAL_STEP: step}, step=step)
+
+    def log_summary(self, step: int, summary: dict[str, float]) -> None:  # transformers drops the single values
+        self.log_metrics(step, {rewrite_log_name(k): v for k, v in summary.items() if k not in SINGLE_VALUE_SCALARS})
 
     def log_samples(self, step: int, rows: list[dict[str, Any]]) -> None:
         import pandas as pd
@@ -189,12 +224,55 @@ class MlflowTracker:
     def log_metrics(self, step: int, metrics: dict[str, float]) -> None:
         self.mlflow.log_metrics(metrics, step=step)
 
+    def log_summary(self, step: int, summary: dict[str, float]) -> None:
+        self.log_metrics(step, {mlflow_name(k): v for k, v in summary.items()})
+
     def log_samples(self, step: int, rows: list[dict[str, Any]]) -> None:
         columns, data = table_columns(rows)
         self.mlflow.log_table({c: [row[i] for row in data] for i, c in enumerate(columns)}, "samples.json")
 
     def close(self) -> None:
         self.mlflow.end_run()
+
+
+# ----------------------------------------------------------------------------- the tags
+RLVR_PREFIX = "rlvr/"  # rlvr's own series; no tag transformers writes starts with it
+GLOBAL_STEP = "train/global_step"  # W&B's and trackio's step series, as transformers logs it
+# transformers' WandbCallback puts these into the run's summary (trackio's drops them) instead of a series
+SINGLE_VALUE_SCALARS = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss",
+                        "total_flos")
+MLFLOW_REFUSED = re.compile(r"[^0-9A-Za-z_\-. :/]")  # transformers' MLflowCallback replaces these with "_"
+
+
+def rewrite_log_name(name: str) -> str:
+    """transformers' ``rewrite_logs`` (TensorBoard, W&B, trackio): ``eval_x`` -> ``eval/x``, ``test_x`` ->
+    ``test/x``, any other ``x`` -> ``train/x``."""
+    for split in ("eval", "test"):
+        if name.startswith(split + "_"):
+            return f"{split}/{name.removeprefix(split + '_')}"
+    return "train/" + name
+
+
+def mlflow_name(name: str) -> str:
+    """transformers' MLflowCallback: the log name as it is, the characters MLflow refuses replaced by ``_``."""
+    return MLFLOW_REFUSED.sub("_", name)
+
+
+def tracker_tags(numbers: dict[str, float], log_name: Callable[[str], str | None], *,
+                 tracker: str) -> dict[str, float]:
+    """The tags ``tracker`` gets for a metrics.jsonl line's numbers: a series TRL logs (``log_name`` gives its
+    name in TRL's log, None for rlvr's own) under transformers' tag for that name, rlvr's own under
+    ``rlvr/<metrics.jsonl name>``; for MLflow both as transformers' MLflowCallback writes names."""
+    tags = {}
+    for key, value in numbers.items():
+        name = log_name(key)
+        if tracker == "mlflow":
+            tag = mlflow_name(RLVR_PREFIX + key if name is None else name)
+        else:
+            tag = RLVR_PREFIX + key if name is None else rewrite_log_name(name)
+        assert tag not in tags, f"{key} and another metric both map to the tracker tag {tag}"
+        tags[tag] = value
+    return tags
 
 
 TRACKERS: dict[str, Callable[..., Tracker]] = {
@@ -209,8 +287,9 @@ TRACKERS: dict[str, Callable[..., Tracker]] = {
 class Trackers:
     """The run's trackers: each call goes to each; a failure is warned about once per tracker and counted."""
 
-    def __init__(self, trackers: dict[str, Tracker]):
+    def __init__(self, trackers: dict[str, Tracker], log_name: Callable[[str], str | None] = lambda key: None):
         self.trackers = trackers
+        self.log_name = log_name  # a metrics.jsonl name -> its name in TRL's log (None: rlvr's own series)
         self.errors = 0
         self.warned: set[str] = set()
 
@@ -225,10 +304,16 @@ class Trackers:
         numbers, skipped = finite_numbers(metrics)
         numbers.update({"tracker/errors": float(self.errors), "tracker/skipped_values": float(skipped)})
         for name, tracker in self.trackers.items():
-            self._call(name, "log_metrics", lambda t=tracker: t.log_metrics(step, numbers))
+            tags = tracker_tags(numbers, self.log_name, tracker=name)
+            self._call(name, "log_metrics", lambda t=tracker, m=tags: t.log_metrics(step, m))
             if samples:
                 self._call(name, "log_samples", lambda t=tracker: t.log_samples(step, samples))
         return {"tracker/errors": self.errors, "tracker/skipped_values": skipped}
+
+    def log_summary(self, step: int, summary: dict[str, float]) -> None:
+        """transformers' end-of-training line (TRL's log names, ``rlvr.train.metrics.trl_train_summary``)."""
+        for name, tracker in self.trackers.items():
+            self._call(name, "log_summary", lambda t=tracker: t.log_summary(step, summary))
 
     def close(self) -> None:
         for name, tracker in self.trackers.items():
@@ -251,10 +336,12 @@ class Trackers:
 
 
 def open_trackers(report_to: list[str], *, run_name: str | None, logging_dir: str | None, output_dir: Path,
-                  config: dict[str, dict[str, Any]]) -> Trackers:
+                  config: dict[str, dict[str, Any]],
+                  log_name: Callable[[str], str | None] = lambda key: None) -> Trackers:
     """Start each tracker of ``report_to`` and send it the resolved config (rank 0, at start-up).
 
-    ``run_name`` None: the run directory's name (TRL: output_dir); ``logging_dir`` None: output_dir/runs.
+    ``run_name`` None: the run directory's name (TRL: output_dir); ``logging_dir`` None: output_dir/runs;
+    ``log_name``: a metrics.jsonl name's name in TRL's log, None for rlvr's own series (:func:`tracker_tags`).
     A tracker that cannot start raises ValueError naming it and the fix.
     """
     settings = dict(run_name=run_name or output_dir.name, output_dir=output_dir, config=config,
@@ -268,7 +355,7 @@ def open_trackers(report_to: list[str], *, run_name: str | None, logging_dir: st
             Trackers(opened).close()
             raise ValueError(f"report_to={name}: the tracker did not start ({type(error).__name__}: {error}); "
                              f"{START_HINTS[name]}, or drop {name} from report_to") from error
-    trackers = Trackers(opened)
+    trackers = Trackers(opened, log_name)
     trackers.log_config(config)
     return trackers
 

@@ -275,6 +275,52 @@ TRL_METRICS: dict[str, tuple[str, str]] = {
 }
 
 
+# transformers' end-of-training log line (Trainer._finalize_training), TRL's last; rlvr sends it to the trackers only
+TRL_SUMMARY = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "total_flos", "train_loss",
+               "epoch")
+
+
+def trl_log_name(key: str) -> str | None:
+    """The name TRL's ``Trainer.log`` gives the series metrics.jsonl holds under ``key``; None: an rlvr series.
+
+    TRL's names (:data:`TRL_METRICS`, ``rewards/<f>/mean|std``, :data:`TRL_SUMMARY`) are their own; rlvr's evaluation
+    ``eval/<x>`` is logged as transformers logs evaluation, ``eval_<x>``; a reward function's ``log_metric(name, v)``
+    (``reward_fn/<name>``) under ``name``, as TRL logs it, unless that is one of TRL's own names.
+    The trackers make their tags from it (rlvr.run.trackers: ``train/<name>``, ``eval/<x>``, rlvr's under ``rlvr/``).
+    """
+    if _is_trl_name(key):
+        return key
+    if key.startswith("eval/"):
+        return "eval_" + key.removeprefix("eval/")
+    if key.startswith(LOGGED_METRIC_PREFIX) and not _is_trl_name(key.removeprefix(LOGGED_METRIC_PREFIX)):
+        return key.removeprefix(LOGGED_METRIC_PREFIX)
+    return None
+
+
+def _is_trl_name(key: str) -> bool:
+    parts = key.split("/")
+    return (key in TRL_METRICS or key in TRL_SUMMARY
+            or (len(parts) == 3 and parts[0] == "rewards" and parts[2] in ("mean", "std")))  # rewards/<f>/mean
+
+
+def trl_train_summary(losses: list[float | None], optimizer_steps: list[int], *, runtime: float,
+                      completions_per_optimizer_step: int, epoch: float) -> dict[str, float]:
+    """transformers' end-of-training line over the steps this process ran (``losses[i]``: the loss of a step of
+    ``optimizer_steps[i]`` optimiser steps), rounded as ``speed_metrics`` rounds: ``train_loss`` the mean loss per
+    optimiser step, samples = completions (TRL's per_device_train_batch_size x accumulation x processes per
+    optimiser step), ``total_flos`` 0 (TRL's GRPOTrainer passes transformers no ``input_ids`` to count)."""
+    steps = sum(optimizer_steps)
+    weighted = [(loss, k) for loss, k in zip(losses, optimizer_steps, strict=True) if loss is not None]
+    summary = {"train_runtime": round(runtime, 4)}
+    if runtime > 0:
+        summary |= {"train_samples_per_second": round(steps * completions_per_optimizer_step / runtime, 3),
+                    "train_steps_per_second": round(steps / runtime, 3)}
+    summary |= {"total_flos": 0.0, "epoch": epoch}
+    if weighted:
+        summary["train_loss"] = sum(loss * k for loss, k in weighted) / sum(k for _, k in weighted)
+    return summary
+
+
 # TRL's sampling/ metrics (the vLLM importance-sampling correction) <- rlvr's
 SAMPLING_METRICS = {
     "sampling_logp_difference/mean": "rollout/logprob_mismatch",

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,7 +64,9 @@ from rlvr.train.metrics import (
     memory_metrics,
     sample_records,
     step_metrics,
+    trl_log_name,
     trl_rollout_metrics,
+    trl_train_summary,
     trl_update_metrics,
 )
 from rlvr.train.plan import compile_plan, run_length, step_kind
@@ -316,14 +319,15 @@ class Trainer:
         ``TrainingInterrupted`` raised (``rlvr/run/stopping.py``); a second signal stops at once.
         """
         main = self.dist.is_main
-        history, progress = [], None
+        history, progress, started = [], None, time.time()
         try:
             start = self.step_done = self._start()
-            if main:  # TensorBoard / W&B / trackio / MLflow (trackers.py), sent the resolved config
+            if main:  # TensorBoard / W&B / trackio / MLflow (trackers.py: TRL's tags), sent the resolved config
                 r = self.cfg.run
                 self.trackers = open_trackers(r.report_to, run_name=r.run_name,
                                               logging_dir=os.path.abspath(r.logging_dir) if r.logging_dir else None,
-                                              output_dir=self.output_dir, config=self.cfg.to_dict())
+                                              output_dir=self.output_dir, config=self.cfg.to_dict(),
+                                              log_name=trl_log_name)
             progress = Progress(self.max_steps, start, enabled=self.cfg.run.progress_bar and main)
             with StopOnSignal() as stop:
                 for step in range(start + 1, self.max_steps + 1):
@@ -351,6 +355,8 @@ class Trainer:
                             self.callbacks.saved(step, path)
                     if stopping and step < self.max_steps:
                         raise TrainingInterrupted(stopping, step, path, self.output_dir)
+            if main and history:  # transformers' end-of-training line, to the trackers
+                self.trackers.log_summary(self.length.counter(self.max_steps), self._train_summary(history, started))
         finally:
             if progress is not None:
                 progress.close()
@@ -367,6 +373,13 @@ class Trainer:
             if self.hub is not None:
                 self.hub.push_final()
         return history
+
+    def _train_summary(self, history: list[dict], started: float) -> dict[str, float]:
+        """transformers' last log line over the steps this call ran (metrics.py, ``trl_train_summary``)."""
+        done, b = self.length.optimizer_steps_done, self.plan.batch
+        return trl_train_summary([m["loss"] for m in history], [done(m["step"]) - done(m["step"] - 1) for m in history],
+                                 runtime=time.time() - started, epoch=history[-1]["epoch"],
+                                 completions_per_optimizer_step=b.micro_batch * b.accumulation * b.world_size)
 
     def _save_every(self) -> int:
         """Steps between checkpoints (0: only the last): save_steps (in the run's counter: optimiser steps for a
