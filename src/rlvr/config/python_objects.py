@@ -19,8 +19,8 @@ import json
 import sys
 import zlib
 from collections.abc import Callable
-from os import PathLike
 from dataclasses import dataclass
+from os import PathLike
 from typing import Any
 
 PYTHON_PREFIX = "python:"

@@ -204,6 +204,7 @@ FIELDS: tuple[tuple[str, object], ...] = (
 
 def _generate() -> str:  # pragma: no cover  (run by hand when TRL moves)
     import dataclasses
+    from pathlib import Path
 
     import trl
 
@@ -211,9 +212,10 @@ def _generate() -> str:  # pragma: no cover  (run by hand when TRL moves)
     for f in dataclasses.fields(trl.GRPOConfig):
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         rows.append(f"    ({f.name!r}, {default!r})")
-    head, _, _ = open(__file__).read().partition("TRL_VERSION = ")
+    text = Path(__file__).read_text()
+    head, tail = text.partition("TRL_VERSION = ")[0], text.split("def _generate", 1)[1]
     return (head + f"TRL_VERSION = {trl.__version__!r}\n\nFIELDS: tuple[tuple[str, object], ...] = (\n"
-            + ",\n".join(rows) + ",\n)\n" + "\n\n" + "def _generate" + open(__file__).read().split("def _generate", 1)[1])
+            + ",\n".join(rows) + ",\n)\n\n\ndef _generate" + tail)
 
 
 if __name__ == "__main__":  # pragma: no cover
