@@ -61,3 +61,18 @@ def test_a_missing_reward_or_dataset_or_a_dataset_dict_is_named():
 
     with pytest.raises(TypeError, match="pick a split"):
         _trainer(train_dataset=DatasetDict({"train": Dataset.from_list(ROWS)}))
+
+
+def test_rows_without_a_gold_train_when_every_reward_is_the_users(tmp_path):
+    """TRL takes prompts alone for the user's reward functions; rlvr keeps its refusal where a built-in reward or
+    the algorithm reads the gold."""
+    from rlvr.config import build_config
+    from rlvr.train.dry_run import dry_run_report
+
+    rows = [{"prompt": f"Say {i}."} for i in range(4)]
+    ok = build_config({"model": "tiny-random", "data": rows, "reward_funcs": [reward], "max_steps": 1})
+    assert dry_run_report(ok)
+    for refused in ({"reward_funcs": ["accuracy"]}, {"reward_funcs": [reward], "algo": "dagrpo"}):
+        cfg = build_config({"model": "tiny-random", "data": rows, "reward_funcs": [reward], "max_steps": 1} | refused)
+        with pytest.raises(ValueError, match="field 'answer' is missing"):
+            dry_run_report(cfg)

@@ -84,7 +84,7 @@ class Events(TrainerCallback):
     def on_evaluate(self, args, state, control, metrics=None, **kw): events.append(f"evaluate {sorted(metrics)[0]}")
     def on_train_end(self, args, state, control, **kw): events.append(f"train_end {state.global_step}")
 
-rows = [{"prompt": f"Question {i}: what is {i} + 1?", "answer": str(i + 1), "idx": i} for i in range(12)]
+rows = [{"prompt": f"Question {i}: what is {i} + 1?", "idx": i} for i in range(12)]  # no gold: TRL needs none
 args = GRPOConfig(output_dir="out", max_steps=MAX_STEPS, per_device_train_batch_size=4, num_generations=4,
                   gradient_accumulation_steps=2, max_completion_length=6, learning_rate=1e-3, logging_steps=1,
                   save_steps=1, shuffle_dataset=False, report_to="none", seed=3, USE_CPU)

@@ -168,14 +168,17 @@ def _optional_solution(row: dict, where: str) -> str | None:
     return value
 
 
-def _answer_and_solution(row: dict, where: str) -> tuple[str, str | None, str]:
-    """(gold, expert solution text or None, the column the gold was read from)."""
+def _answer_and_solution(row: dict, where: str, gold: bool = True) -> tuple[str | None, str | None, str | None]:
+    """(gold, expert solution text or None, the column the gold was read from); ``gold=False``: a row without
+    any gold column gives (None, None, None) instead of an error."""
     solution = _optional_solution(row, where)
     field = next((name for name in GOLD_ALIASES if name in row), None)
     if field is None and isinstance(row.get("reward_model"), dict) and "ground_truth" in row["reward_model"]:
         text = _gold_text(row["reward_model"]["ground_truth"], where, VERL_GOLD)
         return (_gold_from_tail(text, where, VERL_GOLD) if has_gsm8k_mark(text) else text), solution, VERL_GOLD
     if field is None:
+        if solution is None and not gold:
+            return None, None, None
         if solution is None:
             raise ValueError(f"{where}: field 'answer' is missing; {_GOLD_FIX}, or a 'solution' ending in \\boxed{{}}")
         gold, is_full_text = _gold_from_solution(solution.strip(), where)
@@ -205,8 +208,9 @@ def _rephrasings(row: dict, where: str) -> list[str] | None:
     return list(value)
 
 
-def normalize_row(row: dict, index: int, source: str) -> dict:
-    """Return `row` in the rlvr row format; ValueError naming row, field and fix on bad input."""
+def normalize_row(row: dict, index: int, source: str, *, gold: bool = True) -> dict:
+    """Return `row` in the rlvr row format; ValueError naming row, field and fix on bad input. ``gold=False``
+    (rewards that read no gold): a row without a gold column gets ``answer`` None."""
     if not isinstance(row, dict):
         raise ValueError(
             f"row {index} of {source} is a {type(row).__name__} ({row!r:.80}); every row must be an object "
@@ -215,7 +219,7 @@ def normalize_row(row: dict, index: int, source: str) -> dict:
     row_id = _explicit_id(row, index, source)
     where = _where(index, source, row_id)
     prompt = _prompt(row, where)
-    answer, solution, gold_field = _answer_and_solution(row, where)
+    answer, solution, gold_field = _answer_and_solution(row, where, gold)
     rephrasings = _rephrasings(row, where)
 
     normalized: dict[str, Any] = {
@@ -262,12 +266,12 @@ def as_chat(rows: list[dict], system_prompt: str | None) -> list[dict]:
     return [{**row, "prompt": chat(row["prompt"])} if isinstance(row["prompt"], str) else row for row in rows]
 
 
-def normalize_rows(rows: Iterable[dict], source: str) -> list[dict]:
-    """Normalize every row; reject an empty dataset and duplicate ids (naming both rows)."""
+def normalize_rows(rows: Iterable[dict], source: str, *, gold: bool = True) -> list[dict]:
+    """Normalize every row (``gold``: normalize_row's); reject an empty dataset and duplicate ids (naming both rows)."""
     normalized: list[dict] = []
     first_index_of: dict[str, int] = {}
     for index, row in enumerate(rows):
-        out = normalize_row(row, index, source)
+        out = normalize_row(row, index, source, gold=gold)
         if out["id"] in first_index_of:
             raise ValueError(
                 f"rows {first_index_of[out['id']]} and {index} of {source} share id {out['id']!r}; "

@@ -12,12 +12,21 @@ from rlvr.config import ExperimentConfig
 from rlvr.config.experiment import configured_world_size
 from rlvr.data import load_python_rows, load_rows
 from rlvr.train.plan import run_length
-from rlvr.train.setup import chat_rows, check_optional_packages, check_reward_functions, check_scheduler, question_rows
+from rlvr.train.setup import (
+    chat_rows,
+    check_optional_packages,
+    check_reward_functions,
+    check_scheduler,
+    question_rows,
+    rows_need_gold,
+)
 
 
 def dry_run_report(cfg: ExperimentConfig) -> list[str]:
     """Lines describing what the run would do; ValueError for what would make it fail."""
-    rows = load_python_rows(cfg.python.data) if cfg.python.data is not None else load_rows(cfg.data.data)
+    gold = rows_need_gold(cfg)
+    rows = (load_python_rows(cfg.python.data, gold=gold) if cfg.python.data is not None
+            else load_rows(cfg.data.data, gold=gold))
     rows = chat_rows(question_rows(rows, cfg), cfg)
     names = check_reward_functions(cfg, rows)
     check_optional_packages(cfg)

@@ -117,6 +117,25 @@ def open_r1_chat(cfg: ExperimentConfig) -> bool:
     return cfg.run.preset == "trl" and (cfg.data.system_prompt is not None or cfg.data.dataset_prompt_column is not None)
 
 
+BUILT_IN_REWARD_PREFIXES = ("rlvr:", "open-r1:", "verl:")
+
+
+def rows_need_gold(cfg: ExperimentConfig) -> bool:
+    """Whether every training row must carry a gold answer: yes unless every reward function is the user's own
+    (a Python callable, ``file.py:fn``, ``module:fn`` or ``module.fn``: they read the columns they name) and the
+    algorithm uses no gold itself (DaGRPO's anchors and scorers, TA-GRPO's rephrasings do). TRL takes rows
+    without one for such rewards; rlvr's built-in rewards verify against it."""
+    if cfg.algorithm.algo in ("dagrpo", "tagrpo"):
+        return True
+
+    def users(spec: str) -> bool:
+        if callable(cfg.python.reward(spec)):
+            return True
+        return not spec.startswith(BUILT_IN_REWARD_PREFIXES) and (":" in spec or "." in spec)
+
+    return not all(users(spec) for spec in cfg.reward.reward_funcs)
+
+
 def question_rows(rows: list[dict], cfg: ExperimentConfig) -> list[dict]:
     """The rows with their question taken from ``dataset_prompt_column`` (open-r1's), when it is set."""
     if cfg.data.dataset_prompt_column is None:

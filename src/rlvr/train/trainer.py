@@ -88,6 +88,7 @@ from rlvr.train.setup import (
     engine_spec,
     prompt_format,
     question_rows,
+    rows_need_gold,
 )
 from rlvr.train.update import PolicyUpdate, UpdateResult
 
@@ -561,7 +562,9 @@ class Trainer:
     def _load_rows(self) -> list[dict]:
         """The training rows (with rephrasings): rank 0 first, so it alone fills any on-disk cache."""
         cfg, rows = self.cfg, None
-        source = (lambda: load_rows(cfg.data.data)) if cfg.python.data is None else (lambda: load_python_rows(cfg.python.data))
+        gold = rows_need_gold(cfg)  # user reward functions only: rows without a gold are kept, as TRL keeps them
+        source = ((lambda: load_rows(cfg.data.data, gold=gold)) if cfg.python.data is None
+                  else (lambda: load_python_rows(cfg.python.data, gold=gold)))
         load = lambda: chat_rows(attach_rephrasings(question_rows(source(), cfg), cfg.tagrpo, data=cfg.data.data,
                                                     seed=cfg.run.seed), cfg)
         if self.dist.is_main:
