@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from rlvr.config import FIELD_SECTION, build_config, load_config
+from rlvr.config.launch_keys import ACCELERATE, LAUNCH_TRANSLATED
 from rlvr.config.origin import defaults_line
 from rlvr.config.parsing import pairs_from_cli
 from rlvr.config.presets import TRL_DEFAULTS
@@ -165,7 +166,7 @@ def test_the_trl_tables_are_disjoint_from_rlvr_and_cover_trls_own_option_names()
     unplaced = sorted((trl_own | OPEN_R1_KEYS) - ours - tables)
     assert not unplaced, f"TRL / open-r1 options with no place in rlvr.config.trl_names: {unplaced}"
     # the transformers keys we place are real TrainingArguments fields (not typos)
-    placed_base = tables - trl_own - OPEN_R1_KEYS - {"reward_model_name_or_path"}
+    placed_base = tables - trl_own - OPEN_R1_KEYS - {"reward_model_name_or_path"} - set(ACCELERATE) - set(LAUNCH_TRANSLATED)
     older = {"dataset_configs"}  # open-r1's recipes until 2025-03 (open-r1 #461), in no dataclass
     assert placed_base <= base | {"torch_dtype", "max_length"} | older, placed_base - base
 
@@ -239,7 +240,12 @@ def test_generation_batch_size_is_trls_prompts_per_step():
     shape = cfg.batch_shape(1)
     assert (shape.prompts_per_step, shape.micro_batches, shape.accumulation) == (4, 4, 1)  # 4 optimiser steps
     with pytest.raises(ValueError, match="generation_batch_size or steps_per_generation, not both"):
-        build_config({"generation_batch_size": 32, "steps_per_generation": 4})
+        build_config({"generation_batch_size": 64, "steps_per_generation": 4})
+    # both, as GRPOConfig.to_dict() writes them: 8 per device x 1 process x 4 = 32 says nothing more
+    both = build_config({"generation_batch_size": 32, "steps_per_generation": 4, "per_device_train_batch_size": 8,
+                         "model_name_or_path": "tiny-random"})
+    assert both.batch_shape(1) == build_config({"steps_per_generation": 4, "per_device_train_batch_size": 8,
+                                                "model_name_or_path": "tiny-random"}).batch_shape(1)
     with pytest.raises(ValueError, match="whole prompts of 8 completions"):
         build_config({"generation_batch_size": 12})
 

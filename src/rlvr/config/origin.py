@@ -29,9 +29,11 @@ def rlvr_default(cls: type, name: str) -> Any:
 
 
 def defaults_line(cfg) -> str | None:
-    """One line for the start of a run with TRL's defaults: why, and every default the user did not set
-    that rlvr's own would change (None for a config with rlvr's defaults)."""
-    from rlvr.config.experiment import FIELD_SECTION, SECTIONS  # (this module is imported by experiment)
+    """One line for the start of a run with TRL's defaults: why, every default the user did not set that
+    rlvr's own would change, and where the run departs from TRL 1.16 (rlvr.config.departures); None for a
+    config with rlvr's defaults."""
+    from rlvr.config.departures import trl_departures  # (this module is imported by experiment)
+    from rlvr.config.experiment import FIELD_SECTION, SECTIONS
 
     if cfg.run.preset != "trl":
         return None
@@ -42,9 +44,13 @@ def defaults_line(cfg) -> str | None:
         ours = rlvr_default(SECTIONS[FIELD_SECTION[name]], name)
         if ours != value:
             differ.append(f"{name}={value!r} (rlvr: {ours!r})")
-    why = f"it uses {', '.join(cfg.origin.trl_keys)}" if cfg.origin.trl_keys else "preset=trl"
+    keys = cfg.origin.trl_keys
+    named = ", ".join(keys[:4]) + (f", ... ({len(keys)} TRL names)" if len(keys) > 4 else "")
+    why = f"it uses {named}" if keys else "preset=trl"
+    departures = "; ".join(trl_departures(cfg)) or "none"
     semantics = ("plain-string prompts fed as raw text" if cfg.data.system_prompt is None
                  and cfg.data.dataset_prompt_column is None else "string questions as open-r1's [system, user] chat")
     return (f"rlvr: a TRL config ({why}): TRL 1.16's defaults and semantics apply ({semantics}, max_steps in "
             f"optimiser steps, loss_type dapo normalised as TRL does). Where rlvr's own defaults differ: "
-            f"{', '.join(differ) or 'none left unset'}. preset=rlvr keeps rlvr's")
+            f"{', '.join(differ) or 'none left unset'}. Where it runs differently from TRL 1.16 (docs/from_trl.md): "
+            f"{departures}. preset=rlvr keeps rlvr's")

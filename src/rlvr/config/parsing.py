@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from rlvr.config.experiment import FIELD_SECTION, SECTIONS, ExperimentConfig, unknown_key_error
+from rlvr.config.experiment import FIELD_SECTION, SECTIONS, ExperimentConfig, configured_world_size, unknown_key_error
 from rlvr.config.fields import _fail
 from rlvr.config.origin import ConfigOrigin
 from rlvr.config.presets import DEFAULTS, PRESETS
@@ -79,8 +79,8 @@ def parse_cli_value(key: str, raw: str) -> Any:
 
 def pairs_from_cli(tokens: list[str]) -> list[str]:
     """Command-line options as ``key=value`` pairs, in every form TRL's HfArgumentParser takes too:
-    ``key=value``, ``--key value``, ``--key=value``; for a boolean option a bare ``--key`` (true) or
-    ``--key false``; for a list option its values one after another (``--report_to tensorboard wandb``,
+    ``key=value``, ``--key value``, ``--key=value``; for a boolean option a bare ``--key`` (true),
+    ``--key false`` or ``--no_key`` (false); for a list option its values one after another (``--report_to tensorboard wandb``,
     joined with commas).
 
     Dashes in names are underscores (``--max-steps`` is ``max_steps``).
@@ -101,6 +101,9 @@ def pairs_from_cli(tokens: list[str]) -> list[str]:
             pairs.append(f"{key.replace('-', '_')}={raw}")
             continue
         key = name.replace("-", "_")
+        if key.startswith("no_") and key not in KNOWN_KEYS and _is_bool_key(key[3:]):
+            pairs.append(f"{key[3:]}=false")  # HfArgumentParser's --no_bf16
+            continue
         if _is_bool_key(key):  # --bf16, --bf16 false, --use_peft
             if i < len(tokens) and tokens[i].lower() in BOOL_WORDS:
                 pairs.append(f"{key}={BOOL_WORDS[tokens[i].lower()]}")
@@ -130,12 +133,14 @@ KNOWN_KEYS = frozenset(FIELD_SECTION) | set(RENAMED) | set(TRANSLATED) | set(ACC
 
 
 def _is_bool_key(key: str) -> bool:
+    key = RENAMED.get(key, key)
     if key in FIELD_SECTION:
         return _base_type(_field_type(key)) is bool
     return key in TRL_BOOL_KEYS
 
 
 def _is_list_key(key: str) -> bool:
+    key = RENAMED.get(key, key)
     if key in FIELD_SECTION:
         return _is_list(_field_type(key)) or key == "lora_target_modules"
     return key in TRL_LIST_KEYS
@@ -166,7 +171,7 @@ def build_config(overrides: dict[str, Any], *, apply_preset: bool = True) -> Exp
         _fail("algo", algo, f"choose one of {sorted(PRESETS)}")
     defaults = {**DEFAULTS[preset], **PRESETS[algo]} if apply_preset else {"preset": preset}
     merged = {**defaults, **overrides}
-    if generation_batch_size is not None:
+    if generation_batch_size is not None and not _generation_batch_as_derived(generation_batch_size, merged, overrides):
         merged["prompts_per_step"] = _prompts_from_generation_batch(generation_batch_size, merged, overrides)
     per_section: dict[str, dict[str, Any]] = {name: {} for name in SECTIONS}
     for key, value in merged.items():
@@ -176,13 +181,23 @@ def build_config(overrides: dict[str, Any], *, apply_preset: bool = True) -> Exp
                             origin=origin)
 
 
+def _generation_batch_as_derived(generation_batch_size: Any, merged: dict[str, Any], given: dict[str, Any]) -> bool:
+    """True when ``generation_batch_size`` is what TRL derives from the other batch keys, as
+    ``GRPOConfig(...).to_dict()`` writes both it and ``steps_per_generation``: then it says nothing more."""
+    per_device, steps = merged.get("per_device_train_batch_size"), given.get("steps_per_generation")
+    if per_device is None or steps is None:
+        return False
+    return generation_batch_size == per_device * steps * configured_world_size(merged.get("nproc", 1))
+
+
 def _prompts_from_generation_batch(generation_batch_size: Any, merged: dict[str, Any], given: dict[str, Any]) -> int:
     """TRL's generation_batch_size (completions per step) as rlvr's prompts_per_step (whole prompts)."""
     if not isinstance(generation_batch_size, int) or isinstance(generation_batch_size, bool) or generation_batch_size < 1:
         _fail("generation_batch_size", generation_batch_size, "use a positive number of completions per step")
     if given.get("steps_per_generation") is not None:
         _fail("generation_batch_size", generation_batch_size, "TRL takes generation_batch_size or "
-              "steps_per_generation, not both: drop one")
+              "steps_per_generation, not both (unless it is per_device_train_batch_size x processes x "
+              "steps_per_generation, as TRL derives it): drop one")
     tagrpo = TAGRPOConfig(**{k: v for k, v in merged.items() if FIELD_SECTION[k] == "tagrpo"})
     per_prompt = _coerce("num_generations", merged.get("num_generations", RolloutConfig.num_generations))
     per_prompt *= tagrpo.responses_per_prompt_factor
@@ -285,13 +300,26 @@ def load_config(config_file: str | None, cli_pairs: list[str]) -> ExperimentConf
         if isinstance(doc, dict) and "env" in doc:
             _set_environment(doc.pop("env"), config_file)
         overrides.update(flatten_yaml(doc, config_file))
+    given = {}
     for pair in cli_pairs:
         if "=" not in pair:
             raise ValueError(f"expected key=value, got {pair!r} (e.g. max_steps=10)")
         key, raw = pair.split("=", 1)
         key = key.strip().lstrip("-").replace("-", "_")
-        overrides[key] = parse_cli_value(key, raw) if key in FIELD_SECTION else _yaml_or_text(raw)
-    return build_config(overrides)
+        given[key] = parse_cli_value(key, raw) if key in FIELD_SECTION else _yaml_or_text(raw)
+    return build_config({**_without_turned_off(overrides, given), **given})
+
+
+# a command-line value that turns a feature off -> the keys that only matter for that feature
+TURNED_OFF = {"eval_strategy": ("no", ("eval_steps", "eval_data"))}
+
+
+def _without_turned_off(from_file: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
+    """The file's options less those of a feature the command line turned off (``--eval_strategy no`` over a
+    file with ``eval_steps: 50``: the file's eval_steps is unused, not an error)."""
+    dropped = {key for switch, (off, keys) in TURNED_OFF.items()
+               if str(given.get(switch, "")).lower() == off for key in keys if key not in given}
+    return {key: value for key, value in from_file.items() if key not in dropped}
 
 
 def _set_environment(env: Any, source: str) -> None:

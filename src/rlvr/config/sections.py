@@ -361,7 +361,8 @@ class RunConfig:
     overwrite_output_dir: bool = _f(False, "start over in an output_dir that holds a run: its checkpoints and "
                                            "metrics are replaced (TRL/transformers name)")
     log_completions: bool = _f(True, "write samples.jsonl")
-    num_completions_to_log: int = _f(8, "responses written to samples.jsonl per step")
+    num_completions_to_log: int | None = _f(8, "responses written to samples.jsonl per step (null: all, TRL's "
+                                                "num_completions_to_print: null)")
     progress_bar: bool = _f(True, "show a progress bar")
     grad_spike_factor: float = _f(5.0, "count a grad-norm spike when it exceeds this many times the running median")
     max_skipped_steps: int = _f(3, "stop when this many optimiser steps in a row had a non-finite loss or gradient")
@@ -370,7 +371,8 @@ class RunConfig:
     ddp_timeout: int = _f(1800, "seconds a collective may wait (rank 0 alone evaluates and saves meanwhile) (TRL name)")
     report_to: list[str] = _f(["none"], "experiment trackers that also get the metrics, config and samples "
                                         "(rank 0): none | tensorboard | wandb | trackio | mlflow, several as a "
-                                        "comma list; each needs its package (pip install 'rlvr[wandb]') (TRL name)")
+                                        "comma list ([]: none, as transformers writes it); each needs its package (pip install "
+                                        "'rlvr[wandb]') (TRL name)")
     run_name: str | None = _f(None, "the run's name in the trackers (default: the output_dir folder's name) (TRL name)")
     logging_dir: str | None = _f(None, "TensorBoard event folder (default output_dir/runs) (TRL name)")
     log_level: str = _f("passive", "rlvr's log level: debug | info | warning | error | critical; passive: info "
@@ -419,7 +421,7 @@ class RunConfig:
         if self.ddp_timeout < 1:
             _fail("ddp_timeout", self.ddp_timeout, "use a positive number of seconds, e.g. 1800")
         unknown = [name for name in self.report_to if name not in TRACKER_NAMES]
-        if unknown or not self.report_to:
+        if unknown:  # [] is none: transformers turns report_to=none into []
             _fail("report_to", self.report_to, f"name trackers among {', '.join(TRACKER_NAMES)} (a comma list, "
                   "e.g. report_to=tensorboard,wandb), or none")
         if "none" in self.report_to and len(set(self.report_to)) > 1:

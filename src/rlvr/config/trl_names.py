@@ -12,9 +12,10 @@ is one of five kinds (docs/from_trl.md):
   ``rollout_engine=vllm``; ``delta`` (above 1 + epsilon_high) is ``dual_clip``; ``generation_batch_size``
   fixes the prompts per step; ``eval_strategy`` with ``eval_steps`` and ``dataset_test_split`` is evaluation
   during training; ``use_liger_kernel: true`` is rlvr's own chunked LM head; ``resume_from_checkpoint: true``
-  is ``resume=true``;
+  is ``resume=true``; accelerate's launch keys and ``use_cpu`` (rlvr.config.launch_keys);
 - **accepted** (:data:`ACCEPTED`): keys whose value asks for what rlvr does anyway (``logging_steps``:
-  rlvr writes every step; ``remove_unused_columns: false``); another value is refused with what rlvr does;
+  rlvr writes every step; ``remove_unused_columns: false``; the inherited transformers ``TrainingArguments``
+  keys of rlvr.config.training_arguments); another value is refused with what rlvr does;
 - **not implemented** (:data:`NOT_IMPLEMENTED`): taken at TRL's own default (which is the plain behaviour
   rlvr has), refused otherwise, all of a file's such keys in one error, a line each, with the nearest
   rlvr option.
@@ -28,6 +29,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlvr.config.launch_keys import ACCELERATE, ACCELERATE_BOOL_KEYS, LAUNCH_TRANSLATED, translate_launch_keys
+from rlvr.config.launch_keys import truthy as _truthy
+from rlvr.config.training_arguments import TRAINING_ARGUMENTS, TRAINING_ARGUMENTS_BOOL_KEYS, any_value
+
 # TRL name -> rlvr name (same meaning, same values)
 RENAMED = {
     "model_name_or_path": "model",
@@ -37,34 +42,43 @@ RENAMED = {
     "activation_checkpointing": "gradient_checkpointing",  # transformers 5's new name
     "vllm_importance_sampling_cap": "vllm_importance_sampling_clip_max",  # TRL's name before 1.6
 }
+# renamed keys whose null means "not given" (TRL 1.16 then keeps the new name's value)
+RENAMED_NULL_IS_UNSET = frozenset({"vllm_importance_sampling_cap", "torch_dtype"})
 
 # TRL keys that rlvr honours through a translation (translate_trl_keys)
-TRANSLATED = ("dataset_name", "dataset_config", "dataset_configs", "dataset_train_split", "dataset_test_split", "use_peft",
-              "use_vllm", "generation_batch_size", "use_liger_kernel", "do_eval", "delta")
+TRANSLATED = ("dataset_name", "dataset_config", "dataset_configs", "dataset_train_split", "dataset_test_split",
+              "use_peft", "use_vllm", "generation_batch_size", "use_liger_kernel", "do_eval", "delta",
+              *LAUNCH_TRANSLATED)
 
-_ANY = (lambda v: True, "")
+_LOADER = "rlvr has no dataloader: the prompts are in memory"
+_CHECKPOINTING = (lambda v: v is None or (isinstance(v, dict) and set(v) <= {"use_reentrant"}),
+                  "activation checkpointing takes no other arguments")
 _LOGGING = "rlvr writes every step's metrics (metrics.jsonl, trackers): TRL's logging interval does not apply"
 
 # TRL key -> (does this value ask for what rlvr does?, what rlvr does)
 ACCEPTED: dict[str, tuple[Any, str]] = {
-    "do_train": (lambda v: v is True, "rlvr train always trains"),
+    "do_train": (lambda v: isinstance(v, bool), "read by scripts, not by the trainer: rlvr train always trains"),
     "logging_strategy": (lambda v: v in ("steps", "epoch"), _LOGGING),
     "logging_steps": (lambda v: isinstance(v, (int, float)) and v > 0, _LOGGING),
     "logging_first_step": (lambda v: isinstance(v, bool), _LOGGING),
     "remove_unused_columns": (lambda v: v is False, "every dataset column reaches the reward functions"),
     "model_revision": (lambda v: v in (None, "main"), "rlvr loads the default revision"),
     # both give the same gradients; rlvr's activation checkpointing is non-reentrant
-    "gradient_checkpointing_kwargs": (lambda v: v is None or (isinstance(v, dict) and set(v) <= {"use_reentrant"}),
-                                      "activation checkpointing takes no other arguments"),
+    "gradient_checkpointing_kwargs": _CHECKPOINTING,
+    "activation_checkpointing_kwargs": _CHECKPOINTING,  # transformers 5's new name
     "ddp_find_unused_parameters": (lambda v: v in (None, False), "every parameter gets a gradient"),
     "dataset_streaming": (lambda v: v is False, "rlvr loads the whole dataset"),
-    "hub_token": (lambda v: v is None, ("a token in a config file ends up in config.yaml: set the HF_TOKEN "
+    # GRPOConfig.to_dict() writes <HUB_TOKEN> in place of any token, None included
+    "hub_token": (lambda v: v in (None, "<HUB_TOKEN>"), ("a token in a config file ends up in config.yaml: set the HF_TOKEN "
                                        "environment variable instead")),
-    "per_device_eval_batch_size": _ANY,  # rlvr's evaluation batches by its own memory budget; the result is the same
-    "dataloader_num_workers": _ANY,  # rlvr has no dataloader: the prompts are in memory
-    "dataloader_pin_memory": _ANY,
+    "per_device_eval_batch_size": (any_value, ("rlvr's evaluation batches by its own memory budget; the result is "
+                                   "the same")),
+    "dataloader_num_workers": (any_value, _LOADER),
+    "dataloader_pin_memory": (any_value, _LOADER),
+    "pad_to_multiple_of": (lambda v: v in ("auto", None), ("rlvr pads to the longest sequence, as TRL's auto does "
+                           "off Neuron devices")),
     "save_only_model": (lambda v: v is False, "rlvr's checkpoints keep the optimiser state, so a run resumes exactly"),
-    "log_on_each_node": _ANY,
+    "log_on_each_node": (any_value, "rlvr's rank 0 alone writes the logs"),
     "disable_tqdm": (lambda v: isinstance(v, bool), "rlvr's progress bar is progress_bar"),
     # open-r1's GRPOConfig / GRPOScriptArguments additions
     "benchmarks": (lambda v: not v, "rlvr evaluates with eval_data / `rlvr eval`"),
@@ -87,6 +101,8 @@ ACCEPTED: dict[str, tuple[Any, str]] = {
     "max_completion_len": (lambda v: v == 16384, "the soft_overlong_punishment reward uses open-r1's defaults"),
     "soft_punish_cache": (lambda v: v == 4096, "the soft_overlong_punishment reward uses open-r1's defaults"),
     "code_language": (lambda v: v == "python", "open-r1's code rewards are not available in rlvr"),
+    **TRAINING_ARGUMENTS,
+    **ACCELERATE,
 }
 
 # TRL names rlvr does not implement -> (TRL's default, which is rlvr's plain behaviour; the nearest rlvr option)
@@ -94,7 +110,7 @@ NOT_IMPLEMENTED: dict[str, tuple[Any, str | None]] = {
     # GRPOConfig
     "model_init_kwargs": (None, "dtype, attn_implementation"), "router_aux_loss_coef": (None, None),
     "cast_lm_head_to_fp32": (False, None), "num_generations_eval": (None, "eval_n"),
-    "ds3_gather_for_generation": (True, "parallelism"), "pad_to_multiple_of": ("auto", None),
+    "ds3_gather_for_generation": (True, "parallelism"),
     "generation_kwargs": (None, "temperature, top_p, top_k, min_p, repetition_penalty"),
     "cache_implementation": (None, None), "vllm_model_impl": ("vllm", None),
     "vllm_structured_outputs_regex": (None, None),
@@ -131,9 +147,10 @@ TRL_BOOL_KEYS = frozenset({
     "use_transformers_paged", "use_transformers_continuous_batching", "cast_lm_head_to_fp32",
     "ds3_gather_for_generation", "ignore_bias_buffers", "auto_find_batch_size", "ddp_find_unused_parameters",
     "dataloader_pin_memory", "log_on_each_node", "use_bnb_nested_quant",
-})
+}) | TRAINING_ARGUMENTS_BOOL_KEYS | ACCELERATE_BOOL_KEYS
 # TRL keys that take a list (``--benchmarks a b``), besides rlvr's own list options and lora_target_modules
-TRL_LIST_KEYS = frozenset({"benchmarks", "callbacks", "lora_modules_to_save", "lora_target_parameters", "label_names"})
+TRL_LIST_KEYS = frozenset({"benchmarks", "callbacks", "lora_modules_to_save", "lora_target_parameters", "label_names",
+                           "optim_target_modules", "include_for_metrics", "debug"})
 
 
 def trl_only_keys(keys, rlvr_fields: set[str]) -> list[str]:
@@ -159,7 +176,8 @@ def translate_trl_keys(overrides: dict[str, Any], rlvr_fields: set[str]) -> dict
         if key in rlvr_fields:
             out[key] = value
         elif key in RENAMED:
-            out[RENAMED[key]] = value
+            if value is not None or key not in RENAMED_NULL_IS_UNSET:
+                out[RENAMED[key]] = value
         elif key in TRANSLATED:
             continue  # below
         elif key in ACCEPTED:
@@ -193,6 +211,7 @@ def _translate(trl: dict[str, Any], overrides: dict[str, Any], out: dict[str, An
     if "generation_batch_size" in trl and trl["generation_batch_size"] is not None:
         out["generation_batch_size"] = trl["generation_batch_size"]  # resolved with num_generations (parsing)
     problems += _translate_delta(trl, overrides, out)
+    problems += translate_launch_keys(trl, overrides, out)
     if _truthy(trl.get("use_liger_kernel")) and "lm_head_chunk_tokens" not in overrides:
         out["lm_head_chunk_tokens"] = 1024  # liger's fused linear + loss: rlvr's chunked LM head, also exact
     problems += _translate_eval(trl, overrides, out)
@@ -231,13 +250,15 @@ def _translate_eval(trl: dict[str, Any], overrides: dict[str, Any], out: dict[st
     epoch, on ``dataset_test_split`` of ``dataset_name`` unless ``eval_data`` names the data (pass@k)."""
     strategy = str(overrides.get("eval_strategy", "no")).lower()
     if strategy == "no":
+        if trl or out.get("eval_steps", 0) is None:  # TRL reads eval_steps only with eval_strategy: steps
+            out.pop("eval_steps", None)
         if _truthy(trl.get("do_eval")) and not overrides.get("eval_steps"):
             return [("do_eval: true without eval_strategy: TRL's trainer then evaluates nothing during training; set "
                     "eval_strategy: steps (with eval_steps) to evaluate on the test split, or remove do_eval")]
         return []
     if not trl:  # an rlvr config: its eval options are its own
         return []
-    if strategy == "steps" and "eval_steps" not in overrides:
+    if strategy == "steps" and overrides.get("eval_steps") is None:
         out["eval_steps"] = int(overrides.get("logging_steps") or 10)  # TRL: eval_steps defaults to logging_steps
     if "eval_data" not in overrides:
         if "dataset_name" not in trl:
@@ -277,10 +298,3 @@ def _data_spec(name: str, split: str | None, config: str | None) -> str:
     if config:
         spec += f":config={config}"
     return spec
-
-
-def _truthy(value: Any) -> bool:
-    """A TRL boolean as YAML or the command line gives it (True, "true", "1", ...)."""
-    if isinstance(value, str):
-        return value.strip().lower() in ("true", "yes", "1")
-    return bool(value)

@@ -200,9 +200,10 @@ def dagrpo_rollout_metrics(counts: Counter | None) -> dict[str, float]:
     }
 
 
-def sample_records(step: int, groups: list[Group], advantages: torch.Tensor | None, count: int) -> list[dict]:
-    """``count`` responses spread evenly over the step's groups, for samples.jsonl."""
+def sample_records(step: int, groups: list[Group], advantages: torch.Tensor | None, count: int | None) -> list[dict]:
+    """``count`` responses spread evenly over the step's groups (None: all), for samples.jsonl."""
     flat = [(g, i) for g in groups for i in range(len(g.texts))]
+    count = len(flat) if count is None else count
     if not flat or count <= 0:
         return []
     stride = max(1, len(flat) // count)

@@ -107,7 +107,7 @@ class StepPlan:
     tagrpo_metrics: bool  # log the tagrpo/ pool metrics
     diversity_every: int  # log rollout/diversity every K steps (0: never)
     diversity_groups: int
-    num_completions_to_log: int
+    num_completions_to_log: int | None  # None: all
 
 
 def step_kind(cfg: ExperimentConfig) -> str:
