@@ -18,6 +18,7 @@ from rlvr.config.trl_names import ACCEPTED, NOT_IMPLEMENTED, RENAMED, RENAMED_NU
 TRANSLATIONS = {
     "dataset_name": "with `dataset_config` and `dataset_train_split`: one `data` spec",
     "dataset_config": "part of the `data` spec (`:config=`)",
+    "dataset_configs": "open-r1's older list: `[all]`, `[default]`, `[]`: the default config; `[NAME]`: `dataset_config`",
     "dataset_train_split": "part of the `data` spec (`:split=`)",
     "dataset_test_split": "the `eval_data` spec with `eval_strategy`",
     "use_peft": "`lora_r` on (TRL's 16 unless given) or 0",
