@@ -133,3 +133,18 @@ def test_callbacks_evaluate_and_resume(tmp_path):
     resumed = _result(_run(_script(3, resume=True, evaluate=False), tmp_path, model))
     assert resumed["global_step"] == 3
     assert resumed["seen"] == [[4] * 4 + [5] * 4], "step 3 takes the prompts after steps 1-2's (0-3), in order"
+
+
+def test_a_trl_config_object_and_evaluation_during_training(tmp_path):
+    """``from trl import GRPOConfig`` kept (TRL's own config object, built as a CPU user must: use_cpu=True) with
+    rlvr's trainer; ``eval_strategy: steps`` evaluates eval_dataset every ``eval_steps`` optimiser steps, into the
+    step's metrics.jsonl line as ``eval/<name>`` (the trackers' ``eval/<name>`` tags)."""
+    model = save_tiny_model(tmp_path / "model")
+    script = (_script(2, evaluate=False, trl=True).replace("from trl import GRPOConfig, GRPOTrainer",
+                                                           "from trl import GRPOConfig\nfrom rlvr import GRPOTrainer")
+              .replace("seed=3,", "seed=3, eval_strategy='steps', eval_steps=1,"))
+    result = _result(_run(script, tmp_path, model, trl=True))
+    assert result["global_step"] == 2
+    assert [e for e in result["events"] if e.startswith("evaluate")] == ["evaluate eval_completions/clipped_ratio"] * 2
+    lines = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert all(line["eval/reward"] is not None and "eval/rewards/reward/mean" in line for line in lines)

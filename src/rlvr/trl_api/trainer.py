@@ -112,7 +112,12 @@ class GRPOTrainer:
         if resume is not None:
             extra = {"resume": True} if resume is True else {"resume_from_checkpoint": str(resume)}
             cfg = build_config({**self._overrides, **extra})
-        self._trainer = Trainer(cfg, callbacks=[*self.callbacks, _EvalHook(self)])
+        self._trainer = Trainer(cfg, callbacks=self.callbacks)
+        if self.eval_dataset is not None and self._eval.get("eval_strategy", "no") == "steps":
+            if self._trainer.evaluation is not None:
+                raise ValueError("eval_dataset with eval_strategy=steps and rlvr's eval_data both evaluate during "
+                                 "training: give one of them")
+            self._trainer.evaluation = _DuringTraining(self)  # its metrics join the step's line as eval/<name>
         self._resumed_with = resume
         return self._trainer
 
@@ -133,14 +138,20 @@ class GRPOTrainer:
                            {"train_loss": sum(losses) / len(losses) if losses else 0.0})
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict:
-        """TRL's rollout metrics on ``eval_dataset`` (module docstring), prefixed ``<metric_key_prefix>_``."""
+        """TRL's rollout metrics on ``eval_dataset`` (module docstring), prefixed ``<metric_key_prefix>_``; a dict
+        of datasets: each one's prefixed ``<metric_key_prefix>_<name>_``, as TRL does."""
         from rlvr.train.evaluation_trl import rollout_metrics
 
         data = eval_dataset if eval_dataset is not None else self.eval_dataset
         if data is None:
             raise ValueError("evaluate() needs an eval_dataset (GRPOTrainer(eval_dataset=...) or evaluate(eval_dataset=...))")
         trainer = self._built(self._resumed_with)
-        metrics = {f"{metric_key_prefix}_{k}": v for k, v in rollout_metrics(trainer, _rows(data)).items()}
+        named = data if isinstance(data, dict) or (hasattr(data, "keys") and not hasattr(data, "column_names")) \
+            else {None: data}
+        metrics = {}
+        for name, dataset in named.items():
+            prefix = metric_key_prefix if name is None else f"{metric_key_prefix}_{name}"
+            metrics |= {f"{prefix}_{k}": v for k, v in rollout_metrics(trainer, _rows(dataset)).items()}
         if self.state is not None:
             self.state.log_history.append({**metrics, "step": self.state.global_step})
         trainer.callbacks.event("on_evaluate", metrics=metrics)
@@ -168,22 +179,23 @@ class GRPOTrainer:
         return TrainerState(**{k: v for k, v in hf.items() if k in TrainerState.__dataclass_fields__})
 
 
-class _EvalHook:
-    """``eval_strategy: steps``: the trainer's evaluate() every ``eval_steps`` optimiser steps during training."""
+class _DuringTraining:
+    """``eval_strategy: steps``: evaluate() every ``eval_steps`` optimiser steps, in the trainer's place for its
+    training-time evaluation, so the metrics join the step's line (metrics.jsonl ``eval/<name>``; trackers
+    ``eval/<name>``, as transformers tags ``eval_<name>``)."""
 
     def __init__(self, owner: GRPOTrainer):
         self.owner = owner
 
-    def on_step_end(self, step: int, metrics: dict) -> None:
-        owner = self.owner
-        strategy, every = owner._eval.get("eval_strategy", "no"), owner._eval.get("eval_steps")
-        if owner.eval_dataset is None or strategy != "steps":
-            return
-        trainer = owner._trainer
-        every = every or getattr(owner.args, "logging_steps", None) or 10  # TRL: eval_steps defaults to logging_steps
+    def due(self, step: int) -> bool:
+        owner, trainer = self.owner, self.owner._trainer
+        every = owner._eval.get("eval_steps") or getattr(owner.args, "logging_steps", None) or 10  # TRL's fallback
         every = int(every) if every >= 1 else max(1, round(every * trainer.length.optimizer_steps))  # a ratio
-        if trainer.length.counter(step) // every > trainer.length.counter(step - 1) // every:
-            owner.evaluate()
+        return trainer.length.counter(step) // every > trainer.length.counter(step - 1) // every
+
+    def run(self, policy, tokenizer, output_dir, step: int) -> dict:
+        metrics = self.owner.evaluate()
+        return {"eval/" + key.removeprefix("eval_"): value for key, value in metrics.items()}
 
 
 def lora_options(peft_config) -> dict:
