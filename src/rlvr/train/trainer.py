@@ -378,8 +378,8 @@ class Trainer:
     def _train_summary(self, history: list[dict], started: float) -> dict[str, float]:
         """transformers' last log line over the steps this call ran (metrics.py, ``trl_train_summary``)."""
         done, b = self.length.optimizer_steps_done, self.plan.batch
-        return trl_train_summary([m["loss"] for m in history], [done(m["step"]) - done(m["step"] - 1) for m in history],
-                                 runtime=time.time() - started, epoch=history[-1]["epoch"],
+        return trl_train_summary([m.get("loss") for m in history], [done(m["step"]) - done(m["step"] - 1) for m in history],
+                                 runtime=time.time() - started, epoch=history[-1].get("epoch", self.length.epoch(history[-1]["step"])),
                                  completions_per_optimizer_step=b.micro_batch * b.accumulation * b.world_size)
 
     def _save_every(self) -> int:
