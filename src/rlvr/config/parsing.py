@@ -26,24 +26,39 @@ from rlvr.config.trl_names import (
     detect_preset,
     translate_trl_keys,
 )
+from rlvr.config.yaml_file import read_config_file
 
 # the words a boolean option takes after ``--flag`` (HfArgumentParser's); a bare ``--flag`` is true
 BOOL_WORDS = {"true": "true", "false": "false", "yes": "true", "no": "false", "1": "true", "0": "false"}
 
 
-def flatten_yaml(doc: Any, source: str) -> dict[str, Any]:
-    """Accept a YAML mapping that is flat or nested by section; return flat keys."""
+def flatten_yaml(doc: Any, source: str, lines: dict[tuple[str, ...], int] | None = None) -> dict[str, Any]:
+    """Accept a YAML mapping that is flat or nested by section; return flat keys.
+
+    A key given twice (flat and in a section, or in two sections) is refused, naming both places;
+    ``lines``: the line of each top-level key and section key (``rlvr.config.yaml_file.ConfigFile``).
+    """
     if doc is None:
         return {}
     if not isinstance(doc, dict):
         raise ValueError(f"{source}: the config file must be a mapping of option: value")
     flat: dict[str, Any] = {}
+    places: dict[str, tuple[str, ...]] = {}
     for key, value in doc.items():
-        if key in SECTIONS and isinstance(value, dict):
-            flat.update(value)
-        else:
-            flat[key] = value
+        nested = key in SECTIONS and isinstance(value, dict)
+        for name, item in (value.items() if nested else [(key, value)]):
+            place = (key, name) if nested else (key,)
+            if name in flat:
+                raise ValueError(f"{source}: {name} is given twice, as {_place(places[name], lines)} and "
+                                 f"{_place(place, lines)}; keep one")
+            flat[name], places[name] = item, place
     return flat
+
+
+def _place(place: tuple[str, ...], lines: dict[tuple[str, ...], int] | None) -> str:
+    """``run: max_steps`` (line 3), or ``max_steps`` (line 5): where a key was written."""
+    line = (lines or {}).get(place)
+    return f"`{': '.join(map(str, place))}`" + (f" (line {line})" if line else "")
 
 
 # The YAML spellings of null that an Optional option takes on the command line (``epsilon_high=null``).
@@ -296,10 +311,11 @@ def load_config(config_file: str | None, cli_pairs: list[str]) -> ExperimentConf
     """Resolve the experiment config from an optional YAML file and ``key=value`` pairs."""
     overrides: dict[str, Any] = {}
     if config_file:
-        doc = _read_yaml_file(config_file)
+        file = read_config_file(config_file)
+        doc = file.doc
         if isinstance(doc, dict) and "env" in doc:
             _set_environment(doc.pop("env"), config_file)
-        overrides.update(flatten_yaml(doc, config_file))
+        overrides.update(flatten_yaml(doc, config_file, file.lines))
     given = {}
     for pair in cli_pairs:
         if "=" not in pair:
@@ -336,28 +352,3 @@ def _yaml_or_text(raw: str) -> Any:
         return yaml.safe_load(raw)
     except yaml.YAMLError:
         return raw
-
-
-def _read_yaml_file(path: str) -> Any:
-    """The parsed YAML document of ``--config``; ValueError naming the file (and line) and the fix."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return yaml.safe_load(fh)
-    except FileNotFoundError:
-        raise ValueError(f"config file {path!r} does not exist; check the path") from None
-    except IsADirectoryError:
-        raise ValueError(f"--config {path!r} is a directory; pass a YAML file (e.g. {path}/config.yaml)") from None
-    except UnicodeDecodeError as error:
-        raise ValueError(f"config file {path!r} is not UTF-8 text (byte {error.start}); save it as UTF-8") from None
-    except OSError as error:
-        raise ValueError(f"cannot read config file {path!r}: {error.strerror or error}") from None
-    except yaml.MarkedYAMLError as error:
-        mark, start = error.problem_mark or error.context_mark, error.context_mark
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else path
-        problem = " ".join(str(error.problem or error.context or "invalid YAML").split())
-        if error.context and start is not None and mark is not None and start.line != mark.line:
-            problem += f" ({error.context} that starts at line {start.line + 1})"
-        raise ValueError(f"{where}: YAML syntax error: {problem}; fix the file (a value holding ': ', ' #' "
-                         "or brackets needs quotes)") from None
-    except yaml.YAMLError as error:
-        raise ValueError(f"{path}: invalid YAML ({' '.join(str(error).split())}); fix the file") from None

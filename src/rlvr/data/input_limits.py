@@ -16,6 +16,11 @@ because every token of a byte-level BPE tokenizer (GPT-2, Llama 3, Qwen, SmolLM2
 one byte of the rendered text (a special token covers several); ``template_bytes`` is the rendered
 prompt of an empty question (template, system prompt, instruction), and TOKEN_SLACK covers a
 sentencepiece tokenizer's prefix marker.
+A row is never tokenised whole when its texts hold more than ``CHARS_PER_TOKEN`` × budget characters:
+no tokenizer averages that many characters a token, so such a prompt is over the budget without
+tokenising it (a 10 MB prompt was tokenised for 102 s and 3.46 GB before it was refused), and
+truncation=left cuts its texts to their last CHARS_PER_TOKEN × budget characters before tokenising
+(``rlvr.data.prompts.cut_prompt``; its last budget tokens are the same).
 Convention: rows whose bound fits the budget are not tokenised (a tokenizer that breaks the bound,
 e.g. by expanding characters in its normaliser, is checked only for the rows over it);
 ``template_bytes=None`` tokenises every row.
@@ -27,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rlvr.data.prompts import PromptFormat
+from rlvr.data.prompts import CHARS_PER_TOKEN, PromptFormat
 
 TOKEN_SLACK = 8  # tokens a tokenizer may add that cover no byte (sentencepiece's leading "▁")
 _SHOWN = 3  # offending rows named in the message
@@ -97,10 +102,13 @@ def check_lengths(
                            max_prompt_length=max_prompt_length)
     if budget is None:
         return LengthCheck(budget=None, tokenized=0, longest=0)
-    too_long: list[tuple[int, Any, int]] = []  # (index, id, prompt tokens)
+    too_long: list[tuple[int, Any, int | None]] = []  # (index, id, prompt tokens; None: over the characters)
     tokenized = longest = 0
     for index, row in enumerate(rows):
         if template_bytes is not None and _byte_bound(row, template_bytes) + TOKEN_SLACK <= budget:
+            continue
+        if _longest_text(row) > CHARS_PER_TOKEN * budget:  # over the budget in any tokenizer: not tokenised
+            too_long.append((index, row.get("id"), None))
             continue
         ids = tokenize(row)
         variants = [ids] if not ids or isinstance(ids[0], int) else ids
@@ -129,19 +137,31 @@ def _byte_bound(row: dict, per_message: int) -> int:
     return per_message * max(1, len(prompt)) + contents + max([0, *rephrasings])
 
 
+def _longest_text(row: dict) -> int:
+    """Characters of the row's longest text (question, message content or rephrasing)."""
+    prompt = row.get("prompt", "")
+    texts = [prompt] if isinstance(prompt, str) else [str(m.get("content", "")) for m in prompt]
+    return max(len(text) for text in [*texts, *(row.get("rephrasings") or []), ""] if isinstance(text, str))
+
+
 def _too_long_message(too_long, num_rows: int, source: str, budget: int, *, max_positions, max_completion_length,
                       max_prompt_length) -> str:
-    worst = max(too_long, key=lambda item: item[2])
-    shown = ", ".join(f"row {i} (id {row_id!r}) has {n}" for i, row_id, n in too_long[:_SHOWN])
-    more = f", ... (longest: row {worst[0]}, {worst[2]})" if len(too_long) > _SHOWN else ""
+    chars = CHARS_PER_TOKEN * budget
+
+    def size(n: int | None) -> str:
+        return f"{n} tokens" if n is not None else f"over {chars} characters (> {CHARS_PER_TOKEN} a token)"
+
+    worst = max(too_long, key=lambda item: chars if item[2] is None else item[2])
+    shown = ", ".join(f"row {i} (id {row_id!r}) has {size(n)}" for i, row_id, n in too_long[:_SHOWN])
+    more = f", ... (longest: row {worst[0]}, {size(worst[2])})" if len(too_long) > _SHOWN else ""
     if max_prompt_length is not None and budget == max_prompt_length:
         limit = f"are longer than max_prompt_length={max_prompt_length} tokens"
         fix = "raise max_prompt_length"
     else:
         limit = (f"do not fit the model's {max_positions} positions with max_completion_length={max_completion_length} "
                  f"(at most {budget} prompt tokens)")
-        room = max_positions - worst[2]
+        room = max_positions - (chars if worst[2] is None else worst[2])
         fix = f"lower max_completion_length to at most {room}" if room >= 1 else "use a model with more positions"
-    return (f"{len(too_long)} of {num_rows} prompts of {source} {limit}: {shown}{more} tokens, chat template "
+    return (f"{len(too_long)} of {num_rows} prompts of {source} {limit}: {shown}{more}, chat template "
             f"included. Shorten or filter those rows out of the data, {fix}, or set truncation=drop (leave them "
             "out) or truncation=left (keep their last tokens, as TRL does)")

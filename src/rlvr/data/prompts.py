@@ -174,6 +174,19 @@ class PromptFormat:
         return len(render_prompt(tokenizer, messages, chat_template_kwargs=self.chat_template_kwargs).encode("utf-8"))
 
 
+# more characters a token than any tokenizer averages over a long text (byte-level BPE: ~4 for English)
+CHARS_PER_TOKEN = 16
+
+
+def cut_prompt(prompt: str | list[dict], max_chars: int) -> str | list[dict]:
+    """The prompt with each text (the question, or each message's content) cut to its last ``max_chars``
+    characters: what left truncation to ``max_chars / CHARS_PER_TOKEN`` tokens keeps, without tokenising the rest."""
+    if isinstance(prompt, str):
+        return prompt[-max_chars:] if len(prompt) > max_chars else prompt
+    return [{**m, "content": m["content"][-max_chars:]} if isinstance(m.get("content"), str)
+            and len(m["content"]) > max_chars else m for m in prompt]
+
+
 def variant_prompt(prompt: str | list[dict], rephrasing: str) -> str | list[dict]:
     """The dataset prompt with its question replaced by a rephrasing (last user message for chats)."""
     if isinstance(prompt, str):
@@ -206,6 +219,8 @@ class PromptBuilder:
             if variant:  # a rephrasing is asked the way its question is (instruction=auto decides on q_0)
                 fmt = dataclasses.replace(fmt, instruction=instruction_for(prompt, fmt.instruction))
                 prompt = variant_prompt(prompt, row["rephrasings"][variant - 1])
+            if self.max_tokens is not None:  # a 10 MB text is cut to characters first, not tokenised whole
+                prompt = cut_prompt(prompt, CHARS_PER_TOKEN * self.max_tokens)
             ids = fmt.token_ids(self.tokenizer, prompt)
             if self.max_tokens is not None and len(ids) > self.max_tokens:
                 ids = ids[-self.max_tokens :]  # from the left: the question's end and the generation prompt stay

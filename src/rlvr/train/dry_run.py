@@ -3,7 +3,8 @@
 The resolved config, and then what would fail minutes later: the data (its rows, the prompt column, the
 chat open-r1 builds), every reward function by name (TRL's, open-r1's, a module in the working
 directory, a file) and the dataset columns each needs, the step's batch and the run's length as TRL
-counts them. A problem is a ValueError naming it and the fix, as the run itself would raise.
+counts them, and whether a step's completions can fit in memory (rlvr.train.memory_bound). A problem
+is a ValueError naming it and the fix, as the run itself would raise.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from rlvr.config import ExperimentConfig
 from rlvr.config.experiment import configured_world_size
 from rlvr.data import load_python_rows, load_rows
+from rlvr.train.memory_bound import check_rollout_memory
 from rlvr.train.plan import run_length
 from rlvr.train.setup import (
     chat_rows,
@@ -24,13 +26,15 @@ from rlvr.train.setup import (
 
 def dry_run_report(cfg: ExperimentConfig) -> list[str]:
     """Lines describing what the run would do; ValueError for what would make it fail."""
+    batch = cfg.batch_shape(configured_world_size(cfg.run.nproc))
+    check_rollout_memory(completions_per_process=batch.completions // batch.world_size,
+                         max_completion_length=cfg.rollout.max_completion_length)  # before the data loads
     gold = rows_need_gold(cfg)
     rows = (load_python_rows(cfg.python.data, gold=gold) if cfg.python.data is not None
             else load_rows(cfg.data.data, gold=gold))
     rows = chat_rows(question_rows(rows, cfg), cfg)
     names = check_reward_functions(cfg, rows)
     check_optional_packages(cfg)
-    batch = cfg.batch_shape(configured_world_size(cfg.run.nproc))
     length = run_length(cfg, batch, len(rows))
     check_scheduler(cfg, length.steps * length.optimizer_steps_per_step)
     return [
