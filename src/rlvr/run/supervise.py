@@ -36,7 +36,8 @@ import time
 
 ENV = "RLVR_TRAIN_SUPERVISOR"  # "<parent pid>:<finished fd>:<signal fd>", read and removed by the child
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-ECHO_WINDOW_S = 1.0  # a signal the child reports within this time of the parent's is the same signal
+ECHO_WINDOW_S = 0.25  # a signal the child reports within this time of the parent's is the same signal (its report
+# is written from C the moment the signal arrives: milliseconds)
 _PR_SET_PDEATHSIG = 1
 
 _finished_fd: int | None = None
@@ -120,8 +121,7 @@ class _Relay:
                 self.seen.append((signum, now))
 
     def pass_on(self) -> None:
-        """Match the parent's signals to the child's; pass on (one of each kind a round, so that two do not
-        merge into one) those the child has not had within the window."""
+        """Match the parent's signals to the child's; pass on those the child has not had within the window."""
         now, sent = time.monotonic(), set()
         self.seen = [(s, t) for s, t in self.seen if now - t < 2 * ECHO_WINDOW_S]
         for signum, at in list(self.pending):
@@ -129,7 +129,9 @@ class _Relay:
             if match is not None:
                 self.seen.remove(match)
                 self.pending.remove((signum, at))
-            elif now - at >= ECHO_WINDOW_S and signum not in sent:
+            elif now - at >= ECHO_WINDOW_S:
+                if signum in sent:
+                    time.sleep(0.02)  # the first has arrived: two of a kind sent at once would merge into one
                 self.pending.remove((signum, at))
                 sent.add(signum)
                 self.echoes[signum] = self.echoes.get(signum, 0) + 1
