@@ -196,9 +196,10 @@ def test_a_signal_finishes_the_step_saves_and_resumes_exactly(tmp_path, lowercas
     subprocess.run(_cli(full, lowercase_reward, max_steps=steps), env=ENV, stdout=subprocess.DEVNULL, check=True,
                    timeout=600)
     proc = subprocess.Popen(_cli(run, lowercase_reward, max_steps=steps), env=ENV, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
     _wait_for_step(run, 2, proc)
-    proc.send_signal(signum)
+    os.killpg(proc.pid, signum)  # as a terminal's Ctrl-C or SLURM: to the training process at once (a signal to
+    # `rlvr train` alone is passed on a quarter second later: tests/run/test_signal_exits.py)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 128 + signum, err[-2000:]
     assert "Traceback" not in err
