@@ -15,7 +15,7 @@ import sys
 
 import yaml
 
-from rlvr import __version__
+from rlvr import __version__, threads
 from rlvr.config import SECTIONS, field_help, load_config
 from rlvr.config.parsing import pairs_from_cli
 from rlvr.config.presets import PRESET_HELP
@@ -23,6 +23,7 @@ from rlvr.eval_cli import add_eval_parser, run_eval
 from rlvr.rephrase_cli import add_rephrase_parser, run_rephrase
 from rlvr.report_cli import add_report_parser, run_report
 from rlvr.rollout.vllm_server import add_vllm_serve_parser, run_vllm_serve
+from rlvr.run.supervise import become_supervised_child, report_finished, supervise
 
 
 def _train_help() -> str:
@@ -117,6 +118,8 @@ def flags_from_pairs(parser: argparse.ArgumentParser, tokens: list[str]) -> list
 _OS_ERROR_FIXES = {
     errno.ENOSPC: "free space, lower save_total_limit, or put output_dir on a larger disk",
     errno.EDQUOT: "free space within your quota, lower save_total_limit, or put output_dir elsewhere",
+    errno.EFBIG: "a file grew past the file-size limit: raise it (`ulimit -f unlimited`) or choose another output_dir",
+    errno.EIO: "the disk failed to write: check it (`dmesg`) or choose an output_dir on another disk",
     errno.EROFS: "the file system is read-only: choose an output_dir on a writable disk",
     errno.EACCES: "choose an output_dir you may write to, or fix its permissions",
     errno.EPERM: "choose an output_dir you may write to, or fix its permissions",
@@ -164,8 +167,20 @@ def launch_torchrun(nproc: int, argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The program (``argv`` None: ``sys.argv``); ``rlvr train``/``sft`` started so train in a child process
+    that this one watches (``rlvr/run/supervise.py``: a run that did not finish is never reported as done)."""
+    if argv is None and sys.argv[1:2] in (["train"], ["sft"]) and "WORLD_SIZE" not in os.environ:
+        if not become_supervised_child():
+            return supervise(sys.argv[1:], sys.argv[1], env=threads.environ_as_given())
+        try:
+            return run_command(sys.argv[1:])
+        finally:
+            report_finished()
+    return run_command(sys.argv[1:] if argv is None else list(argv))
+
+
+def run_command(argv: list[str]) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    argv = sys.argv[1:] if argv is None else list(argv)
     try:
         args = parse_args(argv)
     except ValueError as error:
@@ -233,14 +248,15 @@ def train_exit_code(cfg, command: str) -> tuple[int, object]:
     trainer (None if it was not built), for the caller to hold until the process exits."""
     from transformers.utils import logging as hf_logging
 
-    from rlvr.run.stopping import TrainingInterrupted
+    from rlvr.run.stopping import StopAtOnceOnSignal, TrainingInterrupted, stopped_at_once_advice
     from rlvr.train.trainer import Trainer, TrainingStopped  # heavy imports only when training
 
     hf_logging.disable_progress_bar()  # weight loading/saving bars would break our own bar
     trainer = None
     try:
-        trainer = Trainer(cfg)
-        trainer.train()
+        with StopAtOnceOnSignal():  # SIGTERM/SIGHUP while loading: a line and 128 + the signal, as Ctrl-C
+            trainer = Trainer(cfg)
+            trainer.train()
         return 0, trainer
     except ValueError as error:
         print(f"rlvr {command}: {error}", file=sys.stderr)
@@ -251,14 +267,14 @@ def train_exit_code(cfg, command: str) -> tuple[int, object]:
     except TrainingStopped as error:
         print(f"rlvr {command}: stopped: {error}", file=sys.stderr)
         return 3, trainer
-    except TrainingInterrupted as error:  # Ctrl-C / SIGTERM: the step finished and was saved
+    except TrainingInterrupted as error:  # Ctrl-C / SIGTERM / SIGHUP: the step finished and was saved
         print(f"rlvr {command}: interrupted by {error}", file=sys.stderr)
         return error.exit_code, trainer
-    except KeyboardInterrupt:  # Ctrl-C while loading, or a second Ctrl-C: nothing more is saved
-        print(f"rlvr {command}: interrupted; the last checkpoint (if any) is intact: continue with the "
-              "same command and resume=true", file=sys.stderr)
-        return 130, trainer
-
+    except KeyboardInterrupt as error:  # a signal while loading, or a second one: nothing more is saved
+        name, code = (error.args[0], error.exit_code) if hasattr(error, "exit_code") else ("SIGINT", 130)
+        output_dir = getattr(trainer, "output_dir", None)
+        print(f"rlvr {command}: interrupted by {name}; {stopped_at_once_advice(output_dir)}", file=sys.stderr)
+        return code, trainer
 
 if __name__ == "__main__":
     sys.exit(main())

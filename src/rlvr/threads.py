@@ -45,3 +45,12 @@ def applied() -> str:
         return f"OpenMP wait policy: {WAIT_POLICY} (rlvr's default; OMP_WAIT_POLICY=ACTIVE restores spinning)"
     chosen = ", ".join(f"{name}={os.environ[name]}" for name in USER_CHOICES if name in os.environ)
     return f"OpenMP wait policy: the user's ({chosen})"
+
+
+def environ_as_given() -> dict[str, str]:
+    """The environment as the user gave it, for a process that imports rlvr again (``rlvr train``'s training
+    process): without rlvr's own OMP_WAIT_POLICY, which that process sets and names as rlvr's."""
+    env = dict(os.environ)
+    if _state["set_by_rlvr"]:
+        env.pop("OMP_WAIT_POLICY", None)
+    return env

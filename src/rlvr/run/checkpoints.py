@@ -17,7 +17,6 @@ always complete; a crash leaves at most a ``.tmp-*`` folder, which is deleted on
 from __future__ import annotations
 
 import dataclasses
-import errno
 import json
 import logging
 import os
@@ -41,6 +40,7 @@ from rlvr.run.checkpoint_files import (
     write_manifest,
 )
 from rlvr.run.export import remove_final_model, write_model
+from rlvr.run.write_errors import write_failure
 
 logger = logging.getLogger(__name__)
 
@@ -93,12 +93,11 @@ def save_checkpoint(output_dir: Path, step: int, snapshot: Snapshot, *, keep_las
             remove_checkpoint(final, why=f"saving step {step} again")
         os.replace(tmp, final)
     except BaseException as error:
-        full = _disk_full(error, root)
+        failure = write_failure(error, what=f"checkpoint {final.name}", folder=root, removed=tmp.name, keep=keep_last,
+                                earlier=any(old != final for old in list_checkpoints(output_dir)))
         shutil.rmtree(tmp, ignore_errors=True)  # a partial checkpoint must not stay behind filling the disk
-        if full:
-            raise OSError(errno.ENOSPC, f"no space left on device while saving checkpoint {final.name} in {root} "
-                          f"(the partial {tmp.name} was removed); free space, keep fewer checkpoints "
-                          f"(save_total_limit={keep_last}), or put output_dir on a larger disk") from error
+        if failure is not None:  # a full disk, a quota, a file-size limit, a failing disk: one line (write_errors.py)
+            raise failure from error
         raise
     fsync_dir(root)
     if keep_last is not None:  # save_total_limit
@@ -215,23 +214,6 @@ def load_model_weights(model, path: Path) -> None:
             f"checkpoint {path} does not match the model (missing {missing[:3]}, unexpected "
             f"{unexpected[:3]}); resume with the same model= as the original run"
         )
-
-
-def _disk_full(error: BaseException, folder: Path) -> bool:
-    """Whether a failed write ran out of disk space.
-
-    ``torch.save`` reports a full disk as a RuntimeError ("unexpected pos ...") and safetensors as
-    a SafetensorError ("No space left on device (os error 28)"), so besides ENOSPC the free space
-    left is asked (under 1 MiB: full).
-    """
-    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
-        return True
-    if "No space left on device" in str(error) or "os error 28" in str(error):
-        return True
-    try:
-        return isinstance(error, Exception) and shutil.disk_usage(folder).free < 2**20
-    except OSError:
-        return False
 
 
 def _to_tuple(value: Any) -> Any:

@@ -21,6 +21,7 @@ import fcntl
 import json
 import math
 import os
+import re
 import socket
 from datetime import datetime
 from pathlib import Path
@@ -80,16 +81,34 @@ def check_not_foreign(path: Path) -> None:
                          "output_dir (e.g. output_dir=" + str(path / "run") + ")")
 
 
+def check_path_encodable(path: Path, option: str = "output_dir") -> None:
+    """Refuse a path the run could not write: a name that is not UTF-8 (a byte like 0xff, which Python
+    holds as a lone surrogate) trains, then fails at the first save, since safetensors, the JSON and YAML
+    files and their names need UTF-8; refused before the model loads, naming the path and the fix."""
+    text = os.path.abspath(path)
+    try:
+        os.fsencode(text)
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        shown = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        bad = text[error.start:error.end].encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        raise ValueError(f"{option}={shown} is not valid UTF-8 (it holds {bad}): the checkpoint writers "
+                         f"(safetensors, JSON, YAML) need UTF-8 paths, so the run would fail at its first save; "
+                         f"choose an {option} whose path is UTF-8 (letters, digits, - and _ are safe)") from None
+
+
 def check_not_nested(path: Path) -> None:
     """Refuse an output_dir inside another run (or inside one of its checkpoints): that run's checkpoint
-    rotation, ``overwrite_output_dir`` or a resume from an earlier step would delete this one."""
-    inner = Path(os.path.abspath(path))
+    rotation, ``overwrite_output_dir`` or a resume from an earlier step would delete this one. Links are
+    followed: a symbolic link into a run is that run's folder."""
+    inner = Path(os.path.realpath(path))
+    via = f" (a link to {inner})" if inner != Path(os.path.abspath(path)) else ""
     for child, parent in zip([inner, *inner.parents], inner.parents):
         if is_run_folder(parent):
             where = f" (in its {child.name}/)" if child.name.startswith("checkpoint-") else ""
-            raise ValueError(f"output_dir={path} is inside the run folder {parent}{where}: that run's checkpoint "
+            raise ValueError(f"output_dir={path}{via} is inside the run folder {parent}{where}: that run's checkpoint "
                              "rotation, overwrite_output_dir or resume could delete this run with it. Choose a folder "
-                             f"outside it (e.g. output_dir={parent.parent / (path.name or 'run')})")
+                             f"outside it (e.g. output_dir={parent.parent / (inner.name or 'run')})")
 
 
 def mark_run_folder(path: Path) -> None:
@@ -98,7 +117,11 @@ def mark_run_folder(path: Path) -> None:
 
 
 class RunFolderLock:
-    """An exclusive, non-blocking ``flock`` on ``<run>/.rlvr.lock``; ``release()`` or process exit drops it."""
+    """An exclusive, non-blocking ``flock`` on ``<run>/.rlvr.lock``; ``release()`` or process exit drops it.
+
+    The lock belongs to the open file, which a forked process shares: processes this one forks (a reward
+    function's) close their copy at once (``os.register_at_fork``), so none keeps the folder locked after
+    the run; a process that still holds it when its trainer is gone is named with the way to end it."""
 
     def __init__(self, path: Path):
         path.mkdir(parents=True, exist_ok=True)
@@ -111,17 +134,94 @@ class RunFolderLock:
             os.close(self._fd)
             self._fd = None
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise RunFolderBusy(f"{path} is in use by {holder}: two runs writing into one folder would "
-                                    "interleave their metrics and checkpoints. Wait for it to finish, stop it, "
-                                    "or choose another output_dir") from None
+                raise RunFolderBusy(_busy_message(path, holder)) from None
             raise
+        _HELD.add(self._fd)
         os.ftruncate(self._fd, 0)
-        os.pwrite(self._fd, f"rlvr train pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        os.pwrite(self._fd, f"{_holder_line()}\n".encode(), 0)
 
     def release(self) -> None:
         if self._fd is not None:
+            _HELD.discard(self._fd)
             os.close(self._fd)  # closing drops the flock
             self._fd = None
+
+
+_HELD: set[int] = set()  # the lock files this process holds open
+
+
+def _close_held_locks() -> None:
+    for fd in _HELD:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_close_held_locks)
+
+
+def _holder_line() -> str:
+    """Who holds the lock: the ``rlvr train`` the user started (supervise.py), and the training process."""
+    from rlvr.run.supervise import supervisor_pid
+
+    parent, host = supervisor_pid(), socket.gethostname()
+    if parent is None:
+        return f"rlvr train pid {os.getpid()} on {host}"
+    return f"rlvr train pid {parent} on {host}, training in pid {os.getpid()}"
+
+
+def _busy_message(path: Path, holder: str) -> str:
+    """Why ``path`` is in use: a running trainer, or a process left behind by one that has ended."""
+    pids = [int(pid) for pid in re.findall(r"pid (\d+)", holder)]
+    here = holder.endswith(f" on {socket.gethostname()}") or f" on {socket.gethostname()}," in holder
+    if here and pids and not any(_alive(pid) for pid in pids):
+        others = lock_holders(path / LOCK)
+        if others:
+            shown = ", ".join(f"pid {pid} ({name})" for pid, name in others)
+            ends = " ".join(str(pid) for pid, _ in others)
+            return (f"{path} is locked by {shown}, left behind by {holder}, which has ended: a process it "
+                    f"started (a reward function's?) kept the run's lock. End it with `kill {ends}`, then run "
+                    "the command again")
+        return (f"{path} is locked, but {holder}, which took the lock, has ended: a process it started still "
+                f"holds {path / LOCK}. Find it with `fuser {path / LOCK}` and end it, then run the command again")
+    return (f"{path} is in use by {holder}: two runs writing into one folder would interleave their metrics and "
+            "checkpoints. Wait for it to finish, stop it, or choose another output_dir")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def lock_holders(lock: Path) -> list[tuple[int, str]]:
+    """The processes that have ``lock`` open (Linux's /proc; [] where it cannot be read), with their names."""
+    try:
+        target = os.stat(lock)
+    except OSError:
+        return []
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            fds = list((entry / "fd").iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                st = os.stat(fd)
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) == (target.st_dev, target.st_ino):
+                name = (entry / "comm").read_text(errors="replace").strip() if (entry / "comm").exists() else "?"
+                found.append((int(entry.name), name))
+                break
+    return sorted(set(found))
 
 
 def write_text_atomic(path: Path, text: str) -> None:

@@ -3,12 +3,13 @@
 - ``TrainingStopped``: the run cannot go on (every recent optimiser step was non-finite, a reward
   function keeps failing, ...); the message names the cause and the fix (the CLI prints it in one
   line, exit code 3).
-- Ctrl-C and SIGTERM (SLURM or Kubernetes preemption) save the run instead of losing it. The first
-  SIGINT or SIGTERM during ``Trainer.train`` asks the loop to stop: the step under way is finished and
-  logged, a checkpoint is written, and the run ends with ``TrainingInterrupted`` (the CLI prints one
-  line and exits 128 + the signal: 130 for SIGINT, 143 for SIGTERM). ``resume=true`` with the same
-  command continues exactly there. A second signal stops at once (``KeyboardInterrupt``): the step
-  under way is lost, the last checkpoint stays. Handlers are installed only in the main thread
+- Ctrl-C, SIGTERM (SLURM or Kubernetes preemption) and SIGHUP (the terminal of an ssh session
+  closed) save the run instead of losing it. The first of them during ``Trainer.train`` asks the loop
+  to stop: the step under way is finished and logged, a checkpoint is written, and the run ends with
+  ``TrainingInterrupted`` (the CLI prints one line and exits 128 + the signal: 130 for SIGINT, 143
+  for SIGTERM, 129 for SIGHUP). ``resume=true`` with the same command continues exactly there. A
+  second signal stops at once (``SignalStop``, a ``KeyboardInterrupt``; exit 128 + that signal): the
+  step under way is lost, the last checkpoint stays. Handlers are installed only in the main thread
   (``signal`` allows no other) and the previous ones are put back on exit. On several ranks every
   rank's request is summed each step, so all stop after the same step.
 """
@@ -21,13 +22,31 @@ import threading
 from pathlib import Path
 from typing import Self
 
+from rlvr.run.checkpoint_files import list_checkpoints
+
 
 class TrainingStopped(RuntimeError):
     """The run cannot go on: every recent optimiser step was non-finite, a reward function keeps
     failing, ... The message names the cause and the fix."""
 
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class SignalStop(KeyboardInterrupt):
+    """A signal that stops the run at once (a second one, or one before the loop): ``exit_code`` is 128 + it."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum, self.exit_code = signum, 128 + signum
+
+
+def stop_at_once(signum: int, frame) -> None:
+    """A signal handler: stop now, as Ctrl-C does (``SignalStop``)."""
+    raise SignalStop(signum)
+
+
+START_OVER = "start over with the same command and overwrite_output_dir=true, or with a new output_dir"
 
 
 class TrainingInterrupted(RuntimeError):
@@ -36,13 +55,15 @@ class TrainingInterrupted(RuntimeError):
     def __init__(self, signum: int, step: int, checkpoint: Path | None, output_dir: Path):
         self.signum, self.step, self.checkpoint = signum, step, checkpoint
         self.exit_code = 128 + signum
-        where = f"saved {checkpoint}" if checkpoint is not None else "nothing to save"
-        super().__init__(f"{signal.Signals(signum).name} after step {step}: {where}; continue with the same "
-                         f"command and resume=true (output_dir={output_dir})")
+        if checkpoint is not None:
+            where = f"saved {checkpoint}; continue with the same command and resume=true"
+        else:
+            where = f"nothing saved; {START_OVER}"
+        super().__init__(f"{signal.Signals(signum).name} after step {step}: {where} (output_dir={output_dir})")
 
 
 class StopOnSignal:
-    """Context manager: ``requested`` is the first SIGINT/SIGTERM received inside it (or None)."""
+    """Context manager: ``requested`` is the first SIGINT/SIGTERM/SIGHUP received inside it (or None)."""
 
     def __init__(self) -> None:
         self.requested: int | None = None
@@ -60,11 +81,34 @@ class StopOnSignal:
 
     def _handle(self, signum: int, frame) -> None:
         if self.requested is not None:
-            raise KeyboardInterrupt  # the second signal: stop now
+            raise SignalStop(signum)  # the second signal: stop now
         self.requested = signum
         print(f"\nrlvr: {signal.Signals(signum).name} received: finishing this step and saving a checkpoint "
               "(send it again to stop at once, losing this step)", file=sys.stderr, flush=True)
 
 
+def stopped_at_once_advice(output_dir: Path | None) -> str:
+    """What to do after a run stopped at once (a second signal, or one during set-up), true in every state:
+    resume=true when a checkpoint exists, else how to start over (resume=true would be refused)."""
+    if output_dir is None:
+        return "nothing was trained yet: run the same command again"
+    if list_checkpoints(output_dir):
+        return f"the last checkpoint is intact: continue with the same command and resume=true (output_dir={output_dir})"
+    return f"no checkpoint was written yet: {START_OVER} (output_dir={output_dir})"
 
 
+class StopAtOnceOnSignal:
+    """Context manager for the whole of ``rlvr train``: SIGTERM and SIGHUP outside the training loop (the
+    model loading, say) stop at once as Ctrl-C does (``SignalStop``), with the line and the exit code of
+    a signal, instead of killing the process without a word. Main thread only; the old handlers return."""
+
+    def __enter__(self) -> Self:
+        self._previous = {}
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGTERM, signal.SIGHUP):
+                self._previous[signum] = signal.signal(signum, stop_at_once)
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)

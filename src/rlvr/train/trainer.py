@@ -46,6 +46,7 @@ from rlvr.run.folder import (
     RunFolderLock,
     check_not_foreign,
     check_not_nested,
+    check_path_encodable,
     mark_run_folder,
     new_run_folder,
     write_config,
@@ -143,7 +144,10 @@ class Trainer:
         # one run directory for every rank, absolute: a reward function that changes the working directory
         # does not move where the run writes
         self.output_dir = Path(os.path.abspath(self.dist.broadcast_object(name)))
-        check_not_foreign(self.output_dir)  # fail before loading or writing anything
+        check_path_encodable(self.output_dir)  # fail before loading or writing anything
+        if cfg.run.logging_dir:
+            check_path_encodable(Path(cfg.run.logging_dir), "logging_dir")
+        check_not_foreign(self.output_dir)
         check_not_nested(self.output_dir)
         self.lock = RunFolderLock(self.output_dir) if self.dist.is_main else None  # one writer per folder
         try:
@@ -321,7 +325,7 @@ class Trainer:
     def train(self) -> list[dict]:
         """Run (or resume) to max_steps; return the metrics of the steps run now.
 
-        Ctrl-C or SIGTERM: the step under way is finished, a checkpoint written, and
+        Ctrl-C, SIGTERM or SIGHUP: the step under way is finished, a checkpoint written, and
         ``TrainingInterrupted`` raised (``rlvr/run/stopping.py``); a second signal stops at once.
         """
         main = self.dist.is_main
