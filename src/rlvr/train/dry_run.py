@@ -13,7 +13,7 @@ from rlvr.config import ExperimentConfig
 from rlvr.config.experiment import configured_world_size
 from rlvr.data import load_python_rows, load_rows
 from rlvr.train.memory_bound import check_rollout_memory
-from rlvr.train.plan import run_length
+from rlvr.train.plan import compile_plan, run_length
 from rlvr.train.setup import (
     chat_rows,
     check_optional_packages,
@@ -26,9 +26,10 @@ from rlvr.train.setup import (
 
 def dry_run_report(cfg: ExperimentConfig) -> list[str]:
     """Lines describing what the run would do; ValueError for what would make it fail."""
-    batch = cfg.batch_shape(configured_world_size(cfg.run.nproc))
+    plan = compile_plan(cfg, world_size=configured_world_size(cfg.run.nproc))
+    batch = plan.batch
     check_rollout_memory(completions_per_process=batch.completions // batch.world_size,
-                         max_completion_length=cfg.rollout.max_completion_length)  # before the data loads
+                         max_completion_length=plan.rollout.max_completion_length)  # before the data loads
     gold = rows_need_gold(cfg)
     rows = (load_python_rows(cfg.python.data, gold=gold) if cfg.python.data is not None
             else load_rows(cfg.data.data, gold=gold))

@@ -61,6 +61,7 @@ from rlvr.rewards.combine import logged_names
 from rlvr.rollout.vllm_engine import INSTALL_HINT as VLLM_INSTALL_HINT
 from rlvr.run.trackers import require_trackers
 from rlvr.train.evaluation import TrainingEval, training_overlap
+from rlvr.train.memory_bound import check_update_memory
 from rlvr.train.plan import RunLength, StepPlan
 from rlvr.train.rewarding import Rewarder, reward_columns
 
@@ -328,6 +329,8 @@ def build_models(cfg: ExperimentConfig, plan: StepPlan, dist: DistContext) -> Mo
             # FSDP2 with bf16=true computes with bf16 weights (MixedPrecisionPolicy): a bf16 copy computes
             # exactly what the initial policy computes, in half the memory
             reference.to(getattr(torch, plan.autocast))
+    check_update_memory(policy, reference, device=device,  # before the first step allocates
+                        shards=dist.world_size if cfg.run.parallelism == "fsdp" else 1)
     if m.gradient_checkpointing:
         enable_activation_checkpointing(policy)
     train_model = wrap_policy(policy, dist, cfg.run.parallelism, device, compute_dtype=plan.autocast)  # DDP/FSDP2

@@ -58,7 +58,7 @@ from rlvr.run.stopping import StopOnSignal, TrainingInterrupted, TrainingStopped
 from rlvr.run.trackers import Trackers, open_trackers
 from rlvr.train.dagrpo import build_dagrpo_phase
 from rlvr.train.experience import Experience, compute_advantages
-from rlvr.train.memory_bound import check_rollout_memory, check_update_memory
+from rlvr.train.memory_bound import check_rollout_memory
 from rlvr.train.metrics import (
     SAMPLING_METRICS,
     GradSpikes,
@@ -194,8 +194,6 @@ class Trainer:
         models = build_models(cfg, self.plan, self.dist)
         self.policy, self.tokenizer, self.device = models.policy, models.tokenizer, models.device
         self.ref_model, self.train_model = models.reference, models.train_model
-        check_update_memory(self.policy, self.ref_model, device=self.device,  # before the first step allocates
-                            shards=self.dist.world_size if cfg.run.parallelism == "fsdp" else 1)
         if self.device.type == "cpu" and self.dist.is_main:
             logger.info("CPU: %d torch threads; %s", torch.get_num_threads(), threads.applied())
         engine, options = engine_spec(cfg, is_main=self.dist.is_main)  # rlvr | hf | vllm colocated | vllm server
