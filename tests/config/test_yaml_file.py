@@ -9,25 +9,18 @@ import pytest
 from rlvr.cli import main
 from rlvr.config import load_config
 from rlvr.config.yaml_file import MAX_FILE_BYTES
+from tests.helpers.cli_output import one_error_line
 
 # nine levels of nine aliases inside a valid mapping option: 9^9 strings once expanded
 LAUGHS = "model: tiny-random\nchat_template_kwargs:\n  a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
     f"  {b}: &{b} [{', '.join([f'*{a}'] * 9)}]\n" for a, b in zip("abcdefgh", "bcdefghi"))
 
 
-def _one_line(capsys) -> str:
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    message = err[err.rindex("rlvr train: "):].rstrip("\n")
-    assert "\n" not in message, message
-    return message
-
-
 def _dry_run(tmp_path, capsys, text: str) -> str:
     path = tmp_path / "c.yaml"
     path.write_text(text)
     assert main(["train", "--config", str(path), "--dry-run"]) == 2
-    return _one_line(capsys)
+    return one_error_line(capsys)
 
 
 def test_nested_aliases_are_refused_while_reading(tmp_path, capsys):

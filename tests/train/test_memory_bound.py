@@ -10,23 +10,16 @@ from rlvr.cli import main
 from rlvr.models import tiny_random_model_and_tokenizer
 from rlvr.train import memory_bound
 from rlvr.train.memory_bound import ROLLOUT_BYTES_PER_TOKEN, check_rollout_memory, check_update_memory
+from tests.helpers.cli_output import one_error_line
 
 from .conftest import tiny_overrides
 
 HUGE = ["num_generations=1000000000", "prompts_per_step=4", "max_completion_length=40"]
 
 
-def _one_line(capsys) -> str:
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    message = err[err.rindex("rlvr train: "):].rstrip("\n")
-    assert "\n" not in message, message
-    return message
-
-
 def test_the_dry_run_refuses_a_billion_completions_with_the_numbers(capsys):
     assert main(["train", "--dry-run", "model=tiny-random", "data=rg:chain_sum:size=4", *HUGE]) == 2
-    message = _one_line(capsys)
+    message = one_error_line(capsys)
     assert "4000000000 completions per process" in message and "max_completion_length=40" in message
     assert "lower num_generations or prompts_per_step" in message
 
@@ -39,7 +32,7 @@ def test_the_run_refuses_it_before_the_model_loads(tmp_path, capsys, monkeypatch
     options = tiny_overrides(tmp_path / "run", max_steps=1)
     pairs = [f"{key}={value}" for key, value in options.items() if key not in ("num_generations", "prompts_per_step")]
     assert main(["train", *pairs, *HUGE]) == 2
-    assert "a step's rollout cannot fit in this machine's memory" in _one_line(capsys)
+    assert "a step's rollout cannot fit in this machine's memory" in one_error_line(capsys)
 
 
 def test_the_rollout_bound_is_completions_times_tokens_times_its_bytes():

@@ -20,6 +20,7 @@ from rlvr.run.checkpoints import checkpoint_dir, latest_checkpoint, list_checkpo
 from rlvr.run.folder import RunFolderBusy, RunFolderLock, new_run_folder
 from rlvr.train.trainer import Trainer
 from tests.helpers.metrics import comparable
+from tests.run.cli_runs import wait_for_step
 
 from .conftest import tiny_overrides
 
@@ -179,16 +180,6 @@ def _cli(out, reward, **extra):
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 
 
-def _wait_for_step(run, step, proc, timeout=300):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and proc.poll() is None:
-        path = run / "metrics.jsonl"
-        if path.exists() and len(path.read_text().splitlines()) >= step:
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"the run did not reach step {step}")
-
-
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_finishes_the_step_saves_and_resumes_exactly(tmp_path, lowercase_reward, signum):
     steps = 6
@@ -197,7 +188,7 @@ def test_a_signal_finishes_the_step_saves_and_resumes_exactly(tmp_path, lowercas
                    timeout=600)
     proc = subprocess.Popen(_cli(run, lowercase_reward, max_steps=steps), env=ENV, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
-    _wait_for_step(run, 2, proc)
+    wait_for_step(run, 2, proc)
     os.killpg(proc.pid, signum)  # as a terminal's Ctrl-C or SLURM: to the training process at once (a signal to
     # `rlvr train` alone is passed on a quarter second later: tests/run/test_signal_exits.py)
     _, err = proc.communicate(timeout=300)
@@ -218,7 +209,7 @@ def test_a_second_ctrl_c_stops_at_once(tmp_path, lowercase_reward):
     run = tmp_path / "run"
     proc = subprocess.Popen(_cli(run, lowercase_reward, max_steps=50, max_completion_length=48), env=ENV,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    _wait_for_step(run, 1, proc)
+    wait_for_step(run, 1, proc)
     proc.send_signal(signal.SIGINT)
     time.sleep(0.05)  # well inside the step under way
     proc.send_signal(signal.SIGINT)
