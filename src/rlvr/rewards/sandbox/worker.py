@@ -214,37 +214,38 @@ def _flush() -> None:
             pass
 
 
-def _exec_main(source: str, globals_: dict) -> int:
-    """Run ``source`` as ``python -c`` would: its exit code (1 and a traceback on an uncaught exception)."""
+def _exec_main(source: str) -> tuple[int, bool]:
+    """Run ``source`` as ``python -c`` would: its exit code (1 and a traceback on an uncaught exception), and
+    whether it ran to its end (not stopped by SystemExit or an exception)."""
     import traceback
 
     try:
-        exec(compile(source, "<program>", "exec"), globals_)
+        exec(compile(source, "<program>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
     except SystemExit as stop:
         code = stop.code
         if code is not None and not isinstance(code, int):
             print(code, file=sys.stderr)
             code = 1
         _flush()
-        return code or 0
+        return code or 0, False
     except BaseException as error:  # noqa: BLE001  (the program's own exceptions: its exit status)
         traceback.print_exception(type(error), error, error.__traceback__.tb_next)  # from the program's frame
         _flush()
-        return 1
+        return 1, False
     _flush()
-    return 0
+    return 0, True
 
 
 def _run_script(job: dict, nonce: str) -> int:
-    return _exec_main(job["source"], {"__name__": "__main__", "__builtins__": __builtins__})
+    return _exec_main(job["source"])[0]
 
 
 def _run_checked(job: dict, nonce: str) -> int:
     """The program, then its tests; the nonce goes out on fd 3 only if the tests ran to their end."""
-    source = job["source"] + "\n\n" + job["test"] + "\n"
-    code = _exec_main(source, {"__name__": "__main__", "__builtins__": __builtins__})
-    if code == 0:
-        os.write(3, nonce.encode())
+    write = os.write  # as it was before the program could replace it
+    code, finished = _exec_main(job["source"] + "\n\n" + job["test"] + "\n")
+    if finished:
+        write(3, nonce.encode())
     return code
 
 
