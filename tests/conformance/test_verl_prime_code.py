@@ -15,7 +15,8 @@ from rlvr.rewards import resolve_reward
 from rlvr.rewards.verl_code import verl_runner_path
 
 STDIN_TESTS = {"inputs": ["1 2\n", "5 5\n", "0 0\n", "10 -3\n"], "outputs": ["3\n", "10\n", "0\n", "7\n"]}
-CALL_TESTS = {"fn_name": "add", "inputs": [[1, 2], [5, 5], [2, 2]], "outputs": [3, 10, 4]}
+# call-based rows: each input is JSON arguments one per line, each output JSON (verl's run_test reads them so)
+CALL_TESTS = {"fn_name": "add", "inputs": ["1\n2", "5\n5", "2\n2"], "outputs": ["3", "10", "4"]}
 PROGRAMS = {  # name -> (completion, tests)
     "stdin_right": ("Here:\n```python\na, b = map(int, input().split())\nprint(a + b)\n```", STDIN_TESTS),
     "stdin_half": ("```python\na, b = map(int, input().split())\nprint(a + b if a > 0 else 1)\n```", STDIN_TESTS),
