@@ -5,9 +5,11 @@
 - ``answer_kind``: what counts as math and what as text in an answer (the one place).
 - ``MathAccuracy``, ``format_reward``: TRL-signature rewards.
 - ``resolve_reward``, ``combine_rewards``: config names → callables, weighted sum per completion.
+- code rewards (``code_rewards``, ``verl_code``): programs run in ``sandbox``; ``bind_code_settings``.
 """
 
 from rlvr.rewards.combine import combine_rewards, reward_name
+from rlvr.rewards.code_rewards import CODE_EXTRACTIONS, CodeSettings
 from rlvr.rewards.extract import (
     DEFAULT_EXTRACTION,
     EXTRACTION_MODES,
@@ -21,12 +23,19 @@ from rlvr.rewards.math_rewards import (
     completion_text,
     format_reward,
 )
-from rlvr.rewards.registry import BUILTIN_REWARDS, resolve_reward
+from rlvr.rewards.registry import BUILTIN_REWARDS, CODE_REWARDS, bind_code_settings, is_code_reward, resolve_reward
+from rlvr.rewards.sandbox import SANDBOX_MODES
 from rlvr.rewards.reward_function import RewardFunction
 from rlvr.rewards.verify import VerifierPool, VerifyResult, normalize_answer
 
 __all__ = [
     "BUILTIN_REWARDS",
+    "CODE_EXTRACTIONS",
+    "CODE_REWARDS",
+    "SANDBOX_MODES",
+    "CodeSettings",
+    "bind_code_settings",
+    "is_code_reward",
     "DEFAULT_EXTRACTION",
     "EXTRACTION_MODES",
     "FORMAT_MAX_TAIL_CHARS",

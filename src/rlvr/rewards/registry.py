@@ -78,16 +78,27 @@ CODE_REWARDS: dict[str, Callable[[CodeSettings], RewardFn]] = {
 }
 
 
-def bind_code_settings(spec, settings: CodeSettings):
-    """The code reward ``spec`` names (``code``, ``open-r1:code``, ...) built with ``settings``; other specs as
-    they are (``resolve_reward`` builds code rewards with the default settings)."""
+def _code_name(spec) -> str | None:
+    """The code reward a spec names (``code``, ``open-r1:code``, ``verl_code``, ...), or None."""
     if not isinstance(spec, str):
-        return spec
+        return None
     name = spec.strip()
     for prefix in OPEN_R1_PREFIXES:
         if name.startswith(prefix) and name[len(prefix):].strip() in OPEN_R1_CODE_REWARDS:
             name = name[len(prefix):].strip()
-    return CODE_REWARDS[name](settings) if name in CODE_REWARDS else spec
+    return name if name in CODE_REWARDS else None
+
+
+def is_code_reward(spec) -> bool:
+    """Whether ``spec`` names a code reward (they read tests from the rows, no gold answer)."""
+    return _code_name(spec) is not None
+
+
+def bind_code_settings(spec, settings: CodeSettings):
+    """The code reward ``spec`` names (``code``, ``open-r1:code``, ...) built with ``settings``; other specs as
+    they are (``resolve_reward`` builds code rewards with the default settings)."""
+    name = _code_name(spec)
+    return spec if name is None else CODE_REWARDS[name](settings)
 
 
 # TRL 1.16 trl/scripts/grpo.py's registry: name -> its reward, built from the trl.rewards module
