@@ -36,8 +36,9 @@ LIMITS_ONLY_HINT = ("pass code_sandbox=limits_only to run programs with resource
                     "file-system or process isolation: a program can read your files and reach the network), knowingly")
 
 
-class SandboxUnavailable(RuntimeError):
-    """The kernel refused an isolation step (user/mount/network/PID namespaces, a read-only remount)."""
+class SandboxUnavailable(ValueError):
+    """The kernel refused an isolation step (user/mount/network/PID namespaces, a read-only remount); a ValueError
+    so that the commands print its one line, as for a bad option."""
 
 
 @dataclass(frozen=True)
