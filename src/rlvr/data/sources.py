@@ -27,8 +27,8 @@ import os
 import re
 from pathlib import Path
 
-from rlvr.data.datasets_loading import DEFAULT_SPLIT, config_name, load_folder_split, load_hub_split
 from rlvr.data.code_tasks import CODE_TASKS_NAME, HUMANEVAL_NAME, load_code_tasks, load_humaneval
+from rlvr.data.datasets_loading import DEFAULT_SPLIT, config_name, load_folder_split, load_hub_split
 from rlvr.data.gsm8k100 import GSM8K100_NAME, load_gsm8k100
 from rlvr.data.reasoning_gym_source import RG_PREFIX, load_reasoning_gym
 from rlvr.data.rows import normalize_rows

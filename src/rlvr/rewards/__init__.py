@@ -8,8 +8,8 @@
 - code rewards (``code_rewards``, ``verl_code``): programs run in ``sandbox``; ``bind_code_settings``.
 """
 
-from rlvr.rewards.combine import combine_rewards, reward_name
 from rlvr.rewards.code_rewards import CODE_EXTRACTIONS, CodeSettings
+from rlvr.rewards.combine import combine_rewards, reward_name
 from rlvr.rewards.extract import (
     DEFAULT_EXTRACTION,
     EXTRACTION_MODES,
@@ -24,31 +24,31 @@ from rlvr.rewards.math_rewards import (
     format_reward,
 )
 from rlvr.rewards.registry import BUILTIN_REWARDS, CODE_REWARDS, bind_code_settings, is_code_reward, resolve_reward
-from rlvr.rewards.sandbox import SANDBOX_MODES
 from rlvr.rewards.reward_function import RewardFunction
+from rlvr.rewards.sandbox import SANDBOX_MODES
 from rlvr.rewards.verify import VerifierPool, VerifyResult, normalize_answer
 
 __all__ = [
     "BUILTIN_REWARDS",
     "CODE_EXTRACTIONS",
     "CODE_REWARDS",
-    "SANDBOX_MODES",
-    "CodeSettings",
-    "bind_code_settings",
-    "is_code_reward",
     "DEFAULT_EXTRACTION",
     "EXTRACTION_MODES",
     "FORMAT_MAX_TAIL_CHARS",
     "MAX_ANSWER_CHARS",
+    "SANDBOX_MODES",
+    "CodeSettings",
     "MathAccuracy",
     "RewardFunction",
     "VerifierPool",
     "VerifyResult",
+    "bind_code_settings",
     "combine_rewards",
     "completion_text",
     "extract_answer",
     "find_last_box",
     "format_reward",
+    "is_code_reward",
     "normalize_answer",
     "resolve_reward",
     "reward_name",

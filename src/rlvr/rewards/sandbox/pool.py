@@ -24,6 +24,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Self
 
 logger = logging.getLogger(__name__)
 
@@ -232,7 +233,7 @@ class SandboxPool:
                 worker.close()
             self._all.clear()
 
-    def __enter__(self) -> SandboxPool:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:

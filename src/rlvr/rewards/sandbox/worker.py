@@ -198,7 +198,7 @@ def _child(job: dict, folder: str, fds: tuple[int, int, int, int], program_uid: 
     os.environ.update(MINIMAL_ENV, HOME=folder, TMPDIR=folder, PWD=folder)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     for name, fd, mode in (("stdin", 0, "r"), ("stdout", 1, "w"), ("stderr", 2, "w")):
-        setattr(sys, name, open(fd, mode, closefd=False, encoding="utf-8", errors="replace"))
+        setattr(sys, name, open(fd, mode, closefd=False, encoding="utf-8", errors="replace"))  # noqa: SIM115  (the program's streams)
         setattr(sys, f"__{name}__", getattr(sys, name))
     sys.argv = ["<program>"]
     sys.path[:0] = [folder]
@@ -207,11 +207,11 @@ def _child(job: dict, folder: str, fds: tuple[int, int, int, int], program_uid: 
 
 
 def _flush() -> None:
+    import contextlib
+
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(Exception):  # a program may close or replace its streams
             stream.flush()
-        except Exception:  # noqa: BLE001  (a program may close or replace its streams)
-            pass
 
 
 def _exec_main(source: str) -> tuple[int, bool]:
@@ -220,7 +220,7 @@ def _exec_main(source: str) -> tuple[int, bool]:
     import traceback
 
     try:
-        exec(compile(source, "<program>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+        exec(compile(source, "<program>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})  # noqa: S102  (the point, in the sandbox)
     except SystemExit as stop:
         code = stop.code
         if code is not None and not isinstance(code, int):
@@ -257,7 +257,7 @@ def _run_verl_apps(job: dict, nonce: str) -> int:
     spec = importlib.util.spec_from_file_location("_verl_testing_util", job["runner_path"])
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    devnull = open(os.devnull, "w")
+    devnull = open(os.devnull, "w")  # noqa: SIM115  (the process's streams until it exits)
     sys.stdout = sys.stderr = devnull  # as verl's _temp_run does
     try:
         results, _ = module.run_test(in_outs=job["in_outs"], test=job["source"], debug=False, timeout=job["timeout"])
