@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from rlvr.rewards.sandbox import Job, SandboxPool, SandboxUnavailable
@@ -31,5 +33,19 @@ def test_limits_only_runs_programs_with_limits_but_without_isolation():
 def test_unknown_mode_and_language_are_refused():
     with pytest.raises(ValueError, match="namespaces"):
         SandboxPool("bubblewrap")
-    with pytest.raises(ValueError, match="python"):
-        Job("int main(){}", language="cpp").message()
+    with pytest.raises(ValueError, match="python, cpp"):
+        Job("fn main(){}", language="rust").message()
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
+def test_cpp_compiles_and_runs_in_the_sandbox():
+    source = "#include <iostream>\nint main(){long a,b; std::cin>>a>>b; std::cout<<a+b<<std::endl;}\n"
+    limits = pool_module.SandboxLimits(cpu_s=10, wall_s=30)
+    with SandboxPool("namespaces", workers=1) as pool:
+        right = pool.run(Job(source, stdin="2 40\n", language="cpp", limits=limits))
+        broken = pool.run(Job("int main( {", language="cpp", limits=limits))
+        escape = pool.run(Job('#include <cstdio>\nint main(){return std::fopen("/etc/x","w") ? 0 : 3;}\n',
+                              language="cpp", limits=limits))
+    assert right.ok and right.stdout == "42\n"
+    assert broken.exit_code == 1 and "error" in broken.stderr
+    assert escape.exit_code == 3  # a compiled program is held by the same read-only file system

@@ -29,7 +29,7 @@ from typing import Self
 logger = logging.getLogger(__name__)
 
 SANDBOX_MODES = ("namespaces", "limits_only")
-LANGUAGES = ("python",)  # a language adds a runner in worker.py (e.g. cpp: compile with g++ in the job folder)
+LANGUAGES = ("python", "cpp")  # a language is a runner in worker.py (cpp: g++ in the program's folder, then exec)
 WORKER_FILE = Path(__file__).with_name("worker.py")
 HIDDEN_FOLDERS = ("/root", "/home", "/run", "/dev/shm", "/var/tmp", "/tmp")
 _WORKER_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
@@ -76,7 +76,10 @@ class Job:
     def message(self) -> dict:
         if self.language not in LANGUAGES:
             raise ValueError(f"the sandbox runs {', '.join(LANGUAGES)} programs, not {self.language!r}")
+        if self.language != "python" and self.kind != "script":
+            raise ValueError(f"a {self.language} program runs as a script (stdin -> stdout), not {self.kind!r}")
         return {"source": self.source, "stdin": self.stdin, "kind": self.kind, "test": self.test,
+                "language": self.language,
                 "limits": asdict(self.limits), "preload": ["numpy"] if self.kind == "verl_apps" else [],
                 **self.extra}
 

@@ -202,7 +202,7 @@ def _child(job: dict, folder: str, fds: tuple[int, int, int, int], program_uid: 
         setattr(sys, f"__{name}__", getattr(sys, name))
     sys.argv = ["<program>"]
     sys.path[:0] = [folder]
-    code = _RUNNERS[job["kind"]](job, nonce)
+    code = _RUNNERS["cpp" if job.get("language") == "cpp" else job["kind"]](job, nonce)
     os._exit(code)
 
 
@@ -268,7 +268,26 @@ def _run_verl_apps(job: dict, nonce: str) -> int:
     leave(0)
 
 
-_RUNNERS = {"script": _run_script, "checked": _run_checked, "verl_apps": _run_verl_apps}
+def _run_cpp(job: dict, nonce: str) -> int:
+    """Compile the program with g++ in its folder (the same limits, its own processes), then become the binary."""
+    import subprocess
+
+    with open("main.cpp", "w") as source:
+        source.write(job["source"])
+    compiler = shutil.which("g++")
+    if compiler is None:
+        print("g++ is not installed", file=sys.stderr)
+        return 127
+    compiled = subprocess.run([compiler, "-O2", "-std=c++17", "-o", "main", "main.cpp"], stdin=subprocess.DEVNULL,
+                              capture_output=True, check=False)
+    if compiled.returncode != 0:
+        sys.stderr.write(compiled.stderr.decode("utf-8", "replace")[-4000:])
+        _flush()
+        return 1
+    os.execv("./main", ["./main"])  # stdin, stdout and stderr are the job's already
+
+
+_RUNNERS = {"script": _run_script, "checked": _run_checked, "verl_apps": _run_verl_apps, "cpp": _run_cpp}
 
 
 def _read_into(fd: int, name: str, chunks: dict, sizes: dict, cap: int) -> bool:
