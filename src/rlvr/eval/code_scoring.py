@@ -31,4 +31,5 @@ def score_code(rows: list[dict], texts: list[str], per_row: int, *, sandbox: str
     if name == "code_check":
         columns["code_prompt"] = [row.get("code_prompt", "") for row in owners]
     values = reward(completions=texts, **columns)
-    return [VerifyResult(correct=value == 1.0, error="sandbox failure" if value is None else None) for value in values]
+    return [VerifyResult(correct=value == 1.0, error=None if value is not None else "not scored (a sandbox failure, or "
+                         "a language other than python)") for value in values]
