@@ -24,9 +24,11 @@ then per job ``{"source", "stdin", "limits", "kind", ...}`` -> ``{"exit_code", "
 "stderr", "timed_out", "output_truncated", "completed", "result", "wall_s"}``.
 """
 
+import contextlib
 import ctypes
 import json
 import os
+import resource
 import secrets
 import select
 import shutil
@@ -34,6 +36,7 @@ import signal
 import struct
 import sys
 import time
+import traceback  # imported here, once: a program's process is forked with it loaded
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
@@ -170,8 +173,6 @@ def _start_pid_namespace() -> None:
 # ---- the job: one program in a forked process ------------------------------------------------------------
 
 def _set_limits(limits: dict) -> None:
-    import resource
-
     cpu = max(1, int(limits["cpu_s"] + 0.999))
     mb = 1024 * 1024
     for which, value in ((resource.RLIMIT_CPU, (cpu, cpu + 1)), (resource.RLIMIT_AS, limits["memory_mb"] * mb),
@@ -207,8 +208,6 @@ def _child(job: dict, folder: str, fds: tuple[int, int, int, int], program_uid: 
 
 
 def _flush() -> None:
-    import contextlib
-
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):  # a program may close or replace its streams
             stream.flush()
@@ -217,8 +216,6 @@ def _flush() -> None:
 def _exec_main(source: str) -> tuple[int, bool]:
     """Run ``source`` as ``python -c`` would: its exit code (1 and a traceback on an uncaught exception), and
     whether it ran to its end (not stopped by SystemExit or an exception)."""
-    import traceback
-
     try:
         exec(compile(source, "<program>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})  # noqa: S102  (the point, in the sandbox)
     except SystemExit as stop:
@@ -300,6 +297,14 @@ def _read_into(fd: int, name: str, chunks: dict, sizes: dict, cap: int) -> bool:
     return True
 
 
+def _exit_watch(pid: int) -> int | None:
+    """A pidfd that turns readable when ``pid`` exits (Linux >= 5.3), or None (then the loop polls)."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
 def _collect(pid: int, fds: dict, job: dict) -> dict:
     """Read the job's outputs (capped) until it exits, its output passes the cap or its wall time is up."""
     limits = job["limits"]
@@ -307,26 +312,27 @@ def _collect(pid: int, fds: dict, job: dict) -> dict:
     deadline = time.monotonic() + limits["wall_s"]
     chunks, sizes = {name: [] for name in fds}, dict.fromkeys(fds, 0)
     open_fds = {fd: name for name, fd in fds.items()}
+    exited = _exit_watch(pid)
     status, timed_out, truncated = None, False, False
-    while True:
+    while status is None:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             timed_out = True
             break
-        ready = select.select(list(open_fds), [], [], min(remaining, 0.05))[0] if open_fds else []
+        watched = list(open_fds) + ([exited] if exited is not None else [])
+        wait = remaining if exited is not None else min(remaining, 0.002 if not open_fds else 0.05)
+        ready = select.select(watched, [], [], wait)[0]
         for fd in ready:
-            if not _read_into(fd, open_fds[fd], chunks, sizes, cap):
+            if fd != exited and not _read_into(fd, open_fds[fd], chunks, sizes, cap):
                 del open_fds[fd]
-        truncated = sizes["stdout"] > cap or sizes["stderr"] > cap
-        if truncated:
+        if sizes["stdout"] > cap or sizes["stderr"] > cap:
+            truncated = True
             break
-        if not ready:
+        if exited is None or exited in ready:
             done, raw = os.waitpid(pid, os.WNOHANG)
-            if done == pid:
-                status = raw
-                break
-            if not open_fds:
-                time.sleep(min(remaining, 0.002))
+            status = raw if done == pid else None
+    if exited is not None:
+        os.close(exited)
     for fd, name in open_fds.items():  # what the program wrote just before it exited
         while status is not None and select.select([fd], [], [], 0)[0] and _read_into(fd, name, chunks, sizes, cap):
             pass
