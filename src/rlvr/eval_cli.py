@@ -29,6 +29,7 @@ from pathlib import Path
 
 from rlvr.config import DataConfig, EvalConfig, ModelConfig, RewardConfig, RunConfig
 from rlvr.rewards.extract import DEFAULT_EXTRACTION, EXTRACTION_MODES
+from rlvr.rewards.sandbox import SANDBOX_MODES
 from rlvr.run.checkpoint_files import list_checkpoints
 
 # A standalone evaluation samples more, and longer, responses than the one during training
@@ -92,6 +93,8 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
                                        "as in training, YAML or JSON, e.g. '{enable_thinking: false}'"))
     parser.add_argument("--answer-extraction", "--answer_extraction", choices=EXTRACTION_MODES,
                         **_from_config(RewardConfig, "answer_extraction", default=DEFAULT_EXTRACTION))
+    parser.add_argument("--code-sandbox", "--code_sandbox", choices=SANDBOX_MODES,
+                        **_from_config(RewardConfig, "code_sandbox"))
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -256,7 +259,7 @@ def _run(args: argparse.Namespace) -> None:
         max_completion_length=args.max_completion_length, instruction=None if args.no_instruction else args.instruction,
         system_prompt=args.system_prompt, greedy=args.greedy, answer_extraction=args.answer_extraction, seed=args.seed,
         batch_size=args.batch_size, diversity=args.diversity, limit=args.limit, model_name=model_path,
-        chat_template_kwargs=args.chat_template_kwargs, log_samples=args.log_samples)
+        chat_template_kwargs=args.chat_template_kwargs, log_samples=args.log_samples, code_sandbox=args.code_sandbox)
     # The resume check again before the model loads (evaluate repeats it with what loading decides: the
     # dtype under "auto", raw strings for a tokenizer without a chat template).
     dtype = parse_dtype(args.dtype)

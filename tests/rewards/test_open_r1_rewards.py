@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from rlvr.rewards import MathAccuracy, format_reward, open_r1, resolve_reward
-from rlvr.rewards.open_r1 import OPEN_R1_CODE_REWARDS, OPEN_R1_REWARDS
+from rlvr.rewards.open_r1 import OPEN_R1_CODE_REWARDS, OPEN_R1_GRADER_REWARDS, OPEN_R1_REWARDS
 
 FORMATTED = "<think>\nadd\n</think>\n<answer>\n5\n</answer>"
 
@@ -201,11 +201,18 @@ def test_trl_script_names_without_trl_say_how_to_install_it(monkeypatch):
         resolve_reward("think_format_reward")
 
 
-@pytest.mark.parametrize("name", OPEN_R1_CODE_REWARDS)
-def test_code_rewards_are_refused_with_the_way_out(name):
+@pytest.mark.parametrize("name", OPEN_R1_GRADER_REWARDS)
+def test_piston_graded_code_rewards_are_refused_with_the_way_out(name):
     for spec in (name, f"open-r1:{name}"):
-        with pytest.raises(ValueError, match=r"code sandboxes.*not available in rlvr.*path/to/file\.py:fn"):
+        with pytest.raises(ValueError, match=r"Piston service.*`code` or `binary_code`.*path/to/file\.py:fn"):
             resolve_reward(spec, names="trl")
+
+
+@pytest.mark.parametrize("name", OPEN_R1_CODE_REWARDS)
+def test_open_r1_code_rewards_resolve_in_both_dialects_and_prefixed(name):
+    """They run in rlvr's sandbox now (tests/rewards/code/); open-r1's names and metric names."""
+    for spec, names in ((name, "trl"), (name, "rlvr"), (f"open-r1:{name}", "rlvr")):
+        assert resolve_reward(spec, names=names).__name__ == f"{name}_reward"
 
 
 @pytest.mark.parametrize("spec, names, match", [

@@ -19,7 +19,9 @@ from rlvr.core.names import (
     resolve_aggregation,
 )
 from rlvr.data.prompts import AUTO_INSTRUCTION
+from rlvr.rewards.code_rewards import CODE_EXTRACTIONS
 from rlvr.rewards.extract import EXTRACTION_MODES
+from rlvr.rewards.sandbox import SANDBOX_MODES
 from rlvr.rollout.names import ROLLOUT_ENGINES
 
 MAX_SEED = 2**63 - 1  # torch.manual_seed overflows past 2**64 - 1; 63 bits fit every int64 seed (vLLM, generators)
@@ -175,6 +177,12 @@ class RewardConfig:
     answer_extraction: str = _f("flexible", "boxed: last \\boxed{}, '#### N' or 'the answer is'; flexible: also the last number")
     reward_timeout: float = _f(600.0, "seconds one call of a reward function may take; past it the call counts "
                                       "as failed (see max_reward_error_frac) and its values are None")
+    code_sandbox: str = _f("namespaces", "how code rewards run programs: namespaces (isolated: no network, a "
+                                         "read-only file system, own PIDs; refused at start where the kernel "
+                                         "cannot) or limits_only (resource limits only, knowingly); "
+                                         "docs/code_rewards.md")
+    code_extraction: str = _f("auto", "the program in a completion: open-r1 (last ```python block), verl (text "
+                                      "after the last ```python) or auto (each code reward its project's)")
     max_reward_error_frac: float = _f(0.5, "stop the run when more than this fraction of a reward function's calls "
                                            "failed over the last 10 steps (a function failing at every call of "
                                            "the first step stops it at once); 1 never stops")
@@ -189,6 +197,10 @@ class RewardConfig:
                   f"give one weight per reward function ({len(self.reward_funcs)}: {self.reward_funcs})")
         if self.answer_extraction not in EXTRACTION_MODES:
             _fail("answer_extraction", self.answer_extraction, f"choose one of {EXTRACTION_MODES}")
+        if self.code_sandbox not in SANDBOX_MODES:
+            _fail("code_sandbox", self.code_sandbox, f"choose one of {SANDBOX_MODES}")
+        if self.code_extraction not in CODE_EXTRACTIONS:
+            _fail("code_extraction", self.code_extraction, f"choose one of {CODE_EXTRACTIONS}")
         if self.verifier_workers < 1:
             _fail("verifier_workers", self.verifier_workers, "use at least 1 worker process")
         if self.verifier_timeout <= 0:

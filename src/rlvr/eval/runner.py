@@ -41,13 +41,14 @@ from rlvr.data import AUTO_INSTRUCTION, PromptFormat, load_rows
 from rlvr.data.benchmarks import BENCHMARKS, benchmark_spec, load_benchmark
 from rlvr.data.input_limits import check_lengths
 from rlvr.data.prompts import has_chat_template
+from rlvr.eval.code_scoring import code_reward_name, score_code
 from rlvr.eval.passk import mean_pass_at_k
 from rlvr.eval.problems_file import ProblemsFile, problems_path
 from rlvr.eval.seeding import row_seed
 from rlvr.models import eos_token_ids
 from rlvr.models.embedding import require_embedding_packages
 from rlvr.models.loading import position_limit
-from rlvr.rewards import DEFAULT_EXTRACTION, EXTRACTION_MODES, VerifierPool, extract_answer
+from rlvr.rewards import DEFAULT_EXTRACTION, EXTRACTION_MODES, SANDBOX_MODES, VerifierPool, extract_answer
 from rlvr.rollout.decode_engine import DecodeEngine
 from rlvr.rollout.sampling import GREEDY, Sampling
 
@@ -113,6 +114,9 @@ class EvalSettings:
         log_samples: also append every sampled response (completion, extracted answer, correct,
             verifier error) to ``<out_path>.samples.jsonl``, as lm-eval's ``--log_samples``: to
             read what a score is made of. A resumed evaluation logs the problems it runs.
+        code_sandbox: how code datasets' programs run (``namespaces`` | ``limits_only``, docs/code_rewards.md);
+            a code dataset (HumanEval's ``test``/``entry_point`` or open-r1's ``verification_info`` columns) is
+            scored by running each response on its tests (``rlvr.eval.code_scoring``).
     """
 
     n: int
@@ -132,6 +136,7 @@ class EvalSettings:
     chat_template_kwargs: dict | None = None
     raw_strings: bool = False
     log_samples: bool = False
+    code_sandbox: str = "namespaces"
 
     def __post_init__(self) -> None:
         _positive_int(self.n, "n")
@@ -152,6 +157,8 @@ class EvalSettings:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
         if self.answer_extraction not in EXTRACTION_MODES:
             raise ValueError(f"answer_extraction must be one of {EXTRACTION_MODES}, got {self.answer_extraction!r}")
+        if self.code_sandbox not in SANDBOX_MODES:
+            raise ValueError(f"code_sandbox must be one of {SANDBOX_MODES}, got {self.code_sandbox!r}")
         object.__setattr__(self, "ks", tuple(sorted(set(self.ks))))
         if self.chat_template_kwargs is not None:
             object.__setattr__(self, "chat_template_kwargs", dict(self.chat_template_kwargs))
@@ -269,7 +276,8 @@ class _ChunkEvaluator:
         greedy = self._texts(prompts, None, GREEDY) if self.settings.greedy else []  # [P]
         golds = [row["answer"] for row in rows for _ in range(n)] + ([row["answer"] for row in rows] if greedy else [])
         preds = [extract_answer(text, self.settings.answer_extraction) for text in samples + greedy]
-        results = self.pool.verify_batch(golds, preds)
+        results = (score_code(rows, samples + greedy, n, sandbox=self.settings.code_sandbox) if code_reward_name(rows)
+                   else self.pool.verify_batch(golds, preds))
         self.samples = [{"dataset": dataset, "id": row["id"], "sample": j, "answer": row["answer"],
                          "completion": samples[i * n + j], "extracted": preds[i * n + j],
                          "correct": results[i * n + j].correct, "error": results[i * n + j].error}

@@ -23,8 +23,9 @@ Where this departs from open-r1 (the values are otherwise the same):
 - an empty batch scores ``[]`` in ``len_reward`` (open-r1 raises on ``min([])``);
 - golds that do not parse are logged once per call, not printed once per completion.
 
-open-r1's code rewards (``OPEN_R1_CODE_REWARDS``) run code in remote sandboxes (E2B, Morph,
-Piston) that rlvr does not have; ``open_r1_reward`` refuses them with the way out.
+open-r1's code rewards ``code``, ``binary_code`` and ``code_format`` are ``rlvr.rewards.code_rewards``'
+(run in rlvr's own sandbox; the registry builds them); ``ioi_code`` and ``cf_code`` need the IOI and
+Codeforces graders of open-r1's Piston service, which rlvr does not have: ``open_r1_reward`` refuses them.
 math_verify is imported on first use, so that ``import rlvr.config`` stays light.
 
 Convention: a gold that does not parse scores None in ``accuracy_reward`` (not applicable), 1.0
@@ -52,7 +53,8 @@ FORMAT_PATTERN = re.compile(r"^<think>\n.*?\n</think>\n<answer>\n.*?\n</answer>$
 STEP_PATTERN = re.compile(r"(Step \d+:|^\d+\.|\n-|\n\*|First,|Second,|Next,|Finally,)")
 STEPS_FOR_FULL_REWARD = 3
 TAGS = ("<think>\n", "\n</think>\n", "\n<answer>\n", "\n</answer>")  # each worth 0.25 when it occurs once
-OPEN_R1_CODE_REWARDS = ("code", "binary_code", "ioi_code", "cf_code", "code_format")
+OPEN_R1_CODE_REWARDS = ("code", "binary_code", "code_format")  # rlvr.rewards.code_rewards, in rlvr's sandbox
+OPEN_R1_GRADER_REWARDS = ("ioi_code", "cf_code")  # open-r1's Piston graders: not available
 
 
 def completion_content(completion) -> str:
@@ -372,13 +374,16 @@ OPEN_R1_REWARDS: dict[str, Callable] = {
 def open_r1_reward(name: str) -> Callable:
     """open-r1's reward registered as ``name`` in its ``get_reward_funcs``.
 
+    The code rewards (``OPEN_R1_CODE_REWARDS``) are built by ``rlvr.rewards.registry`` (they need the sandbox).
+
     Raises:
-        ValueError: a code reward (it needs open-r1's sandboxes), or an unknown name (lists the valid ones).
+        ValueError: ``ioi_code``/``cf_code`` (they need open-r1's Piston graders), or an unknown name (lists the
+            valid ones).
     """
-    if name in OPEN_R1_CODE_REWARDS:
-        raise ValueError(f"open-r1's {name!r} reward runs completions in open-r1's code sandboxes (E2B, Morph, "
-                         "Piston), which are not available in rlvr; pass your own function with "
-                         "reward_funcs=path/to/file.py:fn instead")
+    if name in OPEN_R1_GRADER_REWARDS:
+        raise ValueError(f"open-r1's {name!r} reward grades with the IOI/Codeforces checkers of open-r1's Piston "
+                         "service, which rlvr does not have; use `code` or `binary_code` (stdin/stdout tests run in "
+                         "rlvr's sandbox), or pass your own function with reward_funcs=path/to/file.py:fn")
     if name not in OPEN_R1_REWARDS:
         raise ValueError(f"unknown open-r1 reward {name!r}; valid: {', '.join(OPEN_R1_REWARDS)}")
     return OPEN_R1_REWARDS[name]

@@ -14,6 +14,9 @@ under ``names="trl"`` (a TRL/open-r1 recipe's ``[accuracy, format, tag_count]`` 
 In both dialects, open-r1's other names (``rlvr.rewards.open_r1``: ``tag_count``, ``cosine``, ...)
 and the four of TRL's ``trl/scripts/grpo.py`` (``TRL_SCRIPT_REWARDS``, from ``trl.rewards``) need
 no prefix. A dotted module is looked for in the working directory too, as TRL's script does.
+The code rewards (``CODE_REWARDS``: open-r1's ``code``, ``binary_code``, ``code_format``, rlvr's
+``code_check`` and ``verl_code``) run programs in rlvr's sandbox; ``bind_code_settings`` builds them
+with the run's ``code_sandbox``/``code_extraction`` (docs/code_rewards.md).
 How the functions are called and their values combined per completion is ``combine.py``'s.
 """
 
@@ -29,10 +32,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rlvr.dependencies import MissingDependency
+from rlvr.rewards.code_rewards import CodeCheckReward, CodeFormatReward, CodeReward, CodeSettings
 from rlvr.rewards.extract import DEFAULT_EXTRACTION
 from rlvr.rewards.math_rewards import MathAccuracy, format_reward
-from rlvr.rewards.open_r1 import OPEN_R1_CODE_REWARDS, OPEN_R1_REWARDS, open_r1_reward
+from rlvr.rewards.open_r1 import OPEN_R1_CODE_REWARDS, OPEN_R1_GRADER_REWARDS, OPEN_R1_REWARDS, open_r1_reward
 from rlvr.rewards.reward_function import RewardFunction
+from rlvr.rewards.sandbox import shared_pool
+from rlvr.rewards.verl_code import VerlCodeReward
 from rlvr.rewards.verl_score import VerlScore, is_verl_compute_score
 
 logger = logging.getLogger(__name__)
@@ -50,6 +56,49 @@ BUILTIN_REWARDS: dict[str, Callable[[object, str], RewardFn]] = {
     "accuracy": lambda pool, answer_extraction: MathAccuracy(_require_pool(pool), answer_extraction),
     "format": lambda pool, answer_extraction: format_reward,
 }
+
+
+
+
+def _sandboxed(build: Callable[[CodeSettings], RewardFn]) -> Callable[[CodeSettings], RewardFn]:
+    """``build``, after the sandbox pool has started: a machine that cannot isolate stops at set-up."""
+    def start_then_build(settings: CodeSettings) -> RewardFn:
+        shared_pool(settings.sandbox)
+        return build(settings)
+    return start_then_build
+
+
+# name -> factory(code settings); open-r1's three take open-r1's names, in both dialects
+CODE_REWARDS: dict[str, Callable[[CodeSettings], RewardFn]] = {
+    "code": _sandboxed(lambda s: CodeReward(s.sandbox, s.extraction, binary=False)),
+    "binary_code": _sandboxed(lambda s: CodeReward(s.sandbox, s.extraction, binary=True)),
+    "code_format": lambda s: CodeFormatReward(),
+    "code_check": _sandboxed(lambda s: CodeCheckReward(s.sandbox, s.extraction)),
+    "verl_code": _sandboxed(lambda s: VerlCodeReward(s.sandbox)),
+}
+
+
+def _code_name(spec) -> str | None:
+    """The code reward a spec names (``code``, ``open-r1:code``, ``verl_code``, ...), or None."""
+    if not isinstance(spec, str):
+        return None
+    name = spec.strip()
+    for prefix in OPEN_R1_PREFIXES:
+        if name.startswith(prefix) and name[len(prefix):].strip() in OPEN_R1_CODE_REWARDS:
+            name = name[len(prefix):].strip()
+    return name if name in CODE_REWARDS else None
+
+
+def is_code_reward(spec) -> bool:
+    """Whether ``spec`` names a code reward (they read tests from the rows, no gold answer)."""
+    return _code_name(spec) is not None
+
+
+def bind_code_settings(spec, settings: CodeSettings):
+    """The code reward ``spec`` names (``code``, ``open-r1:code``, ...) built with ``settings``; other specs as
+    they are (``resolve_reward`` builds code rewards with the default settings)."""
+    name = _code_name(spec)
+    return spec if name is None else CODE_REWARDS[name](settings)
 
 
 # TRL 1.16 trl/scripts/grpo.py's registry: name -> its reward, built from the trl.rewards module
@@ -84,7 +133,7 @@ def resolve_reward(spec, pool=None, *, answer_extraction: str = DEFAULT_EXTRACTI
             rlvr's built-in or open-r1's.
 
     Raises:
-        ValueError: unknown name, an open-r1 code reward, a TRL name without trl installed, missing
+        ValueError: unknown name, open-r1's ioi_code/cf_code, a TRL name without trl installed, missing
             module/file/attribute (the message lists the valid names and forms).
         TypeError: the named object is not callable.
     """
@@ -118,10 +167,13 @@ def _named_reward(spec: str, pool, answer_extraction: str, names: str):
         return BUILTIN_REWARDS[name](pool, answer_extraction)
     for prefix in OPEN_R1_PREFIXES:
         if spec.startswith(prefix):
-            return open_r1_reward(spec[len(prefix):].strip())
+            name = spec[len(prefix):].strip()
+            return CODE_REWARDS[name](CodeSettings()) if name in OPEN_R1_CODE_REWARDS else open_r1_reward(name)
     if spec in BUILTIN_REWARDS:
         return BUILTIN_REWARDS[spec](pool, answer_extraction) if names == "rlvr" else open_r1_reward(spec)
-    if spec in OPEN_R1_REWARDS or spec in OPEN_R1_CODE_REWARDS:
+    if spec in CODE_REWARDS:
+        return CODE_REWARDS[spec](CodeSettings())
+    if spec in OPEN_R1_REWARDS or spec in OPEN_R1_GRADER_REWARDS:
         return open_r1_reward(spec)
     if spec in TRL_SCRIPT_REWARDS:
         return _trl_script_reward(spec)
@@ -147,7 +199,7 @@ def _valid_names(names: str) -> str:
                  f"{other_open_r1} (open-r1's)")
     else:
         owned = f"{builtins}, {other_open_r1} (open-r1's; rlvr's are rlvr:accuracy, rlvr:format)"
-    return f"{owned}, {', '.join(TRL_SCRIPT_REWARDS)} (TRL's)"
+    return f"{owned}, {', '.join(TRL_SCRIPT_REWARDS)} (TRL's), {', '.join(CODE_REWARDS)} (code, in the sandbox)"
 
 
 def _custom(spec: str, names: str = "rlvr"):

@@ -56,7 +56,7 @@ from rlvr.models.loading import given_policy, position_limit, warn_unapplied_dro
 from rlvr.models.reference import AdapterOffReference
 from rlvr.parallel.runtime import DistContext
 from rlvr.parallel.setup import wrap_policy
-from rlvr.rewards import resolve_reward
+from rlvr.rewards import CodeSettings, bind_code_settings, is_code_reward, resolve_reward
 from rlvr.rewards.combine import logged_names
 from rlvr.rollout.vllm_engine import INSTALL_HINT as VLLM_INSTALL_HINT
 from rlvr.run.trackers import require_trackers
@@ -130,7 +130,7 @@ def rows_need_gold(cfg: ExperimentConfig) -> bool:
         return True
 
     def users(spec: str) -> bool:
-        if callable(cfg.python.reward(spec)):
+        if callable(cfg.python.reward(spec)) or is_code_reward(spec):  # code rewards read tests, not a gold
             return True
         return not spec.startswith(BUILT_IN_REWARD_PREFIXES) and (":" in spec or "." in spec)
 
@@ -347,10 +347,17 @@ def build_rewarder(cfg: ExperimentConfig, *, max_steps: int, tokenizer) -> Rewar
     """The reward phase: the verifier pool, the reward functions (by name, in the preset's dialect) and their
     weights, and the failure policy."""
     r = cfg.reward
-    return Rewarder([cfg.python.reward(spec) for spec in r.reward_funcs], r.reward_weights,
+    return Rewarder(_reward_specs(cfg), r.reward_weights,
                     verifier_workers=r.verifier_workers, verifier_timeout=r.verifier_timeout,
                     answer_extraction=r.answer_extraction, max_reward_error_frac=r.max_reward_error_frac,
                     reward_timeout=r.reward_timeout, max_steps=max_steps, tokenizer=tokenizer, names=cfg.run.preset)
+
+
+def _reward_specs(cfg: ExperimentConfig) -> list:
+    """The reward specs, code rewards built with the run's sandbox and extraction (starting the sandbox: a machine
+    that cannot isolate programs stops here, before the model loads)."""
+    code = CodeSettings(sandbox=cfg.reward.code_sandbox, extraction=cfg.reward.code_extraction)
+    return [bind_code_settings(cfg.python.reward(spec), code) for spec in cfg.reward.reward_funcs]
 
 
 def build_training_eval(cfg: ExperimentConfig, plan: StepPlan, length: RunLength,
@@ -383,8 +390,8 @@ class _NoPool:
 def check_reward_functions(cfg: ExperimentConfig, rows: list[dict]) -> list[str]:
     """Resolve every reward function by name and check the rows have the columns each needs, without a
     model (the trainer calls it before loading one); their logged names. ValueError naming the problem."""
-    funcs = [resolve_reward(cfg.python.reward(spec), _NoPool(), answer_extraction=cfg.reward.answer_extraction,
-                            names=cfg.run.preset) for spec in cfg.reward.reward_funcs]
+    funcs = [resolve_reward(spec, _NoPool(), answer_extraction=cfg.reward.answer_extraction, names=cfg.run.preset)
+             for spec in _reward_specs(cfg)]
     columns = set().union(*(reward_columns(row) for row in rows))
     names = logged_names(funcs)
     for name, fn in zip(names, funcs):

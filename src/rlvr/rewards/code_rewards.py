@@ -1,0 +1,188 @@
+"""Code rewards: the completion's program run on its tests in rlvr's sandbox (``rlvr.rewards.sandbox``).
+
+open-r1's three (huggingface/open-r1 ``src/open_r1/rewards.py`` at commit 1416fa0), on its
+``verification_info`` rows ``{"language": "python", "test_cases": [{"input", "output", "type":
+"stdin_stdout"}]}``:
+
+- ``code``: the fraction of test cases passed. A case passes when the program exits with status 0
+  and, line by line over ``zip(stdout.strip().split("\\n"), output.split("\\n"))``, the stripped lines
+  are equal (zip stops at the shorter: open-r1's comparison, kept);
+- ``binary_code``: 1.0 when that fraction is above 0.99 (open-r1's ``BINARY_THRESHOLD``), else 0.0;
+- ``code_format``: 1.0 for ``<think>\\n…\\n</think>\\n<answer>\\n…```python…```…\\n</answer>`` (the
+  row's ``language`` column, else python).
+
+and a function-call style (HumanEval's): ``code_check`` runs ``code_prompt`` + the completion, then
+the row's ``test`` and ``check(<entry_point>)``; 1.0 when the test code ran to its end.
+
+Where this departs from open-r1: the programs run here, in the sandbox, not in E2B/Morph; a case
+runs with 5 s of CPU and 10 s of wall time (open-r1: ``subprocess.run(timeout=5)``), and, as in
+open-r1's E2B path, a case that times out makes the completion's score 0.0 (there the evaluation
+script raises, and E2B's missing result is read as 0.0); rows in another language than python
+score None (rlvr runs python only); ``verification_info`` may be a JSON string (a parquet column).
+
+Code extraction (``code_extraction``): ``open-r1`` (the last ```` ```python\\n…``` ```` block, "" if none),
+``verl`` (the text after the last ```` ```python ```` up to the next fence, the whole text if none),
+or ``auto``: each reward its project's (open-r1's for ``code``/``binary_code``, verl's for ``code_check``).
+
+Convention: a sandbox failure (the worker, not the program) scores None for that completion.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from rlvr.rewards.math_rewards import completion_text
+from rlvr.rewards.open_r1 import completion_content
+from rlvr.rewards.sandbox import SANDBOX_MODES, Job, Outcome, SandboxLimits, shared_pool
+
+BINARY_THRESHOLD = 0.99  # open-r1's binary_code_reward
+CASE_LIMITS = SandboxLimits(cpu_s=5, wall_s=10)
+CODE_EXTRACTIONS = ("auto", "open-r1", "verl")
+
+
+@dataclass(frozen=True)
+class CodeSettings:
+    """How code rewards run programs: the sandbox mode (``rlvr.rewards.sandbox``) and the code extraction."""
+
+    sandbox: str = "namespaces"
+    extraction: str = "auto"
+
+    def __post_init__(self):
+        if self.sandbox not in SANDBOX_MODES:
+            raise ValueError(f"code_sandbox must be one of {SANDBOX_MODES}, got {self.sandbox!r}")
+        if self.extraction not in CODE_EXTRACTIONS:
+            raise ValueError(f"code_extraction must be one of {CODE_EXTRACTIONS}, got {self.extraction!r}")
+
+
+def extract_code(text: str, style: str, language: str = "python") -> str:
+    """The program in a completion. ``open-r1``: its ``extract_code``; ``verl``: prime_code's split."""
+    if style == "open-r1":
+        matches = re.findall(rf"```{language}\n(.*?)```", text, re.DOTALL)
+        return matches[-1] if matches else ""
+    if style == "verl":
+        return text.split(f"```{language}")[-1].split("```")[0]
+    raise ValueError(f"code_extraction must be one of {CODE_EXTRACTIONS[1:]} here, got {style!r}")
+
+
+def _info(value) -> dict:
+    info = json.loads(value) if isinstance(value, str) else value
+    if not isinstance(info, dict) or not isinstance(info.get("test_cases"), list):
+        raise ValueError("a verification_info value must be {'language': ..., 'test_cases': [{'input', 'output'}, ...]} "
+                         f"(open-r1's rows), got {str(value)[:120]!r}")
+    return info
+
+
+def case_passes(outcome: Outcome, expected: str) -> bool:
+    """open-r1's check of one stdin/stdout case: exit status 0, then equal stripped lines over zip."""
+    if outcome.exit_code != 0 or outcome.output_truncated or outcome.timed_out:
+        return False
+    lines = outcome.stdout.strip().split("\n")
+    return all(got.strip() == want.strip() for got, want in zip(lines, expected.split("\n")))
+
+
+@dataclass(frozen=True)
+class CodeReward:
+    """open-r1's ``code`` (``binary=False``) or ``binary_code`` reward, run in the sandbox (module docstring).
+
+        code = #passed / #cases;   binary_code = 1.0 if code > 0.99 else 0.0
+    """
+
+    sandbox: str = "namespaces"
+    extraction: str = "auto"
+    binary: bool = False
+    required_columns = ("verification_info",)
+
+    @property
+    def __name__(self) -> str:
+        return "binary_code_reward" if self.binary else "code_reward"
+
+    def __call__(self, completions, verification_info=None, **kwargs) -> list[float | None]:
+        if verification_info is None:
+            raise ValueError(f"{self.__name__} reads the tests from a `verification_info` column (open-r1's rows), "
+                             "which this dataset lacks")
+        style = "open-r1" if self.extraction == "auto" else self.extraction
+        infos = [_info(value) for value in verification_info]
+        jobs, owners = [], []
+        for index, (completion, info) in enumerate(zip(completions, infos)):
+            if info.get("language", "python") != "python":
+                continue
+            code = extract_code(_last_message(completion), style)
+            for case in info["test_cases"]:
+                jobs.append(Job(code, stdin=case["input"], limits=CASE_LIMITS))
+                owners.append((index, case["output"]))
+        outcomes = shared_pool(self.sandbox).run_many(jobs)
+        return [self._score(index, info, owners, outcomes) for index, info in enumerate(infos)]
+
+    def _score(self, index: int, info: dict, owners: list, outcomes: list[Outcome]) -> float | None:
+        if info.get("language", "python") != "python":
+            return None
+        mine = [(outcome, expected) for (owner, expected), outcome in zip(owners, outcomes) if owner == index]
+        if any(outcome.sandbox_error for outcome, _ in mine):
+            return None
+        if any(outcome.timed_out for outcome, _ in mine) or not mine:
+            return 0.0  # open-r1 under E2B: the script raised, read as 0.0 (no cases: its ZeroDivisionError)
+        rate = sum(case_passes(outcome, expected) for outcome, expected in mine) / len(mine)
+        return (1.0 if rate > BINARY_THRESHOLD else 0.0) if self.binary else rate
+
+
+def _last_message(completion) -> str:
+    """open-r1's ``completion[-1]["content"]``, or a plain string."""
+    if isinstance(completion, (list, tuple)) and completion:
+        return completion_text(completion[-1:])
+    return completion_text(completion)
+
+
+@dataclass(frozen=True)
+class CodeFormatReward:
+    """open-r1's ``code_format`` (``get_code_format_reward``): the think/answer format with a fenced block.
+
+    Convention: open-r1's regex with DOTALL and MULTILINE; the language is the row's ``language`` column
+    when the dataset has one, else ``language`` (open-r1's ``code_language``, default python).
+    """
+
+    language: str = "python"
+    __name__ = "code_format_reward"
+
+    def __call__(self, completions, language=None, **kwargs) -> list[float]:
+        languages = language if language is not None else [self.language] * len(completions)
+        return [1.0 if re.match(rf"^<think>\n.*?\n</think>\n<answer>\n.*?```{lang}.*?```.*?\n</answer>$",
+                                completion_content(completion), re.DOTALL | re.MULTILINE) else 0.0
+                for completion, lang in zip(completions, languages)]
+
+
+@dataclass(frozen=True)
+class CodeCheckReward:
+    """HumanEval's functional test: ``code_prompt`` + program, the row's ``test``, ``check(entry_point)``.
+
+        reward = 1.0 if the test code ran to its end (no exception, no exit), else 0.0
+
+    Convention: a completion that defines ``entry_point`` itself runs after the prompt (which still gives
+    the imports), one that does not is taken as the prompt's continuation (HumanEval's own join).
+    """
+
+    sandbox: str = "namespaces"
+    extraction: str = "auto"
+    __name__ = "code_check_reward"
+    required_columns = ("test", "entry_point")
+
+    def __call__(self, completions, test=None, entry_point=None, code_prompt=None, **kwargs) -> list[float | None]:
+        if test is None or entry_point is None:
+            raise ValueError("code_check reads a `test` column (defining check(candidate)) and an `entry_point` "
+                             "column (the function's name), which this dataset lacks (HumanEval's rows have both)")
+        heads = code_prompt if code_prompt is not None else [""] * len(completions)
+        jobs = [Job(program(head, completion_content(c), entry, self.extraction), kind="checked",
+                    test=f"{tests}\ncheck({entry})\n", limits=CASE_LIMITS)
+                for c, head, tests, entry in zip(completions, heads, test, entry_point)]
+        outcomes = shared_pool(self.sandbox).run_many(jobs)
+        return [None if outcome.sandbox_error else float(outcome.completed) for outcome in outcomes]
+
+
+def program(head: str, text: str, entry_point: str, extraction: str = "auto") -> str:
+    """The program a function-call test runs: the prompt and the completion's code (class docstring)."""
+    fenced = "```" in text
+    code = extract_code(text, "verl" if extraction == "auto" else extraction) if fenced else text
+    if re.search(rf"^\s*def\s+{re.escape(entry_point)}\s*\(", code, re.MULTILINE):
+        return f"{head}\n{code}"
+    return head + code
