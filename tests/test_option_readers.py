@@ -16,7 +16,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN = REPO / "src" / "rlvr" / "train"
-SET_UP = {"trainer.py", "setup.py", "plan.py", "sft.py", "dry_run.py", "__init__.py"}
+SET_UP = {"trainer.py", "setup.py", "plan.py", "sft.py", "dry_run.py", "algorithm_parts.py", "__init__.py"}
 sys.path.insert(0, str(REPO / "tools"))
 import option_readers
 

@@ -31,10 +31,23 @@ AGGREGATION_ALIASES = {
 }
 
 
+# a researcher's own estimator, loss or aggregation, named as a reward function is (rlvr.train.algorithm_parts)
+FUNCTION_SPEC_FORMS = "path/to/file.py:function, module:function or package.module.function"
+
+
+def is_function_spec(value: str) -> bool:
+    """Whether an algorithm option names a user's function rather than a registered name (which has no ``:``
+    and no ``.``); the function is loaded and its signature checked at start-up (``compile_plan``)."""
+    return ":" in value or "." in value.strip(".")
+
+
 def resolve_aggregation(mode: str) -> str:
-    """Canonical aggregation name for a mode or one of its TRL/verl aliases."""
+    """Canonical aggregation name for a mode or one of its TRL/verl aliases (a user's function: its spec)."""
+    if is_function_spec(mode):
+        return mode
     mode = AGGREGATION_ALIASES.get(mode, mode)
     if mode not in AGGREGATION_MODES:
         valid = sorted(set(AGGREGATION_MODES) | set(AGGREGATION_ALIASES))
-        raise ValueError(f"unknown loss_type/aggregation {mode!r}; valid: {valid}")
+        raise ValueError(f"unknown loss_type/aggregation {mode!r}; valid: {valid}, or your own function: "
+                         f"{FUNCTION_SPEC_FORMS}")
     return mode

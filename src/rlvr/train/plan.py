@@ -8,6 +8,8 @@ so a reader auditing a combination (TA-GRPO × DaGRPO × DAPO, say) reads this m
 - **scoring prompts**: on which prompt each log-prob pass scores a response — the question q_0 or
   the variant q_j it was sampled from (TA-GRPO's ``ratio_anchor``, ``train/tagrpo.py``), and whether
   old and reference log-probs are computed at all;
+- **algorithm parts**: a researcher's own estimator, loss or aggregation named by the config
+  (``path/file.py:fn``) is loaded, its signature checked and registered (``train/algorithm_parts.py``);
 - **advantages**: the estimator's settings (``rlvr.core.advantages``: DaGRPO's masked pairwise form
   with pair masking), and DaGRPO's step options (:class:`DaGRPOSettings`);
 - **update**: the loss settings handed to ``rlvr.core.losses.policy_loss``, the batch layout, and
@@ -31,6 +33,7 @@ from rlvr.config.batch import BatchShape
 from rlvr.core.advantages import AdvantageSettings
 from rlvr.core.losses import LossSettings
 from rlvr.rollout.sampling import Sampling
+from rlvr.train.algorithm_parts import load_algorithm_parts
 from rlvr.train.tagrpo import LogprobPrompts
 
 
@@ -118,6 +121,9 @@ def step_kind(cfg: ExperimentConfig) -> str:
 def compile_plan(cfg: ExperimentConfig, *, world_size: int = 1) -> StepPlan:
     """The decisions of :class:`StepPlan` for a validated config, on ``world_size`` processes."""
     a, d, t, r = cfg.algorithm, cfg.dagrpo, cfg.tagrpo, cfg.rollout
+    # a researcher's own estimator, loss or aggregation (path/file.py:fn): loaded, checked, registered
+    load_algorithm_parts(advantage_estimator=a.advantage_estimator, policy_loss=a.policy_loss,
+                         aggregation=a.aggregation, objects=dict(cfg.python.algorithm_parts))
     batch = cfg.batch_shape(world_size)
     autocast = "bfloat16" if cfg.model.bf16 else None  # decided here only
     return StepPlan(
