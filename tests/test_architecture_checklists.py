@@ -10,6 +10,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
+import shutil
+import subprocess
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
@@ -18,6 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import rlvr
 import rlvr.train.trainer as trainer_module
 from rlvr.config import build_config, field_help, load_config
 from rlvr.config.experiment import FIELD_SECTION, SECTIONS
@@ -403,3 +407,69 @@ def test_add_a_reward_function(tmp_path, monkeypatch):
     assert m["reward"] == pytest.approx(m["rollout/reward_mean"])
     assert m["reward"] == pytest.approx(sum(r["reward"] for r in records) / COMPLETIONS)
     assert m["rollout/frac_uniform_groups"] == 0.0 and m["train/grad_norm"] > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The three core checklists, followed in a copy of the package, run from the command line
+
+COPY_ESTIMATOR = '''
+
+@register_advantage("toy_half_grpo")
+def toy_half_grpo(inputs: AdvantageInputs, settings: AdvantageSettings) -> torch.Tensor:
+    """Half GRPO's advantage (a toy of the checklist test)."""
+    return 0.5 * grpo(inputs, settings)
+'''
+
+COPY_LOSS_AND_AGGREGATION = '''
+
+@register_policy_loss("toy_constant_pg")
+def toy_constant_pg(logprobs, old_logprobs, advantages, mask, settings):
+    """epsilon at every trained token in value, the plain policy gradient in gradient (a checklist toy)."""
+    mask = mask.bool()
+    loss = settings.epsilon - advantages.unsqueeze(-1) * (logprobs - old_logprobs)  # [N, T]
+    return torch.where(mask, loss, torch.zeros_like(loss)), mask.clone()
+
+
+@register_aggregation("toy_double_token_mean")
+def toy_double_token_mean(per_token, m, d: Denominators):
+    """Twice verl's token-mean (a checklist toy)."""
+    return 2 * _token_mean(per_token, m, d)
+'''
+
+
+@pytest.mark.slow
+def test_the_core_checklists_in_a_copy_of_the_package(tmp_path):
+    """"Add an advantage estimator", "Add a loss" and "Add a loss aggregation" done exactly as they say, in a copy
+    of src/rlvr: one decorated function appended to core/advantages.py, two to core/losses.py, nothing else
+    edited. A fresh interpreter on the copy accepts the three names in the dry run and trains one step whose
+    advantages are half GRPO's and whose loss is 2·epsilon (the toy loss's value under the toy aggregation)."""
+    package = tmp_path / "src" / "rlvr"
+    shutil.copytree(Path(rlvr.__file__).parent, package, ignore=shutil.ignore_patterns("__pycache__"))
+    with (package / "core" / "advantages.py").open("a") as f:
+        f.write(COPY_ESTIMATOR)
+    with (package / "core" / "losses.py").open("a") as f:
+        f.write(COPY_LOSS_AND_AGGREGATION)
+    (tmp_path / "alternating.py").write_text(ALTERNATING_REWARD)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "src"), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    epsilon = 0.3125
+    command = [sys.executable, "-m", "rlvr.cli", "train", "advantage_estimator=toy_half_grpo",
+               "policy_loss=toy_constant_pg", "loss_type=toy_double_token_mean", f"epsilon={epsilon}",
+               "reward_funcs=alternating.py:alternating",
+               *(f"{k}={v}" for k, v in tiny_run(tmp_path / "run").items())]
+    for extra in (["--dry-run"], []):
+        done = subprocess.run([*command, *extra], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=300, check=False)
+        assert done.returncode == 0, done.stderr[-3000:]
+    assert f"{package}" in subprocess.run([sys.executable, "-c", "import rlvr; print(rlvr.__file__)"], env=env,
+                                          capture_output=True, text=True, check=True).stdout  # the copy ran
+    records = samples(tmp_path / "run")
+    assert [r["advantage"] for r in records] == pytest.approx([0.5 * a for a in grpo_by_hand(records)], rel=1e-5,
+                                                              abs=1e-6)
+    assert [abs(r["advantage"]) for r in records] == pytest.approx([0.5 * math.sqrt(3) / 2] * COMPLETIONS, rel=1e-5)
+    (m,) = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert m["train/loss"] == pytest.approx(2 * epsilon, abs=1e-6)
+    assert m["train/clip_frac"] == 1.0 and m["train/grad_norm"] > 0
+    # the unedited package refuses the names
+    done = subprocess.run([*command, "--dry-run"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          check=False, env={**env, "PYTHONPATH": str(Path(rlvr.__file__).parents[1])})
+    assert done.returncode != 0 and "advantage_estimator" in done.stderr

@@ -15,6 +15,7 @@ import pytest
 from rlvr.config import build_config
 from rlvr.core.advantages import ADVANTAGE_ESTIMATORS
 from rlvr.core.losses import AGGREGATIONS, POLICY_LOSSES, clip
+from rlvr.core.names import ADVANTAGE_ESTIMATOR_NAMES, AGGREGATION_MODES, POLICY_LOSS_NAMES
 from rlvr.train.plan import compile_plan
 from rlvr.train.trainer import Trainer
 from tests.run.cli_runs import ENV, last_line
@@ -27,11 +28,14 @@ EPS = 1e-6
 @pytest.fixture(autouse=True)
 def restore_registries():
     """The functions registered under their specs are dropped after each test."""
-    saved = [(registry, dict(registry)) for registry in (ADVANTAGE_ESTIMATORS, POLICY_LOSSES, AGGREGATIONS)]
+    saved = [(registry, registry.copy()) for registry in (ADVANTAGE_ESTIMATORS, POLICY_LOSSES, AGGREGATIONS,
+                                                          ADVANTAGE_ESTIMATOR_NAMES, POLICY_LOSS_NAMES)]
+    modes = list(AGGREGATION_MODES)
     yield
     for registry, before in saved:
         registry.clear()
         registry.update(before)
+    AGGREGATION_MODES[:] = modes
 
 
 def worked_example() -> str:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rlvr.core.names import POLICY_LOSS_NAMES
+from rlvr.core.names import AGGREGATION_MODES, POLICY_LOSS_NAMES
 
 LOG_RATIO_CLAMP = 20.0
 
@@ -238,6 +238,8 @@ def register_aggregation(name: str) -> Callable[[AggregationFn], AggregationFn]:
 
     def register(fn: AggregationFn) -> AggregationFn:
         AGGREGATIONS[name] = fn
+        if name not in AGGREGATION_MODES:
+            AGGREGATION_MODES.append(name)  # the config accepts it from now on
         return fn
 
     return register
