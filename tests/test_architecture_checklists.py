@@ -7,13 +7,16 @@ rest of the suite sees the built-in registries, sections and reward modules only
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
+import threading
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -473,3 +476,97 @@ def test_the_core_checklists_in_a_copy_of_the_package(tmp_path):
     done = subprocess.run([*command, "--dry-run"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
                           check=False, env={**env, "PYTHONPATH": str(Path(rlvr.__file__).parents[1])})
     assert done.returncode != 0 and "advantage_estimator" in done.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# Add a rollout engine
+
+
+class ToyCopyEngine:
+    """"Add a rollout engine", step 1: a toy that keeps its own copy of the weights (rlvr's decode engine on a
+    deep copy of the policy, refreshed by ``sync_weights``), with its abilities as class attributes."""
+
+    supports_row_seeds = True
+    keeps_own_weights = True
+    supports_async_generation = True
+    is_correction_by_default = True
+    supports_sleep = False
+    optional_package = None
+
+    def __init__(self, model, *, pad_token_id, eos_token_ids):
+        from rlvr.rollout.decode_engine import DecodeEngine
+
+        self.policy, self.copy = model, copy.deepcopy(model)
+        self.eos_token_ids = list(eos_token_ids)
+        self.inner = DecodeEngine(self.copy, pad_token_id=pad_token_id, eos_token_ids=eos_token_ids, fused=False)
+        self.threads: list[str] = []
+        self.syncs = 0
+
+    def generate(self, prompts, **kwargs):
+        self.threads.append(threading.current_thread().name)
+        return self.inner.generate(prompts, **kwargs)
+
+    def sync_weights(self):
+        self.copy.load_state_dict(self.policy.state_dict())
+        self.syncs += 1
+
+
+class ToyLocalEngine(ToyCopyEngine):
+    """The same engine declaring that it samples from the training model itself."""
+
+    keeps_own_weights = False
+    supports_async_generation = False
+    is_correction_by_default = False
+
+
+@pytest.mark.slow
+def test_add_a_rollout_engine(tmp_path, monkeypatch):
+    """"Add a rollout engine": the toy registered by name (step 2), nothing else edited; the plan reads its
+    abilities (step 3): async generation is accepted and the importance-sampling correction is on by default
+    because the class says it keeps its own weights, and a run of two steps samples step 2 ahead, on the
+    rollout thread, from the toy's own copy (synced after each update), with the correction's metrics logged."""
+    from rlvr.rollout.names import ROLLOUT_ENGINES
+
+    with pytest.raises(ValueError, match="rollout_engine"):
+        build_config({"model": "tiny-random", "rollout_engine": "toy_copy"})
+    # 2. Name it
+    monkeypatch.setitem(ROLLOUT_ENGINES, "toy_copy", f"{__name__}:ToyCopyEngine")
+    monkeypatch.setitem(ROLLOUT_ENGINES, "toy_local", f"{__name__}:ToyLocalEngine")
+    reward = alternating_reward(tmp_path)
+    cfg = build_config(tiny_run(tmp_path / "run", rollout_engine="toy_copy", async_generation=True, max_steps=2,
+                                reward_funcs=[reward]))
+    # 3. the plan reads the abilities
+    plan = compile_plan(cfg)
+    assert plan.engine.ahead and plan.update.is_correction is not None
+    off = build_config(tiny_run(tmp_path / "off", rollout_engine="toy_copy", vllm_importance_sampling_correction=False))
+    assert compile_plan(off).update.is_correction is None  # the config still decides when it says so
+    local = build_config(tiny_run(tmp_path / "local", rollout_engine="toy_local"))
+    assert compile_plan(local).update.is_correction is None and not compile_plan(local).engine.ahead
+    with pytest.raises(ValueError, match="async_generation=True.*rollout_engine=toy_local samples from the training"):
+        compile_plan(build_config(tiny_run(tmp_path / "x", rollout_engine="toy_local", async_generation=True)))
+    with pytest.raises(ValueError, match="rollout_engine=toy_copy with parallelism=fsdp is not supported"):
+        compile_plan(build_config(tiny_run(tmp_path / "y", rollout_engine="toy_copy", parallelism="fsdp")))
+
+    trainer = Trainer(cfg)
+    metrics = trainer.train()
+    engine = trainer.engine
+    assert isinstance(engine, ToyCopyEngine) and engine.copy is not trainer.policy
+    assert len(metrics) == 2 and all(m["train/grad_norm"] > 0 for m in metrics)
+    assert engine.threads[0] == threading.current_thread().name  # step 1: nothing ahead yet
+    assert engine.threads[1].startswith("rlvr-rollout")  # step 2: sampled during step 1's update
+    assert engine.syncs >= 2  # after each update
+    assert all("sampling/importance_sampling_ratio/mean" in m for m in metrics)  # the correction ran
+    policy, copied = trainer.policy.state_dict(), engine.copy.state_dict()
+    assert all(torch.equal(policy[k], copied[k]) for k in policy)  # the copy holds the last update's weights
+
+
+def test_no_engine_name_is_compared_outside_rollout():
+    """What an engine can do is its class's abilities (rollout/engine.py): outside rollout/ no code compares an
+    engine's name (a lookup of its options by name, train/setup.py's ENGINE_OPTIONS, is no comparison)."""
+    src = Path(rlvr.__file__).parent
+    # == "vllm", != 'hf', rollout_engine == ..., rollout_engine in ("vllm", ...) (not: "in ROLLOUT_ENGINES", the names)
+    pattern = re.compile(r"""[=!]=\s*["'](vllm|hf|vllm-server)["']|rollout_engine\s*(==|!=|(not\s+)?in\s*[(\[{])""")
+    found = [f"{path.relative_to(src)}:{n}: {line.strip()}" for path in sorted(src.rglob("*.py"))
+             if path.relative_to(src).parts[0] != "rollout"
+             for n, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
+    assert not found, found

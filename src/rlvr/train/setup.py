@@ -58,7 +58,7 @@ from rlvr.parallel.runtime import DistContext
 from rlvr.parallel.setup import wrap_policy
 from rlvr.rewards import resolve_reward
 from rlvr.rewards.combine import logged_names
-from rlvr.rollout.vllm_engine import INSTALL_HINT as VLLM_INSTALL_HINT
+from rlvr.rollout import engine_class
 from rlvr.run.trackers import require_trackers
 from rlvr.train.evaluation import TrainingEval, training_overlap
 from rlvr.train.memory_bound import check_update_memory
@@ -95,13 +95,24 @@ def build_scheduler(optimizer: torch.optim.Optimizer, o: OptimConfig, total_step
 
 
 def engine_spec(cfg: ExperimentConfig, *, is_main: bool) -> tuple[str, dict]:
-    """(engine name for ``rlvr.rollout.build_engine``, its keywords). ``is_main``: this process is rank 0,
-    the one that pushes weights to a vLLM server (every rank holds the same weights)."""
-    r, v = cfg.rollout, cfg.vllm
-    if r.rollout_engine == "rlvr":
-        return "rlvr", {"max_batch_size": r.max_rollout_batch_size, "fused": r.fused_decoding}
-    if r.rollout_engine != "vllm":
-        return r.rollout_engine, {"max_batch_size": r.max_rollout_batch_size}
+    """(engine name for ``rlvr.rollout.build_engine``, its keywords): each engine's own options, from
+    :data:`ENGINE_OPTIONS` (an engine registered without an entry there is built with none). ``is_main``: this
+    process is rank 0, the one that pushes weights to a vLLM server (every rank holds the same weights)."""
+    options = ENGINE_OPTIONS.get(cfg.rollout.rollout_engine)
+    return options(cfg, is_main) if options is not None else (cfg.rollout.rollout_engine, {})
+
+
+def _rlvr_engine_options(cfg: ExperimentConfig, is_main: bool) -> tuple[str, dict]:
+    return "rlvr", {"max_batch_size": cfg.rollout.max_rollout_batch_size, "fused": cfg.rollout.fused_decoding}
+
+
+def _hf_engine_options(cfg: ExperimentConfig, is_main: bool) -> tuple[str, dict]:
+    return "hf", {"max_batch_size": cfg.rollout.max_rollout_batch_size}
+
+
+def _vllm_engine_options(cfg: ExperimentConfig, is_main: bool) -> tuple[str, dict]:
+    """The colocated vLLM engine's options, or (vllm_mode=server) the client of ``rlvr vllm-serve``'s."""
+    v = cfg.vllm
     if v.vllm_mode == "server":
         url = v.vllm_server_base_url or f"http://{v.vllm_server_host}:{v.vllm_server_port}"
         return "vllm-server", {"base_url": url.rstrip("/"), "timeout": v.vllm_server_timeout,
@@ -110,6 +121,10 @@ def engine_spec(cfg: ExperimentConfig, *, is_main: bool) -> tuple[str, dict]:
     return "vllm", {"max_model_len": v.vllm_max_model_length, "kv_cache_tokens": v.vllm_kv_cache_tokens,
                     "gpu_memory_utilization": v.vllm_gpu_memory_utilization,
                     "enable_sleep_mode": v.vllm_enable_sleep_mode}
+
+
+# rollout_engine -> its options from the config (the sections each engine reads)
+ENGINE_OPTIONS = {"rlvr": _rlvr_engine_options, "hf": _hf_engine_options, "vllm": _vllm_engine_options}
 
 
 def open_r1_chat(cfg: ExperimentConfig) -> bool:
@@ -398,8 +413,9 @@ def check_reward_functions(cfg: ExperimentConfig, rows: list[dict]) -> list[str]
 def check_optional_packages(cfg: ExperimentConfig) -> None:
     """The optional packages the options need (vllm, peft, the embed scorer's, the trackers'), before the model
     loads (the trainer and the dry run call it): MissingDependency naming the option and the install line."""
-    if cfg.rollout.rollout_engine == "vllm":
-        require("vllm", VLLM_INSTALL_HINT)
+    package = engine_class(cfg.rollout.rollout_engine).optional_package  # vllm's (an ability of the class)
+    if package is not None:
+        require(*package)
     if cfg.model.lora_r > 0:
         require("peft", f"lora_r={cfg.model.lora_r} (LoRA) needs the peft package, which is not installed; install "
                         "it with: pip install peft, or train the full model (lora_r=0)")

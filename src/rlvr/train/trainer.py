@@ -212,7 +212,7 @@ class Trainer:
                                               self.group_ids, self.dist, policy=self.policy)
         self.rollouts = Rollouts(self.generate_groups, self.sampler, self.group_ids,  # async_generation: ahead
                                  prompts_per_step=self.plan.rollout.prompts_per_step,
-                                 ahead=cfg.rollout.async_generation)
+                                 ahead=self.plan.engine.ahead)
 
     def _set_up_phases(self, cfg: ExperimentConfig) -> None:
         """The reward, DaGRPO and update phases, the optimiser and its schedule, and the training-time eval."""
@@ -562,7 +562,7 @@ class Trainer:
                     "step, %d optimiser step(s) per step; %d steps (%d per epoch of %d prompts)", b.prompts_per_step,
                     b.completions_per_prompt, b.world_size, b.micro_batch, b.accumulation, k, self.max_steps,
                     self.length.steps_per_epoch, len(self.rows))
-        warning = async_lag_warning(cfg.rollout.async_generation, self.plan.update.is_correction)
+        warning = async_lag_warning(self.plan.engine.ahead, self.plan.update.is_correction)
         if warning is not None:
             logger.warning("%s", warning)
 
