@@ -64,6 +64,20 @@ def test_the_finder_sees_the_plans_reads():
     assert set(option_readers.sections()) == set(found) | set(option_readers.DERIVED)
 
 
+def test_the_finder_sees_getattr_reads_and_names_bound_to_sections():
+    options = option_readers.sections()
+    source = """
+def step(self, cfg):
+    beta = getattr(self.cfg.algorithm, "beta")
+    eps = getattr(getattr(cfg, "algorithm"), "epsilon", 0.2)
+    r = self.cfg.rollout
+    t = getattr(r, "temperature")
+    return cfg.optim.learning_rate, getattr(self, "beta"), getattr(other.algorithm, "dual_clip")
+"""
+    found = option_readers.reads_in(ast.parse(source), options)
+    assert found == {"beta", "epsilon", "temperature", "learning_rate"}
+
+
 def test_the_architecture_page_holds_the_table():
     assert option_readers.page_table() == option_readers.table(), (
         "docs/design/architecture.md's option table is out of date: run `python tools/option_readers.py --write`")

@@ -61,16 +61,51 @@ def sections() -> dict[str, tuple[str, str]]:
     return out
 
 
+def _getattr_name(node: ast.AST) -> tuple[ast.AST, str] | None:
+    """(object, name) of ``getattr(object, "name"[, default])``, else None."""
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+            and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
+        return node.args[0], node.args[1].value
+    return None
+
+
+def _is_cfg(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Name) and node.id == "cfg") or (isinstance(node, ast.Attribute) and node.attr == "cfg")
+
+
 def _section_of(node: ast.AST, options: dict, bound: dict[str, str]) -> str | None:
-    """The section an expression is: ``cfg.<section>``, ``self.cfg.<section>``, or a name bound to one."""
+    """The section an expression is: ``cfg.<section>``, ``self.cfg.<section>``, ``getattr(cfg, "<section>")``,
+    or a name bound to one."""
     names = {section for section, _ in options.values()}
-    if isinstance(node, ast.Attribute) and node.attr in names:
-        base = node.value
-        if (isinstance(base, ast.Name) and base.id == "cfg") or (isinstance(base, ast.Attribute) and base.attr == "cfg"):
-            return node.attr
+    if isinstance(node, ast.Attribute) and node.attr in names and _is_cfg(node.value):
+        return node.attr
+    read = _getattr_name(node)
+    if read is not None and read[1] in names and _is_cfg(read[0]):
+        return read[1]
     if isinstance(node, ast.Name):
         return bound.get(node.id)
     return None
+
+
+def _option_read(node: ast.AST, options: dict, bound: dict[str, str]) -> str | None:
+    """The option ``node`` reads: ``<section>.<option>`` or ``getattr(<section>, "<option>")``, else None."""
+    if isinstance(node, ast.Attribute) and node.attr in options:
+        obj, name = node.value, node.attr
+    elif (read := _getattr_name(node)) is not None and read[1] in options:
+        obj, name = read
+    else:
+        return None
+    return name if _section_of(obj, options, bound) == options[name][0] else None
+
+
+def reads_in(tree: ast.AST, options: dict) -> set[str]:
+    """The options a module's source reads, in any of its scopes."""
+    found = set()
+    scopes = [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))]
+    for scope in scopes:
+        bound = _bindings(scope, options)
+        found.update(name for node in ast.walk(scope) if (name := _option_read(node, options, bound)) is not None)
+    return found
 
 
 def _bindings(func: ast.AST, options: dict) -> dict[str, str]:
@@ -103,15 +138,8 @@ def readers() -> dict[str, set[str]]:
         rel = path.relative_to(SRC).as_posix()
         if rel.startswith("config/"):
             continue
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        scopes = [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))]
-        for scope in scopes:
-            bound = _bindings(scope, options)
-            for node in ast.walk(scope):
-                if isinstance(node, ast.Attribute) and node.attr in options:
-                    section = _section_of(node.value, options, bound)
-                    if section == options[node.attr][0]:
-                        found[node.attr].add(rel)
+        for name in reads_in(ast.parse(path.read_text(encoding="utf-8")), options):
+            found[name].add(rel)
     return found
 
 
