@@ -223,3 +223,99 @@ def test_checker_accepts_allowed_imports(tmp_path):
         },
     )
     assert find_violations(root) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# No import circles: module A imports B (at module level or lazily inside a function) and B imports A,
+# directly or through others. A circle means neither module can be read, tested or moved without the
+# other; the direction above is between packages, this is between the modules inside them.
+
+
+def _module_files(root: Path) -> dict[str, Path]:
+    return {_module_name(path, root): path for path in sorted(root.rglob("*.py"))}
+
+
+def _resolve(target: str, modules: dict[str, Path]) -> str | None:
+    """The module of ``target`` (``rlvr.a.b`` or ``rlvr.a.b.name``) among ``modules``, else None."""
+    while target and target not in modules:
+        target = target.rpartition(".")[0]
+    return target or None
+
+
+def _type_checking_lines(tree: ast.AST) -> set[int]:
+    """Lines under ``if TYPE_CHECKING:`` (annotations only: no import at run time)."""
+    lines = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.body:
+                lines.update(range(child.lineno, (child.end_lineno or child.lineno) + 1))
+    return lines
+
+
+def import_graph(root: Path = SRC) -> dict[str, set[str]]:
+    """module -> the rlvr modules it imports (``from rlvr.x import y`` counts y when it is a module, else x)."""
+    modules, graph = _module_files(root), {}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        skip = _type_checking_lines(tree)
+        edges = set()
+        for line, target, text in _imports(tree, name, path.name == "__init__.py"):
+            if line in skip or not (target == root.name or target.startswith(f"{root.name}.")):
+                continue
+            imported = [f"{target}.{n.strip()}" for n in text.split(" import ", 1)[1].split(",")] \
+                if text.startswith("from ") else []
+            for candidate in [t for t in imported if t in modules] or [target]:
+                resolved = _resolve(candidate, modules)
+                if resolved is not None and resolved != name:
+                    edges.add(resolved)
+        graph[name] = edges
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan), each sorted."""
+    index, low, stack, on_stack, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                out.append(sorted(group))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(out)
+
+
+def test_no_import_circles_in_the_source_tree():
+    cycles = import_cycles(import_graph())
+    assert not cycles, f"modules that import each other (directly or through others): {cycles}"
+
+
+def test_the_circle_finder_finds_lazy_and_indirect_circles(tmp_path):
+    root = _tree(tmp_path, {
+        "a.py": "from rlvr.b import f\n",
+        "b.py": "def f():\n    from rlvr import c\n",  # lazy, inside a function: still a circle
+        "c.py": "import rlvr.a\n",
+        "d.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from rlvr.e import E\n",
+        "e.py": "from rlvr.d import x\n",  # d -> e only for annotations: no circle
+    })
+    assert import_cycles(import_graph(root)) == [["rlvr.a", "rlvr.b", "rlvr.c"]]

@@ -27,16 +27,16 @@ START, END = "<!-- option table: tools/option_readers.py -->\n", "<!-- end of op
 
 # options read in more than one module, and why that is one decision each time
 SEVERAL = {
-    "algo": "the plan's step kind (RL or SFT); the trainer names the default run folder after it",
+    "algo": "the plan's step kind (RL or SFT); the run plan names the default run folder after it",
     "data": "the data spec: loaded at set-up; the other modules only name it in their messages",
-    "nproc": "the CLI launches that many processes; the trainer checks it runs in as many; the dry run counts them",
+    "nproc": "the CLI launches that many processes; the run plan checks it runs in as many; the dry run counts them",
     "parallelism": "the policy's wrapping (setup); the plan refuses an engine that keeps its own weights under FSDP",
     "preset": "the dialect (rlvr or trl): TRL's max_steps count (plan), TRL's prompt format and reward names (setup)",
-    "report_to": "the trackers opened (trainer); their packages checked before the model loads (setup, also in the dry run)",
+    "report_to": "the trackers opened (the run plan); their packages checked before the model loads (setup, also in the dry run)",
     "rollout_engine": "the engine built with its options (setup); the plan reads the engine class's abilities (async "
                       "generation, the importance-sampling correction's default, FSDP)",
-    "seed": "the run's seed: the plan's sampling seeds, set-up's rule rephrasings and model init, the trainer's "
-            "torch seed and data order each take it as it is",
+    "seed": "the run's seed: the plan's sampling seeds, set-up's rule rephrasings and model init, the run "
+            "plan's torch seed and data order each take it as it is",
 }
 # options the config derives others from, read only inside rlvr.config
 DERIVED = {

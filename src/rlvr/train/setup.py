@@ -42,7 +42,7 @@ from transformers import get_scheduler
 from rlvr.config import ExperimentConfig
 from rlvr.config.sections import OptimConfig
 from rlvr.config.tagrpo import TAGRPOConfig
-from rlvr.data import PromptFormat
+from rlvr.data import PromptFormat, load_python_rows, load_rows
 from rlvr.data.input_limits import LengthCheck, check_lengths
 from rlvr.data.prompts import has_chat_template
 from rlvr.data.rephrase import RuleRephraser, rephrase_rows
@@ -62,8 +62,9 @@ from rlvr.rollout import engine_class
 from rlvr.run.trackers import require_trackers
 from rlvr.train.evaluation import TrainingEval, training_overlap
 from rlvr.train.memory_bound import check_update_memory
-from rlvr.train.plan import RunLength, StepPlan
+from rlvr.train.plan import RunLength, StepPlan, step_kind
 from rlvr.train.rewarding import Rewarder, reward_columns
+from rlvr.train.sft import sft_rows
 
 logger = logging.getLogger(__name__)
 
@@ -150,6 +151,21 @@ def rows_need_gold(cfg: ExperimentConfig) -> bool:
         return not spec.startswith(BUILT_IN_REWARD_PREFIXES) and (":" in spec or "." in spec)
 
     return not all(users(spec) for spec in cfg.reward.reward_funcs)
+
+
+def load_training_rows(cfg: ExperimentConfig, dist: DistContext) -> list[dict]:
+    """The training rows (with rephrasings; algo=sft: checked to hold solutions): rank 0 first, so it alone fills
+    any on-disk cache."""
+    rows, gold = None, rows_need_gold(cfg)  # user reward functions only: rows without a gold are kept, as TRL keeps them
+    source = ((lambda: load_rows(cfg.data.data, gold=gold)) if cfg.python.data is None
+              else (lambda: load_python_rows(cfg.python.data, gold=gold)))
+    load = lambda: chat_rows(attach_rephrasings(question_rows(source(), cfg), cfg.tagrpo, data=cfg.data.data,
+                                                seed=cfg.run.seed), cfg)
+    if dist.is_main:
+        rows = load()
+    dist.barrier()
+    rows = rows if rows is not None else load()
+    return sft_rows(rows, cfg.data.data, log=dist.is_main) if step_kind(cfg) == "sft" else rows
 
 
 def question_rows(rows: list[dict], cfg: ExperimentConfig) -> list[dict]:
@@ -408,6 +424,14 @@ def check_reward_functions(cfg: ExperimentConfig, rows: list[dict]) -> list[str]
             raise ValueError(f"reward function {name} needs the dataset column(s) {missing}, which {cfg.data.data} "
                              f"lacks (it has {sorted(columns)}); use data with them, or another reward function")
     return names
+
+
+def check_before_loading(cfg: ExperimentConfig, rows: list[dict], optimizer_steps: int) -> None:
+    """What would fail once the model is loaded, checked before: an unknown reward or a missing column, an
+    optional package (vllm, peft, the embed scorer's, the trackers'), the schedule's arguments."""
+    check_reward_functions(cfg, rows)
+    check_optional_packages(cfg)
+    check_scheduler(cfg, optimizer_steps)
 
 
 def check_optional_packages(cfg: ExperimentConfig) -> None:
