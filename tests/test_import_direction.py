@@ -319,3 +319,62 @@ def test_the_circle_finder_finds_lazy_and_indirect_circles(tmp_path):
         "e.py": "from rlvr.d import x\n",  # d -> e only for annotations: no circle
     })
     assert import_cycles(import_graph(root)) == [["rlvr.a", "rlvr.b", "rlvr.c"]]
+
+
+# ---------------------------------------------------------------------------------------------
+# Rooms inside a package with a narrower rule (docs/design/architecture.md, "The rooms"):
+# module prefix -> (what of rlvr it may import, which third-party packages)
+SUBROOMS: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {
+    # the code sandbox: runs generated programs in worker processes it starts; a worker must load nothing but
+    # the standard library (no torch, no reward code): the sandbox imports only itself
+    "rlvr.rewards.sandbox": (("rlvr.rewards.sandbox",), frozenset()),
+}
+# rooms that only the listed packages may import (besides themselves)
+IMPORTED_ONLY_BY = {
+    "trl_api": {"__init__"},  # TRL's Python API: `from rlvr import GRPOTrainer`, on first use
+}
+
+
+def find_subroom_violations(root: Path = SRC) -> list[str]:
+    """Imports that break a room's own rule (``SUBROOMS``, ``IMPORTED_ONLY_BY``), as 'file:line: what'."""
+    stdlib, out = set(sys.stdlib_module_names) | {"__future__"}, []
+    for path in sorted(root.rglob("*.py")):
+        module, where = _module_name(path, root), path.relative_to(root.parent)
+        layer = _rlvr_package(module, root)
+        rule = next((r for prefix, r in SUBROOMS.items() if module == prefix or module.startswith(prefix + ".")), None)
+        for line, name, text in _imports(ast.parse(path.read_text(encoding="utf-8")), module, path.name == "__init__.py"):
+            target = _rlvr_package(name, root)
+            if target in IMPORTED_ONLY_BY and layer != target and layer not in IMPORTED_ONLY_BY[target]:
+                out.append(f"{where}:{line}: only {sorted(IMPORTED_ONLY_BY[target])} may import {target}: {text}")
+            if rule is None:
+                continue
+            own, third_party = rule
+            if name == root.name or name.startswith(root.name + "."):
+                if not any(name == p or name.startswith(p + ".") for p in own):
+                    out.append(f"{where}:{line}: {module} imports only {list(own)} of rlvr: {text}")
+            elif name.split(".")[0] not in stdlib and name.split(".")[0] not in third_party:
+                out.append(f"{where}:{line}: {module} imports only the standard library: {text}")
+    return out
+
+
+def test_the_rooms_keep_their_own_rules():
+    assert find_subroom_violations() == []
+
+
+def test_the_room_checker_reports_what_breaks_a_rule(tmp_path):
+    root = _tree(tmp_path, {
+        "rewards/__init__.py": "",
+        "rewards/sandbox/__init__.py": "from rlvr.rewards.sandbox.pool import run\nimport json, subprocess\n",
+        "rewards/sandbox/pool.py": "import torch\nfrom rlvr.rewards import math_rewards\nfrom rlvr.core import x\n",
+        "rewards/code.py": "from rlvr.rewards.sandbox import run\n",  # the rewards use the sandbox: allowed
+        "trl_api/__init__.py": "",
+        "train/x.py": "from rlvr.trl_api import GRPOTrainer\n",
+        "__init__.py": "def __getattr__(name):\n    from rlvr.trl_api import GRPOTrainer\n",
+    })
+    found = find_subroom_violations(root)
+    assert [line.split(": ", 1)[1] for line in found] == [
+        "rlvr.rewards.sandbox.pool imports only the standard library: import torch",
+        "rlvr.rewards.sandbox.pool imports only ['rlvr.rewards.sandbox'] of rlvr: from rlvr.rewards import math_rewards",
+        "rlvr.rewards.sandbox.pool imports only ['rlvr.rewards.sandbox'] of rlvr: from rlvr.core import x",
+        "only ['__init__'] may import trl_api: from rlvr.trl_api import GRPOTrainer",
+    ], found
