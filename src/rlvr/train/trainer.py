@@ -77,6 +77,8 @@ class Trainer:
         HubPush.check(cfg.run)  # push_to_hub offline or without a token: refused before any folder is made
         self.dist = init_distributed(timeout_s=run.ddp_timeout)
         check_world(cfg, self.dist.world_size)
+        # the decisions of a step, made once: before the run folder (a refused engine or algorithm part leaves none)
+        self.plan = compile_plan(cfg, world_size=self.dist.world_size)
         self.output_dir = run_folder(self.dist, output_dir=run.output_dir, prefix=run.folder_prefix,
                                      resume_from_checkpoint=run.resume_from_checkpoint, logging_dir=run.logging_dir)
         self.lock = RunFolderLock(self.output_dir) if self.dist.is_main else None  # one writer per folder
@@ -93,7 +95,6 @@ class Trainer:
         check_output_dir(self.output_dir, resume=run.resume, overwrite=run.overwrite_output_dir)
         hub = HubPush.from_config(cfg.run, self.output_dir) if main else None  # offline: refused now
         torch.manual_seed(run.seed)
-        self.plan = compile_plan(cfg, world_size=self.dist.world_size)  # the decisions of a step, made once
         check_rollout_memory(completions_per_process=self.plan.batch.completions // self.plan.batch.world_size,
                              max_completion_length=self.plan.rollout.max_completion_length)  # before any work
         self.rows = setup.load_training_rows(cfg, self.dist)  # rank 0 first (algo=sft: rows with solutions)
