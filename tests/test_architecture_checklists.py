@@ -7,10 +7,16 @@ rest of the suite sees the built-in registries, sections and reward modules only
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import math
+import os
+import re
+import shutil
+import subprocess
 import sys
+import threading
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import rlvr
 import rlvr.train.trainer as trainer_module
 from rlvr.config import build_config, field_help, load_config
 from rlvr.config.experiment import FIELD_SECTION, SECTIONS
@@ -403,3 +410,163 @@ def test_add_a_reward_function(tmp_path, monkeypatch):
     assert m["reward"] == pytest.approx(m["rollout/reward_mean"])
     assert m["reward"] == pytest.approx(sum(r["reward"] for r in records) / COMPLETIONS)
     assert m["rollout/frac_uniform_groups"] == 0.0 and m["train/grad_norm"] > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The three core checklists, followed in a copy of the package, run from the command line
+
+COPY_ESTIMATOR = '''
+
+@register_advantage("toy_half_grpo")
+def toy_half_grpo(inputs: AdvantageInputs, settings: AdvantageSettings) -> torch.Tensor:
+    """Half GRPO's advantage (a toy of the checklist test)."""
+    return 0.5 * grpo(inputs, settings)
+'''
+
+COPY_LOSS_AND_AGGREGATION = '''
+
+@register_policy_loss("toy_constant_pg")
+def toy_constant_pg(logprobs, old_logprobs, advantages, mask, settings):
+    """epsilon at every trained token in value, the plain policy gradient in gradient (a checklist toy)."""
+    mask = mask.bool()
+    loss = settings.epsilon - advantages.unsqueeze(-1) * (logprobs - old_logprobs)  # [N, T]
+    return torch.where(mask, loss, torch.zeros_like(loss)), mask.clone()
+
+
+@register_aggregation("toy_double_token_mean")
+def toy_double_token_mean(per_token, m, d: Denominators):
+    """Twice verl's token-mean (a checklist toy)."""
+    return 2 * _token_mean(per_token, m, d)
+'''
+
+
+@pytest.mark.slow
+def test_the_core_checklists_in_a_copy_of_the_package(tmp_path):
+    """"Add an advantage estimator", "Add a loss" and "Add a loss aggregation" done exactly as they say, in a copy
+    of src/rlvr: one decorated function appended to core/advantages.py, two to core/losses.py, nothing else
+    edited. A fresh interpreter on the copy accepts the three names in the dry run and trains one step whose
+    advantages are half GRPO's and whose loss is 2·epsilon (the toy loss's value under the toy aggregation)."""
+    package = tmp_path / "src" / "rlvr"
+    shutil.copytree(Path(rlvr.__file__).parent, package, ignore=shutil.ignore_patterns("__pycache__"))
+    with (package / "core" / "advantages.py").open("a") as f:
+        f.write(COPY_ESTIMATOR)
+    with (package / "core" / "losses.py").open("a") as f:
+        f.write(COPY_LOSS_AND_AGGREGATION)
+    (tmp_path / "alternating.py").write_text(ALTERNATING_REWARD)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "src"), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    epsilon = 0.3125
+    command = [sys.executable, "-m", "rlvr.cli", "train", "advantage_estimator=toy_half_grpo",
+               "policy_loss=toy_constant_pg", "loss_type=toy_double_token_mean", f"epsilon={epsilon}",
+               "reward_funcs=alternating.py:alternating",
+               *(f"{k}={v}" for k, v in tiny_run(tmp_path / "run").items())]
+    for extra in (["--dry-run"], []):
+        done = subprocess.run([*command, *extra], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=300, check=False)
+        assert done.returncode == 0, done.stderr[-3000:]
+    assert f"{package}" in subprocess.run([sys.executable, "-c", "import rlvr; print(rlvr.__file__)"], env=env,
+                                          capture_output=True, text=True, check=True).stdout  # the copy ran
+    records = samples(tmp_path / "run")
+    assert [r["advantage"] for r in records] == pytest.approx([0.5 * a for a in grpo_by_hand(records)], rel=1e-5,
+                                                              abs=1e-6)
+    assert [abs(r["advantage"]) for r in records] == pytest.approx([0.5 * math.sqrt(3) / 2] * COMPLETIONS, rel=1e-5)
+    (m,) = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert m["train/loss"] == pytest.approx(2 * epsilon, abs=1e-6)
+    assert m["train/clip_frac"] == 1.0 and m["train/grad_norm"] > 0
+    # the unedited package refuses the names
+    done = subprocess.run([*command, "--dry-run"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          check=False, env={**env, "PYTHONPATH": str(Path(rlvr.__file__).parents[1])})
+    assert done.returncode != 0 and "advantage_estimator" in done.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# Add a rollout engine
+
+
+class ToyCopyEngine:
+    """"Add a rollout engine", step 1: a toy that keeps its own copy of the weights (rlvr's decode engine on a
+    deep copy of the policy, refreshed by ``sync_weights``), with its abilities as class attributes."""
+
+    supports_row_seeds = True
+    keeps_own_weights = True
+    supports_async_generation = True
+    is_correction_by_default = True
+    supports_sleep = False
+    optional_package = None
+
+    def __init__(self, model, *, pad_token_id, eos_token_ids):
+        from rlvr.rollout.decode_engine import DecodeEngine
+
+        self.policy, self.copy = model, copy.deepcopy(model)
+        self.eos_token_ids = list(eos_token_ids)
+        self.inner = DecodeEngine(self.copy, pad_token_id=pad_token_id, eos_token_ids=eos_token_ids, fused=False)
+        self.threads: list[str] = []
+        self.syncs = 0
+
+    def generate(self, prompts, **kwargs):
+        self.threads.append(threading.current_thread().name)
+        return self.inner.generate(prompts, **kwargs)
+
+    def sync_weights(self):
+        self.copy.load_state_dict(self.policy.state_dict())
+        self.syncs += 1
+
+
+class ToyLocalEngine(ToyCopyEngine):
+    """The same engine declaring that it samples from the training model itself."""
+
+    keeps_own_weights = False
+    supports_async_generation = False
+    is_correction_by_default = False
+
+
+@pytest.mark.slow
+def test_add_a_rollout_engine(tmp_path, monkeypatch):
+    """"Add a rollout engine": the toy registered by name (step 2), nothing else edited; the plan reads its
+    abilities (step 3): async generation is accepted and the importance-sampling correction is on by default
+    because the class says it keeps its own weights, and a run of two steps samples step 2 ahead, on the
+    rollout thread, from the toy's own copy (synced after each update), with the correction's metrics logged."""
+    from rlvr.rollout.names import ROLLOUT_ENGINES
+
+    with pytest.raises(ValueError, match="rollout_engine"):
+        build_config({"model": "tiny-random", "rollout_engine": "toy_copy"})
+    # 2. Name it
+    monkeypatch.setitem(ROLLOUT_ENGINES, "toy_copy", f"{__name__}:ToyCopyEngine")
+    monkeypatch.setitem(ROLLOUT_ENGINES, "toy_local", f"{__name__}:ToyLocalEngine")
+    reward = alternating_reward(tmp_path)
+    cfg = build_config(tiny_run(tmp_path / "run", rollout_engine="toy_copy", async_generation=True, max_steps=2,
+                                reward_funcs=[reward]))
+    # 3. the plan reads the abilities
+    plan = compile_plan(cfg)
+    assert plan.engine.ahead and plan.update.is_correction is not None
+    off = build_config(tiny_run(tmp_path / "off", rollout_engine="toy_copy", vllm_importance_sampling_correction=False))
+    assert compile_plan(off).update.is_correction is None  # the config still decides when it says so
+    local = build_config(tiny_run(tmp_path / "local", rollout_engine="toy_local"))
+    assert compile_plan(local).update.is_correction is None and not compile_plan(local).engine.ahead
+    with pytest.raises(ValueError, match="async_generation=True.*rollout_engine=toy_local samples from the training"):
+        compile_plan(build_config(tiny_run(tmp_path / "x", rollout_engine="toy_local", async_generation=True)))
+    with pytest.raises(ValueError, match="rollout_engine=toy_copy with parallelism=fsdp is not supported"):
+        compile_plan(build_config(tiny_run(tmp_path / "y", rollout_engine="toy_copy", parallelism="fsdp")))
+
+    trainer = Trainer(cfg)
+    metrics = trainer.train()
+    engine = trainer.engine
+    assert isinstance(engine, ToyCopyEngine) and engine.copy is not trainer.policy
+    assert len(metrics) == 2 and all(m["train/grad_norm"] > 0 for m in metrics)
+    assert engine.threads[0] == threading.current_thread().name  # step 1: nothing ahead yet
+    assert engine.threads[1].startswith("rlvr-rollout")  # step 2: sampled during step 1's update
+    assert engine.syncs >= 2  # after each update
+    assert all("sampling/importance_sampling_ratio/mean" in m for m in metrics)  # the correction ran
+    policy, copied = trainer.policy.state_dict(), engine.copy.state_dict()
+    assert all(torch.equal(policy[k], copied[k]) for k in policy)  # the copy holds the last update's weights
+
+
+def test_no_engine_name_is_compared_outside_rollout():
+    """What an engine can do is its class's abilities (rollout/engine.py): outside rollout/ no code compares an
+    engine's name (a lookup of its options by name, train/setup.py's ENGINE_OPTIONS, is no comparison)."""
+    src = Path(rlvr.__file__).parent
+    # == "vllm", != 'hf', rollout_engine == ..., rollout_engine in ("vllm", ...) (not: "in ROLLOUT_ENGINES", the names)
+    pattern = re.compile(r"""[=!]=\s*["'](vllm|hf|vllm-server)["']|rollout_engine\s*(==|!=|(not\s+)?in\s*[(\[{])""")
+    found = [f"{path.relative_to(src)}:{n}: {line.strip()}" for path in sorted(src.rglob("*.py"))
+             if path.relative_to(src).parts[0] != "rollout"
+             for n, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
+    assert not found, found

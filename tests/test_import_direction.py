@@ -223,3 +223,158 @@ def test_checker_accepts_allowed_imports(tmp_path):
         },
     )
     assert find_violations(root) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# No import circles: module A imports B (at module level or lazily inside a function) and B imports A,
+# directly or through others. A circle means neither module can be read, tested or moved without the
+# other; the direction above is between packages, this is between the modules inside them.
+
+
+def _module_files(root: Path) -> dict[str, Path]:
+    return {_module_name(path, root): path for path in sorted(root.rglob("*.py"))}
+
+
+def _resolve(target: str, modules: dict[str, Path]) -> str | None:
+    """The module of ``target`` (``rlvr.a.b`` or ``rlvr.a.b.name``) among ``modules``, else None."""
+    while target and target not in modules:
+        target = target.rpartition(".")[0]
+    return target or None
+
+
+def _type_checking_lines(tree: ast.AST) -> set[int]:
+    """Lines under ``if TYPE_CHECKING:`` (annotations only: no import at run time)."""
+    lines = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.body:
+                lines.update(range(child.lineno, (child.end_lineno or child.lineno) + 1))
+    return lines
+
+
+def import_graph(root: Path = SRC) -> dict[str, set[str]]:
+    """module -> the rlvr modules it imports (``from rlvr.x import y`` counts y when it is a module, else x)."""
+    modules, graph = _module_files(root), {}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        skip = _type_checking_lines(tree)
+        edges = set()
+        for line, target, text in _imports(tree, name, path.name == "__init__.py"):
+            if line in skip or not (target == root.name or target.startswith(f"{root.name}.")):
+                continue
+            imported = [f"{target}.{n.strip()}" for n in text.split(" import ", 1)[1].split(",")] \
+                if text.startswith("from ") else []
+            for candidate in [t for t in imported if t in modules] or [target]:
+                resolved = _resolve(candidate, modules)
+                if resolved is not None and resolved != name:
+                    edges.add(resolved)
+        graph[name] = edges
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan), each sorted."""
+    index, low, stack, on_stack, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                out.append(sorted(group))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(out)
+
+
+def test_no_import_circles_in_the_source_tree():
+    cycles = import_cycles(import_graph())
+    assert not cycles, f"modules that import each other (directly or through others): {cycles}"
+
+
+def test_the_circle_finder_finds_lazy_and_indirect_circles(tmp_path):
+    root = _tree(tmp_path, {
+        "a.py": "from rlvr.b import f\n",
+        "b.py": "def f():\n    from rlvr import c\n",  # lazy, inside a function: still a circle
+        "c.py": "import rlvr.a\n",
+        "d.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from rlvr.e import E\n",
+        "e.py": "from rlvr.d import x\n",  # d -> e only for annotations: no circle
+    })
+    assert import_cycles(import_graph(root)) == [["rlvr.a", "rlvr.b", "rlvr.c"]]
+
+
+# ---------------------------------------------------------------------------------------------
+# Rooms inside a package with a narrower rule (docs/design/architecture.md, "The rooms"):
+# module prefix -> (what of rlvr it may import, which third-party packages)
+SUBROOMS: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {
+    # the code sandbox: runs generated programs in worker processes it starts; a worker must load nothing but
+    # the standard library (no torch, no reward code): the sandbox imports only itself
+    "rlvr.rewards.sandbox": (("rlvr.rewards.sandbox",), frozenset()),
+}
+# rooms that only the listed packages may import (besides themselves)
+IMPORTED_ONLY_BY = {
+    "trl_api": {"__init__"},  # TRL's Python API: `from rlvr import GRPOTrainer`, on first use
+}
+
+
+def find_subroom_violations(root: Path = SRC) -> list[str]:
+    """Imports that break a room's own rule (``SUBROOMS``, ``IMPORTED_ONLY_BY``), as 'file:line: what'."""
+    stdlib, out = set(sys.stdlib_module_names) | {"__future__"}, []
+    for path in sorted(root.rglob("*.py")):
+        module, where = _module_name(path, root), path.relative_to(root.parent)
+        layer = _rlvr_package(module, root)
+        rule = next((r for prefix, r in SUBROOMS.items() if module == prefix or module.startswith(prefix + ".")), None)
+        for line, name, text in _imports(ast.parse(path.read_text(encoding="utf-8")), module, path.name == "__init__.py"):
+            target = _rlvr_package(name, root)
+            if target in IMPORTED_ONLY_BY and layer != target and layer not in IMPORTED_ONLY_BY[target]:
+                out.append(f"{where}:{line}: only {sorted(IMPORTED_ONLY_BY[target])} may import {target}: {text}")
+            if rule is None:
+                continue
+            own, third_party = rule
+            if name == root.name or name.startswith(root.name + "."):
+                if not any(name == p or name.startswith(p + ".") for p in own):
+                    out.append(f"{where}:{line}: {module} imports only {list(own)} of rlvr: {text}")
+            elif name.split(".")[0] not in stdlib and name.split(".")[0] not in third_party:
+                out.append(f"{where}:{line}: {module} imports only the standard library: {text}")
+    return out
+
+
+def test_the_rooms_keep_their_own_rules():
+    assert find_subroom_violations() == []
+
+
+def test_the_room_checker_reports_what_breaks_a_rule(tmp_path):
+    root = _tree(tmp_path, {
+        "rewards/__init__.py": "",
+        "rewards/sandbox/__init__.py": "from rlvr.rewards.sandbox.pool import run\nimport json, subprocess\n",
+        "rewards/sandbox/pool.py": "import torch\nfrom rlvr.rewards import math_rewards\nfrom rlvr.core import x\n",
+        "rewards/code.py": "from rlvr.rewards.sandbox import run\n",  # the rewards use the sandbox: allowed
+        "trl_api/__init__.py": "",
+        "train/x.py": "from rlvr.trl_api import GRPOTrainer\n",
+        "__init__.py": "def __getattr__(name):\n    from rlvr.trl_api import GRPOTrainer\n",
+    })
+    found = find_subroom_violations(root)
+    assert [line.split(": ", 1)[1] for line in found] == [
+        "rlvr.rewards.sandbox.pool imports only the standard library: import torch",
+        "rlvr.rewards.sandbox.pool imports only ['rlvr.rewards.sandbox'] of rlvr: from rlvr.rewards import math_rewards",
+        "rlvr.rewards.sandbox.pool imports only ['rlvr.rewards.sandbox'] of rlvr: from rlvr.core import x",
+        "only ['__init__'] may import trl_api: from rlvr.trl_api import GRPOTrainer",
+    ], found

@@ -16,7 +16,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN = REPO / "src" / "rlvr" / "train"
-SET_UP = {"trainer.py", "setup.py", "plan.py", "sft.py", "dry_run.py", "__init__.py"}
+SET_UP = {"trainer.py", "setup.py", "plan.py", "run_plan.py", "sft.py", "dry_run.py", "algorithm_parts.py", "__init__.py"}
 sys.path.insert(0, str(REPO / "tools"))
 import option_readers
 
@@ -40,11 +40,11 @@ def test_the_steps_modules_do_not_read_the_config(module):
 
 
 def test_the_step_reads_no_option():
-    from rlvr.train.sft import SFTTrainer
+    from rlvr.train.metrics import StepLog, trl_step_metrics
+    from rlvr.train.sft import sft_training_step
     from rlvr.train.trainer import Trainer
 
-    for method in (Trainer.training_step, Trainer._step_metrics, Trainer._trl_metrics, Trainer._truncation_metrics,
-                   SFTTrainer.training_step):
+    for method in (Trainer.training_step, StepLog.line, trl_step_metrics, sft_training_step):
         assert "cfg" not in inspect.getsource(method), f"{method.__qualname__} reads the config; use the plan"
 
 
@@ -62,6 +62,20 @@ def test_the_finder_sees_the_plans_reads():
     assert found["beta"] == {"train/plan.py"} and found["pair_tau"] == {"train/plan.py"}
     assert found["learning_rate"] == {"train/setup.py"} and "train/setup.py" in found["reward_funcs"]
     assert set(option_readers.sections()) == set(found) | set(option_readers.DERIVED)
+
+
+def test_the_finder_sees_getattr_reads_and_names_bound_to_sections():
+    options = option_readers.sections()
+    source = """
+def step(self, cfg):
+    beta = getattr(self.cfg.algorithm, "beta")
+    eps = getattr(getattr(cfg, "algorithm"), "epsilon", 0.2)
+    r = self.cfg.rollout
+    t = getattr(r, "temperature")
+    return cfg.optim.learning_rate, getattr(self, "beta"), getattr(other.algorithm, "dual_clip")
+"""
+    found = option_readers.reads_in(ast.parse(source), options)
+    assert found == {"beta", "epsilon", "temperature", "learning_rate"}
 
 
 def test_the_architecture_page_holds_the_table():

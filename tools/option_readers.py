@@ -27,14 +27,16 @@ START, END = "<!-- option table: tools/option_readers.py -->\n", "<!-- end of op
 
 # options read in more than one module, and why that is one decision each time
 SEVERAL = {
-    "algo": "the plan's step kind (RL or SFT); the trainer names the default run folder after it",
+    "algo": "the plan's step kind (RL or SFT); the run plan names the default run folder after it",
     "data": "the data spec: loaded at set-up; the other modules only name it in their messages",
-    "nproc": "the CLI launches that many processes; the trainer checks it runs in as many; the dry run counts them",
+    "nproc": "the CLI launches that many processes; the run plan checks it runs in as many; the dry run counts them",
+    "parallelism": "the policy's wrapping (setup); the plan refuses an engine that keeps its own weights under FSDP",
     "preset": "the dialect (rlvr or trl): TRL's max_steps count (plan), TRL's prompt format and reward names (setup)",
-    "report_to": "the trackers opened (trainer); their packages checked before the model loads (setup, also in the dry run)",
-    "rollout_engine": "the engine built (setup); the plan's default for the importance-sampling correction follows it",
-    "seed": "the run's seed: the plan's sampling seeds, set-up's rule rephrasings and model init, the trainer's "
-            "torch seed and data order each take it as it is",
+    "report_to": "the trackers opened (the run plan); their packages checked before the model loads (setup, also in the dry run)",
+    "rollout_engine": "the engine built with its options (setup); the plan reads the engine class's abilities (async "
+                      "generation, the importance-sampling correction's default, FSDP)",
+    "seed": "the run's seed: the plan's sampling seeds, set-up's rule rephrasings and model init, the run "
+            "plan's torch seed and data order each take it as it is",
 }
 # options the config derives others from, read only inside rlvr.config
 DERIVED = {
@@ -59,16 +61,51 @@ def sections() -> dict[str, tuple[str, str]]:
     return out
 
 
+def _getattr_name(node: ast.AST) -> tuple[ast.AST, str] | None:
+    """(object, name) of ``getattr(object, "name"[, default])``, else None."""
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+            and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
+        return node.args[0], node.args[1].value
+    return None
+
+
+def _is_cfg(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Name) and node.id == "cfg") or (isinstance(node, ast.Attribute) and node.attr == "cfg")
+
+
 def _section_of(node: ast.AST, options: dict, bound: dict[str, str]) -> str | None:
-    """The section an expression is: ``cfg.<section>``, ``self.cfg.<section>``, or a name bound to one."""
+    """The section an expression is: ``cfg.<section>``, ``self.cfg.<section>``, ``getattr(cfg, "<section>")``,
+    or a name bound to one."""
     names = {section for section, _ in options.values()}
-    if isinstance(node, ast.Attribute) and node.attr in names:
-        base = node.value
-        if (isinstance(base, ast.Name) and base.id == "cfg") or (isinstance(base, ast.Attribute) and base.attr == "cfg"):
-            return node.attr
+    if isinstance(node, ast.Attribute) and node.attr in names and _is_cfg(node.value):
+        return node.attr
+    read = _getattr_name(node)
+    if read is not None and read[1] in names and _is_cfg(read[0]):
+        return read[1]
     if isinstance(node, ast.Name):
         return bound.get(node.id)
     return None
+
+
+def _option_read(node: ast.AST, options: dict, bound: dict[str, str]) -> str | None:
+    """The option ``node`` reads: ``<section>.<option>`` or ``getattr(<section>, "<option>")``, else None."""
+    if isinstance(node, ast.Attribute) and node.attr in options:
+        obj, name = node.value, node.attr
+    elif (read := _getattr_name(node)) is not None and read[1] in options:
+        obj, name = read
+    else:
+        return None
+    return name if _section_of(obj, options, bound) == options[name][0] else None
+
+
+def reads_in(tree: ast.AST, options: dict) -> set[str]:
+    """The options a module's source reads, in any of its scopes."""
+    found = set()
+    scopes = [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))]
+    for scope in scopes:
+        bound = _bindings(scope, options)
+        found.update(name for node in ast.walk(scope) if (name := _option_read(node, options, bound)) is not None)
+    return found
 
 
 def _bindings(func: ast.AST, options: dict) -> dict[str, str]:
@@ -101,15 +138,8 @@ def readers() -> dict[str, set[str]]:
         rel = path.relative_to(SRC).as_posix()
         if rel.startswith("config/"):
             continue
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        scopes = [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))]
-        for scope in scopes:
-            bound = _bindings(scope, options)
-            for node in ast.walk(scope):
-                if isinstance(node, ast.Attribute) and node.attr in options:
-                    section = _section_of(node.value, options, bound)
-                    if section == options[node.attr][0]:
-                        found[node.attr].add(rel)
+        for name in reads_in(ast.parse(path.read_text(encoding="utf-8")), options):
+            found[name].add(rel)
     return found
 
 

@@ -143,7 +143,7 @@ LOG_LEVELS = {"passive": logging.INFO, "debug": logging.DEBUG, "info": logging.I
 def dry_run(cfg, command: str) -> int:
     """``--dry-run``: the resolved config as YAML, then what the run resolves before its model loads (data,
     reward functions and their columns, the batch and the run's length), or the error it would stop with."""
-    from rlvr.config.origin import defaults_line
+    from rlvr.config.defaults_line import defaults_line
     from rlvr.train.dry_run import dry_run_report
 
     print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")

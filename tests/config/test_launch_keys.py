@@ -3,7 +3,7 @@
 import pytest
 
 from rlvr.config import build_config
-from rlvr.config.origin import defaults_line
+from rlvr.config.defaults_line import defaults_line
 
 BASE = {"model_name_or_path": "tiny-random"}
 

@@ -7,8 +7,8 @@ import pytest
 import yaml
 
 from rlvr.config import FIELD_SECTION, build_config, load_config
+from rlvr.config.defaults_line import defaults_line
 from rlvr.config.launch_keys import ACCELERATE, LAUNCH_TRANSLATED
-from rlvr.config.origin import defaults_line
 from rlvr.config.parsing import pairs_from_cli
 from rlvr.config.presets import TRL_DEFAULTS
 from rlvr.config.trl_names import ACCEPTED, NOT_IMPLEMENTED, RENAMED, TRANSLATED

@@ -118,10 +118,13 @@ def test_reward_failure_options_are_validated(option, value, fix):
 
 @pytest.mark.parametrize("nproc", [1, 2])
 def test_vllm_with_fsdp_is_refused_at_any_process_count(nproc):
-    # a one-process run would otherwise start, and fail only once scaled to several processes
+    # a one-process run would otherwise start, and fail only once scaled to several processes; the plan refuses
+    # it (an engine that keeps its own weights: an ability of the engine class), at start-up and in --dry-run
+    from rlvr.train.plan import compile_plan
+
     with pytest.raises(ValueError, match=r"rollout_engine=vllm with parallelism=fsdp is not supported .*"
                                          r"use parallelism=ddp or rollout_engine=rlvr"):
-        build_config({"parallelism": "fsdp", "rollout_engine": "vllm", "nproc": nproc})
+        compile_plan(build_config({"parallelism": "fsdp", "rollout_engine": "vllm", "nproc": nproc}))
     assert build_config({"parallelism": "fsdp", "nproc": nproc}).rollout.rollout_engine == "rlvr"
     assert build_config({"rollout_engine": "vllm", "nproc": nproc}).run.parallelism == "ddp"
 

@@ -39,7 +39,6 @@ def test_defaults_are_trls():
     ({"vllm_importance_sampling_clip_min": 3, "vllm_importance_sampling_clip_max": 2},
      ["vllm_importance_sampling_clip_min", "below"]),
     ({"max_rollout_batch_size": 0}, ["max_rollout_batch_size", "positive"]),
-    ({"async_generation": True}, ["async_generation", "rollout_engine=vllm"]),
     ({"async_generation": True, "rollout_engine": "vllm", "algo": "dapo"}, ["async_generation", "dynamic sampling"]),
     ({"async_generation": True, "rollout_engine": "vllm", "vllm_enable_sleep_mode": True},
      ["vllm_enable_sleep_mode", "async_generation"]),
@@ -49,6 +48,17 @@ def test_bad_values_name_the_option_and_the_fix(options, words):
         build_config(options)
     for word in words:
         assert word in str(info.value)
+
+
+def test_async_generation_needs_an_engine_that_supports_it():
+    """The plan reads the engine class's abilities (train/plan.py's engine_plan), at start-up and in --dry-run."""
+    from rlvr.train.plan import compile_plan
+
+    for engine in ("rlvr", "hf"):
+        with pytest.raises(ValueError, match=rf"async_generation=True.*rollout_engine={engine} samples from the "
+                                             r"training model itself: set rollout_engine=vllm"):
+            compile_plan(build_config({"async_generation": True, "rollout_engine": engine}))
+    assert compile_plan(build_config({"async_generation": True, "rollout_engine": "vllm"})).engine.ahead
 
 
 def test_trls_older_cap_name_is_the_clip_max():

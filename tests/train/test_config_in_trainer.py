@@ -38,11 +38,11 @@ def test_trust_remote_code_is_off_by_default_and_reaches_load_policy(tmp_path, m
 
 def test_trainer_runs_what_algo_says_sft_included(tmp_path):
     """Trainer(cfg) is the one entry point: with algo=sft it trains supervised (no rollouts, no rewards)."""
-    from rlvr.train.sft import SFTTrainer
+    from rlvr.train.sft import sft_training_step
 
     cfg = build_config(tiny_overrides(tmp_path / "sft", algo="sft", data="rg:chain_sum:size=8", max_steps=1))
     trainer = trainer_module.Trainer(cfg)
-    assert type(trainer) is SFTTrainer
+    assert trainer.plan.mode == "sft" and trainer.training_step.__func__ is sft_training_step
     (metrics,) = trainer.train()
     assert "sft/anchor_rate" in metrics and "rollout/reward_mean" not in metrics
     rl = build_config(tiny_overrides(tmp_path / "rl", data="rg:chain_sum:size=8", max_steps=1))

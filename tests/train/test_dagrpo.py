@@ -15,7 +15,6 @@ from rlvr.rollout import Completion
 from rlvr.train.dagrpo import AnchorBank, inject_anchor, should_inject
 from rlvr.train.experience import Experience, Group, compute_advantages
 from rlvr.train.plan import compile_plan
-from rlvr.train.sft import SFTTrainer
 from rlvr.train.tagrpo import LogprobPrompts
 from rlvr.train.trainer import Trainer
 from rlvr.train.update import OptimizerBatch, PolicyUpdate, UpdateResult
@@ -152,7 +151,7 @@ def test_dynamic_sampling_keeps_groups_rescued_by_anchors(tmp_path):
 def test_sft_lowers_the_nll_and_writes_the_run_directory(tmp_path):
     cfg = build_config(tiny_overrides(tmp_path / "s", algo="sft", data="rg:chain_sum:size=8", max_steps=8,
                                       learning_rate=3e-3, max_completion_length=64))
-    history = SFTTrainer(cfg).train()
+    history = Trainer(cfg).train()
     losses = [m["train/loss"] for m in history]
     assert losses[-1] < losses[0] - 0.5, losses
     assert all(m["sft/anchor_rate"] == 1.0 for m in history)
@@ -174,7 +173,7 @@ def test_sft_on_data_without_solutions_fails_before_the_model_with_the_fix(tmp_p
     _no_model(monkeypatch)
     cfg = build_config(tiny_overrides(tmp_path / "s", algo="sft", data="rg:leg_counting:size=4"))
     with pytest.raises(ValueError, match=r"data=rg:leg_counting:size=4: none of its 4 rows has a solution") as info:
-        SFTTrainer(cfg)
+        Trainer(cfg)
     assert "data=gsm8k-100" in str(info.value) and "rlvr train" in str(info.value)
     code = cli_main(["sft", "model=tiny-random", "data=rg:leg_counting:size=4", f"output_dir={tmp_path / 'c'}",
                      "progress_bar=false", "verifier_workers=1"])
@@ -190,7 +189,7 @@ def test_sft_logs_how_many_rows_have_a_solution(tmp_path, monkeypatch, caplog):
     data.write_text("".join(json.dumps(row) + "\n" for row in rows))
     cfg = build_config(tiny_overrides(tmp_path / "s", algo="sft", data=str(data)))
     with caplog.at_level(logging.INFO, logger="rlvr.train.sft"), pytest.raises(_ModelLoaded):
-        SFTTrainer(cfg)
+        Trainer(cfg)
     assert f"2 of the 4 rows of data={data} have a solution" in caplog.text
 
 

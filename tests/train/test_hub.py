@@ -11,7 +11,8 @@ import pytest
 
 from rlvr.cli import main
 from rlvr.config import build_config
-from rlvr.train.trainer import Trainer, async_lag_warning
+from rlvr.train.run_plan import async_lag_warning
+from rlvr.train.trainer import Trainer
 
 
 def test_push_to_hub_offline_is_refused_before_anything_is_written(tmp_path, capsys, monkeypatch):

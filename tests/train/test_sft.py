@@ -11,7 +11,8 @@ import torch
 from rlvr.config import build_config
 from rlvr.data import load_rows
 from rlvr.data.rows import normalize_row
-from rlvr.train.sft import SFTTrainer, check_sft_rows
+from rlvr.train.sft import check_sft_rows
+from rlvr.train.trainer import Trainer
 
 from .conftest import tiny_overrides
 
@@ -32,7 +33,7 @@ def test_check_sft_rows_counts_the_rows_with_a_solution():
 def _trainer(tmp_path, rows, **extra):
     cfg = build_config(tiny_overrides(tmp_path / "sft", algo="sft", data=rows, prompts_per_step=2, max_steps=2,
                                       max_completion_length=64, learning_rate=1e-3, shuffle=False, **extra))
-    return SFTTrainer(cfg)
+    return Trainer(cfg)
 
 
 def _nll(model, prompts: list[list[int]], responses: list[list[int]], temperature: float) -> float:

@@ -69,7 +69,7 @@ def test_one_step_s_trl_metrics_come_from_its_rollout_and_update(make_trainer):
     groups = [g.policy_samples for g in result.rollout.generated]
     assert len(groups) == 2 and all(len(g.completions) == 3 for g in groups)
     tokens = sum(len(g.generation_prompt(i)) + len(g.completions[i].token_ids) for g in groups for i in g.on_policy)
-    assert m["step"] == 1 and m["num_tokens"] == tokens == trainer.num_tokens
+    assert m["step"] == 1 and m["num_tokens"] == tokens == trainer.step_log.num_tokens
     assert m["epoch"] == pytest.approx(1 / 32)
     steps = result.update.optimizer_steps + result.update.skipped_steps
     assert steps == 1 and m["step_time"] == pytest.approx(m["time/step_s"] / steps)

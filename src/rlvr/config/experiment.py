@@ -71,7 +71,6 @@ class ExperimentConfig:
             _check_finite(getattr(self, name))
         self._check_batches()
         self._check_algorithm()
-        self._check_parallelism()
         self._check_rollout_modes()
 
     def _check_batches(self) -> None:
@@ -105,17 +104,9 @@ class ExperimentConfig:
             _fail("num_rephrasings", 0, f"algo={a.algo} with no rephrasings would be plain GRPO: set "
                   "num_rephrasings >= 1 (the preset's 4), or use algo=grpo for GRPO")
 
-    def _check_parallelism(self) -> None:
-        """Refused at any process count: a one-process run would fail the same way once scaled up."""
-        if self.run.parallelism == "fsdp" and self.rollout.rollout_engine == "vllm":
-            raise ValueError("rollout_engine=vllm with parallelism=fsdp is not supported (vLLM would need the "
-                             "gathered weights after every update); use parallelism=ddp or rollout_engine=rlvr")
-
     def _check_rollout_modes(self) -> None:
+        """(What the engine can do is its class's abilities: the plan checks them, train/plan.py's engine_plan.)"""
         r, v = self.rollout, self.vllm
-        if r.async_generation and r.rollout_engine != "vllm":
-            _fail("async_generation", True, "the next step's rollout is generated while this step updates, which needs "
-                  "an engine holding its own copy of the weights: set rollout_engine=vllm (colocate or server)")
         if r.async_generation and self.algorithm.dynamic_sampling:
             _fail("async_generation", True, "dynamic sampling decides after rewarding whether to draw another round, so "
                   "its rounds cannot be generated ahead; turn one of the two off")

@@ -1,8 +1,9 @@
-"""What the Python API may give ``build_config`` that is no config value: reward callables, in-memory data,
-a loaded model and its tokenizer.
+"""What the Python API may give ``build_config`` that is no config value: reward callables, a researcher's own
+algorithm parts (an advantage estimator, a policy loss, a loss aggregation), in-memory data, a loaded model and
+its tokenizer.
 
-    build_config({"reward_funcs": [my_reward, "format"], "data": rows_or_dataset, "model": model,
-                  "processing_class": tokenizer, ...})
+    build_config({"reward_funcs": [my_reward, "format"], "advantage_estimator": my_estimator,
+                  "data": rows_or_dataset, "model": model, "processing_class": tokenizer, ...})
 
 The config keeps only text, so config.yaml is still written and compared on resume: a callable
 is recorded by its qualified name (``package.module.function`` when that name imports back to the
@@ -24,6 +25,8 @@ from os import PathLike
 from typing import Any
 
 PYTHON_PREFIX = "python:"
+# the options a callable may stand for (its family's signature: rlvr.train.algorithm_parts)
+ALGORITHM_PART_OPTIONS = ("advantage_estimator", "policy_loss", "loss_type")
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,9 @@ class PythonObjects:
     """Reward callables by the label the config holds, and the rows given as ``data`` (None: ``data`` names them)."""
 
     reward_funcs: tuple[tuple[str, Callable], ...] = ()
+    # advantage_estimator / policy_loss / loss_type given as callables, by the label the config holds
+    # (rlvr.train.algorithm_parts loads and checks them at start-up)
+    algorithm_parts: tuple[tuple[str, Callable], ...] = ()
     data: Any = None  # a list of row dicts or a datasets.Dataset
     model: Any = None  # a loaded transformers causal LM (None: ``model`` names one to load)
     tokenizer: Any = None  # its tokenizer (``processing_class``; None: loaded from the model's name_or_path)
@@ -56,6 +62,12 @@ def split_python_objects(overrides: dict[str, Any]) -> tuple[dict[str, Any], Pyt
                 fn = label
             labels.append(fn)
         overrides["reward_funcs"] = labels
+    parts = []
+    for option in ALGORITHM_PART_OPTIONS:
+        fn = overrides.get(option)
+        if callable(fn) and not isinstance(fn, str):
+            overrides[option] = callable_label(fn)
+            parts.append((overrides[option], fn))
     data = overrides.get("data")
     if data is not None and not isinstance(data, str):
         overrides["data"] = data_label(data)
@@ -71,7 +83,7 @@ def split_python_objects(overrides: dict[str, Any]) -> tuple[dict[str, Any], Pyt
         model = None
         if model is None and tokenizer is not None and overrides.get("model") is None:
             raise ValueError("processing_class without a model: give model= too")
-    return overrides, PythonObjects(tuple(rewards), data, model, tokenizer)
+    return overrides, PythonObjects(tuple(rewards), tuple(parts), data, model, tokenizer)
 
 
 def callable_label(fn: Callable) -> str:

@@ -13,9 +13,11 @@ from rlvr.config.fields import _f, _fail
 from rlvr.config.presets import PRESETS
 from rlvr.core.names import (
     ADVANTAGE_ESTIMATOR_NAMES,
+    FUNCTION_SPEC_FORMS,
     IMPORTANCE_LEVELS,
     POLICY_LOSS_NAMES,
     SCALE_REWARDS,
+    is_function_spec,
     resolve_aggregation,
 )
 from rlvr.data.prompts import AUTO_INSTRUCTION
@@ -216,16 +218,19 @@ class RewardConfig:
 class AlgorithmConfig:
     algo: str = _f("grpo", "preset: grpo, dr_grpo, dapo, rloo, gspo (sets the defaults below)")
     advantage_estimator: str = _f("grpo", "grpo | rloo | dagrpo (the masked pairwise form; algo=dagrpo's pair_masking "
-                                          "sets it), or a name registered with rlvr.core.advantages.register_advantage "
+                                          "sets it), a name registered with rlvr.core.advantages.register_advantage, or "
+                                          "your own fn(inputs, settings) as path/file.py:fn (docs/extending.md) "
                                           "(verl: algorithm.adv_estimator)")
     scale_rewards: str = _f("group", "group | batch | none (verl: norm_adv_by_std_in_grpo)")
     advantage_eps: float = _f(1e-6, "epsilon added to the std (verl 1e-6; TRL 1e-4); >= 0 (a negative one is refused)")
     loss_type: str = _f("token_mean", "verl's token_mean | seq_mean_token_mean | seq_mean_token_sum_norm (verl: "
                                       "loss_agg_mode), or TRL's dapo | grpo | dr_grpo | bnpo with TRL's normalisers "
-                                      "(docs/training.md, 'Conventions')")
+                                      "(docs/training.md, 'Conventions'), or your own fn(per_token, mask, "
+                                      "denominators) as path/file.py:fn (docs/extending.md)")
     policy_loss: str = _f("clip", "the sampled responses' per-token loss: clip (PPO's clipped surrogate; verl: "
-                                  "policy_loss.loss_mode=vanilla), or a name registered with "
-                                  "rlvr.core.losses.register_policy_loss")
+                                  "policy_loss.loss_mode=vanilla), a name registered with "
+                                  "rlvr.core.losses.register_policy_loss, or your own fn(logprobs, old_logprobs, "
+                                  "advantages, mask, settings) as path/file.py:fn (docs/extending.md)")
     epsilon: float = _f(0.2, "lower clip range (verl: clip_ratio_low)")
     epsilon_high: float | None = _f(None, "upper clip range, default = epsilon (verl: clip_ratio_high; DAPO 0.28)")
     dual_clip: float | None = _f(None, "dual-clip constant c for A<0 (verl: clip_ratio_c = 3.0); null disables")
@@ -252,10 +257,11 @@ class AlgorithmConfig:
     def __post_init__(self) -> None:
         if self.algo not in PRESETS:
             _fail("algo", self.algo, f"choose one of {sorted(PRESETS)}")
-        if self.advantage_estimator not in ADVANTAGE_ESTIMATOR_NAMES:
-            _fail("advantage_estimator", self.advantage_estimator, f"choose one of {sorted(ADVANTAGE_ESTIMATOR_NAMES)}")
-        if self.policy_loss not in POLICY_LOSS_NAMES:
-            _fail("policy_loss", self.policy_loss, f"choose one of {sorted(POLICY_LOSS_NAMES)}")
+        for name, value, valid in (("advantage_estimator", self.advantage_estimator, ADVANTAGE_ESTIMATOR_NAMES),
+                                   ("policy_loss", self.policy_loss, POLICY_LOSS_NAMES)):
+            if value not in valid and not is_function_spec(value):
+                _fail(name, value, f"choose one of {sorted(valid)}, or your own function: {FUNCTION_SPEC_FORMS} "
+                      "(docs/extending.md)")
         if self.scale_rewards not in SCALE_REWARDS:
             _fail("scale_rewards", self.scale_rewards, f"choose one of {SCALE_REWARDS}")
         resolve_aggregation(self.loss_type)

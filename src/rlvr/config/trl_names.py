@@ -32,6 +32,7 @@ from typing import Any
 from rlvr.config.launch_keys import ACCELERATE, ACCELERATE_BOOL_KEYS, LAUNCH_TRANSLATED, translate_launch_keys
 from rlvr.config.launch_keys import truthy as _truthy
 from rlvr.config.training_arguments import TRAINING_ARGUMENTS, TRAINING_ARGUMENTS_BOOL_KEYS, any_value
+from rlvr.rollout.names import TRL_USE_VLLM_ENGINE
 
 # TRL name -> rlvr name (same meaning, same values)
 RENAMED = {
@@ -205,8 +206,8 @@ def _translate(trl: dict[str, Any], overrides: dict[str, Any], out: dict[str, An
     if "use_peft" in trl:  # TRL's lora_r (default 16) only counts with use_peft: true
         out["lora_r"] = (overrides.get("lora_r") or 16) if _truthy(trl["use_peft"]) else 0
     if _truthy(trl.get("use_vllm")) and "rollout_engine" not in overrides:
-        out["rollout_engine"] = "vllm"
-    elif "use_vllm" in trl and not _truthy(trl["use_vllm"]) and overrides.get("rollout_engine") == "vllm":
+        out["rollout_engine"] = TRL_USE_VLLM_ENGINE
+    elif "use_vllm" in trl and not _truthy(trl["use_vllm"]) and overrides.get("rollout_engine") == TRL_USE_VLLM_ENGINE:
         problems.append("use_vllm: false contradicts rollout_engine=vllm; remove one")
     if "generation_batch_size" in trl and trl["generation_batch_size"] is not None:
         out["generation_batch_size"] = trl["generation_batch_size"]  # resolved with num_generations (parsing)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rlvr.core.names import POLICY_LOSS_NAMES
+from rlvr.core.names import AGGREGATION_MODES, POLICY_LOSS_NAMES
 
 LOG_RATIO_CLAMP = 20.0
 
@@ -228,11 +228,31 @@ def _at_least_one(value: float | torch.Tensor, like: torch.Tensor) -> torch.Tens
     return torch.as_tensor(value, dtype=like.dtype, device=like.device).clamp(min=1)
 
 
+# fn(per_token [N, T], mask [N, T] float, denominators) -> scalar loss
+AggregationFn = Callable[[torch.Tensor, torch.Tensor, Denominators], torch.Tensor]
+AGGREGATIONS: dict[str, AggregationFn] = {}
+
+
+def register_aggregation(name: str) -> Callable[[AggregationFn], AggregationFn]:
+    """Decorator: ``fn(per_token, mask, denominators) -> scalar`` becomes the reduction ``loss_type=name``."""
+
+    def register(fn: AggregationFn) -> AggregationFn:
+        AGGREGATIONS[name] = fn
+        if name not in AGGREGATION_MODES:
+            AGGREGATION_MODES.append(name)  # the config accepts it from now on
+        return fn
+
+    return register
+
+
+@register_aggregation("token_mean")
+@register_aggregation("dapo")
 def _token_mean(per_token, m, d: Denominators):
     """Σ m·ℓ / Σ m (verl's token-mean); ``dapo``: the caller passes TRL's normaliser as num_tokens."""
     return (per_token * m).sum() / _at_least_one(m.sum() if d.num_tokens is None else d.num_tokens, per_token)
 
 
+@register_aggregation("bnpo")
 def _bnpo(per_token, m, d: Denominators):
     """TRL's bnpo: this micro-batch's own token mean × n / num_sequences (1/A for A equal micro-batches)."""
     n = per_token.shape[0]
@@ -240,22 +260,20 @@ def _bnpo(per_token, m, d: Denominators):
     return (per_token * m).sum() / _at_least_one(m.sum(), per_token) * share
 
 
+@register_aggregation("seq_mean_token_mean")
 def _seq_mean_token_mean(per_token, m, d: Denominators):
     """(1/N) Σ_i (Σ_t m·ℓ / Σ_t m) (TRL's grpo); a sequence with no tokens adds 0 but counts in N."""
     per_seq = (per_token * m).sum(-1) / m.sum(-1).clamp(min=1)  # [N]
     return per_seq.sum() / _at_least_one(per_token.shape[0] if d.num_sequences is None else d.num_sequences, per_token)
 
 
+@register_aggregation("seq_mean_token_sum_norm")
 def _seq_mean_token_sum_norm(per_token, m, d: Denominators):
     """Σ m·ℓ / (N · L_max) (Dr. GRPO, as TRL's dr_grpo)."""
     if d.max_completion_length is None or d.max_completion_length <= 0:
         raise ValueError("seq_mean_token_sum_norm needs max_completion_length > 0")
     n = _at_least_one(per_token.shape[0] if d.num_sequences is None else d.num_sequences, per_token)
     return (per_token * m).sum() / (n * d.max_completion_length)
-
-
-AGGREGATIONS = {"token_mean": _token_mean, "dapo": _token_mean, "bnpo": _bnpo,
-                "seq_mean_token_mean": _seq_mean_token_mean, "seq_mean_token_sum_norm": _seq_mean_token_sum_norm}
 
 
 def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: str, *, max_completion_length: int | None = None,

@@ -29,6 +29,13 @@ class LocalEngine:
         max_batch_size: at most this many sequences per chunk (bounds KV-cache memory).
     """
 
+    # abilities (rlvr.rollout.engine.RolloutEngine): it samples from the training model itself
+    keeps_own_weights = False
+    supports_async_generation = False  # the update moves the very weights it samples from
+    is_correction_by_default = False  # π_sampler = π_old up to float noise: no correction unless asked
+    supports_sleep = False
+    optional_package = None
+
     def __init__(self, model, *, pad_token_id: int, eos_token_ids: list[int], max_batch_size: int = 64):
         if not eos_token_ids:
             raise ValueError("the rollout engine needs at least one EOS token id")

@@ -1,8 +1,10 @@
-"""The contract every rollout engine keeps: what the trainer calls, and nothing else.
+"""The contract every rollout engine keeps: what the trainer calls, and what it may ask of the class.
 
 The built-in engines (``ROLLOUT_ENGINES``: rlvr's decode engine, transformers' ``generate``, vLLM)
 satisfy it; a new engine (a vLLM server client, say) is a class with these members, registered
-in ``rlvr.rollout.names``.
+in ``rlvr.rollout.names`` (docs/design/architecture.md, "Add a rollout engine"). What an engine can do
+is said by its class attributes (the abilities below), which the plan reads (``train/plan.py``): no code
+outside ``rollout/`` compares an engine's name.
 """
 
 from __future__ import annotations
@@ -21,7 +23,15 @@ class RolloutEngine(Protocol):
     """
 
     eos_token_ids: list[int]  # a response ends at the first of these (kept in the response)
+
+    # abilities, class attributes read by the plan
     supports_row_seeds: bool  # generate(row_seeds=...) gives each request its own RNG stream
+    keeps_own_weights: bool  # holds its own copy of the weights (sync_weights copies the policy's into it)
+    supports_async_generation: bool  # may generate the next step while the update moves the policy's weights
+    is_correction_by_default: bool  # samples with other numerics than the trainer: the sampler/trainer
+    #                                  importance-sampling correction is on unless the config turns it off
+    supports_sleep: bool  # can release its memory between rollouts (vllm_enable_sleep_mode)
+    optional_package: tuple[str, str] | None  # (package, install hint) it needs, checked before the model loads
 
     def generate(
         self,

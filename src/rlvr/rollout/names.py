@@ -13,5 +13,9 @@ ROLLOUT_ENGINES = {
     "vllm": "rlvr.rollout.vllm_engine:VLLMEngine",
 }
 
+# the engine TRL's use_vllm=true names (rlvr.config.trl_names translates TRL's flag into this name; everything
+# else asks an engine class for its abilities, rlvr.rollout.engine)
+TRL_USE_VLLM_ENGINE = "vllm"
+
 # rollout_engine=vllm with vllm_mode=server: the client of `rlvr vllm-serve` (chosen by the trainer, not a name)
 VLLM_SERVER_ENGINE = "rlvr.rollout.vllm_client:VLLMServerEngine"

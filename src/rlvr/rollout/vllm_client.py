@@ -34,6 +34,7 @@ import torch
 from rlvr.rollout.completion import Completion
 from rlvr.rollout.sampling import Sampling
 from rlvr.rollout.vllm_engine import (
+    INSTALL_HINT,
     check_prompt_lengths,
     completion_from_sample,
     merged_state_dict,
@@ -84,6 +85,12 @@ class VLLMServerEngine:
     """
 
     supports_row_seeds = True  # generate(row_seeds=...): a request's draws do not depend on its batch
+    # abilities (rlvr.rollout.engine.RolloutEngine): the server holds its own copy of the weights
+    keeps_own_weights = True
+    supports_async_generation = True
+    is_correction_by_default = True
+    supports_sleep = False
+    optional_package = ("vllm", INSTALL_HINT)
 
     def __init__(
         self,

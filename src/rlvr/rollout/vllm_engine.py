@@ -159,6 +159,12 @@ class VLLMEngine:
     """
 
     supports_row_seeds = True  # generate(row_seeds=...): a request's draws do not depend on its batch
+    # abilities (rlvr.rollout.engine.RolloutEngine): vLLM holds its own copy of the weights, with its own kernels
+    keeps_own_weights = True
+    supports_async_generation = True
+    is_correction_by_default = True
+    supports_sleep = True
+    optional_package = ("vllm", INSTALL_HINT)
 
     def __init__(
         self,

@@ -112,3 +112,25 @@ class StopAtOnceOnSignal:
     def __exit__(self, *exc_info) -> None:
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
+
+
+def count_skipped_steps(in_a_row: int, *, step: int, taken: int, trailing: int, limit: int) -> int:
+    """Optimiser steps skipped in a row for a non-finite loss or gradient after ``step`` (``taken`` steps were
+    taken in it, ``trailing`` skipped after the last one taken); TrainingStopped once ``limit`` are reached."""
+    in_a_row = trailing if taken else in_a_row + trailing
+    if in_a_row >= limit:
+        raise TrainingStopped(
+            f"step {step}: {in_a_row} optimiser steps in a row had a non-finite loss or "
+            f"gradient norm (limit max_skipped_steps={limit}); the weights are those of the last finite "
+            "step. Look at train/loss and train/grad_norm in metrics.jsonl; lower learning_rate, set "
+            "max_grad_norm, use float32, or check the reward function for NaN/inf"
+        )
+    return in_a_row
+
+
+def requested_stop(stop: StopOnSignal, dist) -> int:
+    """The signal that asked this run to stop (0: none); on several ranks (``dist``, a DistContext), any rank's."""
+    if not dist.enabled:
+        return stop.requested or 0
+    (largest,) = dist.max_floats([float(stop.requested or 0)])
+    return int(largest)

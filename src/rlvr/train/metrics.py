@@ -45,8 +45,10 @@ from contextlib import contextmanager
 
 import torch
 
+from rlvr.eval import group_diversity
 from rlvr.train.experience import Group
 from rlvr.train.rewarding import LOGGED_METRIC_PREFIX, logged_metric_means
+from rlvr.train.update import UpdateResult
 
 WINDOW = 50  # running median over the last WINDOW steps
 MIN_HISTORY = 5  # no verdict before this many steps
@@ -404,3 +406,96 @@ def metrics_table() -> str:
             TRL_METRICS.items()]
     return "\n".join(["| TRL's name (metrics.jsonl, trackers, trainer_state.json) | what it is | rlvr's own name |",
                       "|---|---|---|", *rows])
+
+
+def trl_step_metrics(rollout, update, metrics: dict, *, reward_names, plan, epoch: float,
+                     num_tokens: int) -> dict:
+    """The step's metrics under TRL's names, as TRL computes them, beside rlvr's ``metrics`` (``rollout``: the
+    step's RolloutResult, ``update``: its UpdateResult or None, ``plan``: the StepPlan; ``num_tokens``: the run's
+    prompt + completion tokens so far, this step's included)."""
+    groups = [g.policy_samples for g in rollout.generated]
+    optimizer_steps = update.optimizer_steps + update.skipped_steps if update is not None else 0
+    trl = trl_rollout_metrics(groups, reward_names, scale_rewards=plan.advantages.settings.scale_rewards)
+    used = update.lr_used if update is not None and update.lr_used is not None else metrics["train/lr"]
+    trl |= trl_update_metrics(update.sums if update is not None else {}, with_kl=plan.update.needs_reference,
+                              loss=metrics["train/loss"], grad_norm=metrics["train/grad_norm"],
+                              learning_rate=used, with_policy_loss=plan.update.loss.entropy_coef > 0)
+    trl |= {"num_tokens": float(num_tokens), "epoch": epoch,
+            "step_time": metrics["time/step_s"] / max(1, optimizer_steps)}
+    if plan.update.loss.entropy_coef > 0:
+        trl["entropy_coef"] = plan.update.loss.entropy_coef
+    if plan.update.is_correction is not None:
+        trl |= {f"sampling/{name}": metrics[ours] for name, ours in SAMPLING_METRICS.items()}
+    return trl
+
+
+def step_tokens(rollout) -> int:
+    """Prompt + completion tokens of the step's on-policy samples (TRL's num_tokens counts these)."""
+    groups = [g.policy_samples for g in rollout.generated]
+    return sum(len(g.generation_prompt(i)) + len(g.completions[i].token_ids) for g in groups for i in g.on_policy)
+
+
+def train_summary(history: list[dict], length, batch, runtime: float) -> dict[str, float]:
+    """transformers' last log line over the steps this call ran (``trl_train_summary``; ``length``: the RunLength,
+    ``batch``: the step's BatchShape)."""
+    done = length.optimizer_steps_done
+    return trl_train_summary([m.get("loss") for m in history], [done(m["step"]) - done(m["step"] - 1) for m in history],
+                             runtime=runtime, epoch=history[-1].get("epoch", length.epoch(history[-1]["step"])),
+                             completions_per_optimizer_step=batch.micro_batch * batch.accumulation * batch.world_size)
+
+
+class StepLog:
+    """The step's line of metrics.jsonl: rlvr's names, TRL's beside them, as TRL computes them (built at set-up).
+
+    Args:
+        plan: the StepPlan (what the step logs: KL, TA-GRPO's pools, diversity, the IS correction).
+        reward_names: the reward functions' logged names.
+        grad_spikes: the run's GradSpikes (checkpointed).
+        device: the policy's device (memory metrics, the diversity embedder).
+        scheduler: the learning-rate schedule (its rate on a step without update).
+        epoch: the run's epoch at the end of a step (``RunLength.epoch``).
+        with_score: DaGRPO's scoring phase runs (its time is logged).
+        length_limits: what was done to long prompts (``length_limits.LengthLimits``) and ``prompts``, the
+            PromptBuilder that knows which it cut: the step's :func:`truncation_metrics`.
+
+    ``num_tokens``: the run's prompt + completion tokens so far (TRL's num_tokens; a checkpoint keeps it).
+    """
+
+    def __init__(self, plan, *, reward_names, grad_spikes: GradSpikes, device, scheduler, epoch, with_score: bool,
+                 length_limits, prompts):
+        self.plan, self.reward_names, self.grad_spikes, self.device = plan, reward_names, grad_spikes, device
+        self.scheduler, self.epoch, self.with_score = scheduler, epoch, with_score
+        self.length_limits, self.prompts = length_limits, prompts
+        self.num_tokens = 0
+
+    def line(self, step: int, rollout, advantage_metrics: dict, update, timer: PhaseTimer) -> dict:
+        """The line of ``step`` (``rollout``: its RolloutResult; ``update``: its UpdateResult or None)."""
+        plan = self.plan
+        self.num_tokens += step_tokens(rollout)
+        train = (update.metrics(with_kl=plan.update.needs_reference) if update is not None
+                 else UpdateResult.no_update_metrics(self.scheduler.get_last_lr()[0]))
+        metrics = {
+            **step_metrics(step, rollout, advantage_metrics, train, reward_names=self.reward_names,
+                           tagrpo=plan.tagrpo_metrics, prompt_gap=update.prompt_gap if update else None),
+            **self.grad_spikes.update(train["train/grad_norm"]),
+            **timer.metrics(with_score=self.with_score),
+            **memory_metrics(self.device),
+            **truncation_metrics(self.length_limits, self.prompts, rollout.generated),
+            "perf/tokens_per_s": rollout.generated_tokens / max(timer.seconds["rollout"], 1e-9),
+        }
+        every, count = plan.diversity_every, plan.diversity_groups
+        if every and step % every == 0:
+            texts = [[g.policy_samples.texts[i] for i in g.policy_samples.on_policy] for g in rollout.generated[:count]]
+            metrics["rollout/diversity"] = group_diversity(texts, device=str(self.device))
+        return metrics | trl_step_metrics(rollout, update, metrics, reward_names=self.reward_names, plan=plan,
+                                          epoch=self.epoch(step), num_tokens=self.num_tokens)
+
+
+def truncation_metrics(limits, prompts, generated) -> dict:
+    """The step's metric of the length limit (``limits``: length_limits.LengthLimits): prompts dropped (drop), or
+    the share of its groups whose prompt was cut (left, ``prompts``: the PromptBuilder)."""
+    if limits.truncation == "drop":
+        return {"data/prompts_dropped": limits.prompts_dropped}
+    if limits.truncation == "left":
+        return {"rollout/prompt_truncated_frac": sum(prompts.is_truncated(g.row) for g in generated) / max(1, len(generated))}
+    return {}

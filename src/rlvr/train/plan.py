@@ -8,6 +8,8 @@ so a reader auditing a combination (TA-GRPO × DaGRPO × DAPO, say) reads this m
 - **scoring prompts**: on which prompt each log-prob pass scores a response — the question q_0 or
   the variant q_j it was sampled from (TA-GRPO's ``ratio_anchor``, ``train/tagrpo.py``), and whether
   old and reference log-probs are computed at all;
+- **algorithm parts**: a researcher's own estimator, loss or aggregation named by the config
+  (``path/file.py:fn``) is loaded, its signature checked and registered (``train/algorithm_parts.py``);
 - **advantages**: the estimator's settings (``rlvr.core.advantages``: DaGRPO's masked pairwise form
   with pair masking), and DaGRPO's step options (:class:`DaGRPOSettings`);
 - **update**: the loss settings handed to ``rlvr.core.losses.policy_loss``, the batch layout, and
@@ -30,7 +32,9 @@ from rlvr.config import ExperimentConfig
 from rlvr.config.batch import BatchShape
 from rlvr.core.advantages import AdvantageSettings
 from rlvr.core.losses import LossSettings
+from rlvr.rollout import engine_class
 from rlvr.rollout.sampling import Sampling
+from rlvr.train.algorithm_parts import load_algorithm_parts
 from rlvr.train.tagrpo import LogprobPrompts
 
 
@@ -46,6 +50,14 @@ class RolloutSettings:
     max_rounds: int  # generation rounds per step at most (1 without dynamic sampling)
     seed: int
     autocast: str | None  # StepPlan.autocast: generate as the update computes
+
+
+@dataclass(frozen=True)
+class EnginePlan:
+    """What the run asks of its rollout engine, decided from the engine class's abilities (rlvr.rollout.engine)."""
+
+    name: str  # rollout_engine
+    ahead: bool  # async_generation: the next step's round is sampled during this update
 
 
 @dataclass(frozen=True)
@@ -100,6 +112,7 @@ class StepPlan:
     batch: BatchShape  # B, micro-batches, optimiser steps per pass (rlvr.config.batch)
     autocast: str | None  # "bfloat16": forwards under bf16 autocast, fp32 master weights (bf16=true); None: off
     rollout: RolloutSettings
+    engine: EnginePlan
     prompts: LogprobPrompts | None  # TA-GRPO: the prompt of each log-prob pass (None: no rephrasings, q_0)
     advantages: AdvantagePlan
     dagrpo: DaGRPOSettings | None  # None: DaGRPO's phase is off
@@ -118,6 +131,9 @@ def step_kind(cfg: ExperimentConfig) -> str:
 def compile_plan(cfg: ExperimentConfig, *, world_size: int = 1) -> StepPlan:
     """The decisions of :class:`StepPlan` for a validated config, on ``world_size`` processes."""
     a, d, t, r = cfg.algorithm, cfg.dagrpo, cfg.tagrpo, cfg.rollout
+    # a researcher's own estimator, loss or aggregation (path/file.py:fn): loaded, checked, registered
+    load_algorithm_parts(advantage_estimator=a.advantage_estimator, policy_loss=a.policy_loss,
+                         aggregation=a.aggregation, objects=dict(cfg.python.algorithm_parts))
     batch = cfg.batch_shape(world_size)
     autocast = "bfloat16" if cfg.model.bf16 else None  # decided here only
     return StepPlan(
@@ -134,6 +150,7 @@ def compile_plan(cfg: ExperimentConfig, *, world_size: int = 1) -> StepPlan:
             max_rounds=a.max_num_gen_batches if a.dynamic_sampling else 1, seed=cfg.run.seed,
             autocast=autocast,
         ),
+        engine=engine_plan(cfg),
         prompts=LogprobPrompts.for_ratio_anchor(t.ratio_anchor) if t.enabled else None,
         advantages=AdvantagePlan(
             settings=AdvantageSettings(
@@ -183,14 +200,32 @@ def update_settings(cfg: ExperimentConfig, batch: BatchShape, autocast: str | No
     )
 
 
+def engine_plan(cfg: ExperimentConfig) -> EnginePlan:
+    """The engine's part of the plan, from its class's abilities: async generation needs an engine that
+    ``supports_async_generation``; an engine that ``keeps_own_weights`` cannot follow an FSDP-sharded policy
+    (it would need the gathered weights after every update). Refused at any process count."""
+    r = cfg.rollout
+    engine = engine_class(r.rollout_engine)
+    if r.async_generation and not engine.supports_async_generation:
+        raise ValueError(f"async_generation=True: the next step's rollout is generated while this step updates, which "
+                         f"needs an engine holding its own copy of the weights; rollout_engine={r.rollout_engine} "
+                         "samples from the training model itself: set rollout_engine=vllm (colocate or server)")
+    if cfg.run.parallelism == "fsdp" and engine.keeps_own_weights:
+        raise ValueError(f"rollout_engine={r.rollout_engine} with parallelism=fsdp is not supported (the engine keeps "
+                         "its own copy of the weights and would need the gathered weights after every update); use "
+                         "parallelism=ddp or rollout_engine=rlvr")
+    return EnginePlan(name=r.rollout_engine, ahead=r.async_generation)
+
+
 def is_correction(cfg: ExperimentConfig) -> ISCorrection | None:
     """The sampler/trainer correction, or None when off. ``vllm_importance_sampling_correction`` null
-    (the default) means on for ``rollout_engine=vllm`` and off for the rlvr/hf engines (they sample
-    with the trainer's own forward, so π_sampler = π_old up to float noise); true/false force it."""
+    (the default) means the engine class's ``is_correction_by_default``: on for vLLM (its own kernels and
+    weights), off for the rlvr/hf engines (they sample with the trainer's own forward, so π_sampler = π_old
+    up to float noise); true/false force it."""
     v = cfg.vllm
     on = v.vllm_importance_sampling_correction
     if on is None:
-        on = cfg.rollout.rollout_engine == "vllm"
+        on = engine_class(cfg.rollout.rollout_engine).is_correction_by_default
     if not on:
         return None
     return ISCorrection(mode=v.vllm_importance_sampling_mode, clip_min=v.vllm_importance_sampling_clip_min,

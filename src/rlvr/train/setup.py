@@ -42,7 +42,7 @@ from transformers import get_scheduler
 from rlvr.config import ExperimentConfig
 from rlvr.config.sections import OptimConfig
 from rlvr.config.tagrpo import TAGRPOConfig
-from rlvr.data import PromptFormat
+from rlvr.data import PromptFormat, load_python_rows, load_rows
 from rlvr.data.input_limits import LengthCheck, check_lengths
 from rlvr.data.prompts import has_chat_template
 from rlvr.data.rephrase import RuleRephraser, rephrase_rows
@@ -58,12 +58,13 @@ from rlvr.parallel.runtime import DistContext
 from rlvr.parallel.setup import wrap_policy
 from rlvr.rewards import CodeSettings, bind_code_settings, is_code_reward, resolve_reward
 from rlvr.rewards.combine import logged_names
-from rlvr.rollout.vllm_engine import INSTALL_HINT as VLLM_INSTALL_HINT
+from rlvr.rollout import engine_class
 from rlvr.run.trackers import require_trackers
 from rlvr.train.evaluation import TrainingEval, training_overlap
 from rlvr.train.memory_bound import check_update_memory
-from rlvr.train.plan import RunLength, StepPlan
+from rlvr.train.plan import RunLength, StepPlan, step_kind
 from rlvr.train.rewarding import Rewarder, reward_columns
+from rlvr.train.sft import sft_rows
 
 logger = logging.getLogger(__name__)
 
@@ -95,13 +96,24 @@ def build_scheduler(optimizer: torch.optim.Optimizer, o: OptimConfig, total_step
 
 
 def engine_spec(cfg: ExperimentConfig, *, is_main: bool) -> tuple[str, dict]:
-    """(engine name for ``rlvr.rollout.build_engine``, its keywords). ``is_main``: this process is rank 0,
-    the one that pushes weights to a vLLM server (every rank holds the same weights)."""
-    r, v = cfg.rollout, cfg.vllm
-    if r.rollout_engine == "rlvr":
-        return "rlvr", {"max_batch_size": r.max_rollout_batch_size, "fused": r.fused_decoding}
-    if r.rollout_engine != "vllm":
-        return r.rollout_engine, {"max_batch_size": r.max_rollout_batch_size}
+    """(engine name for ``rlvr.rollout.build_engine``, its keywords): each engine's own options, from
+    :data:`ENGINE_OPTIONS` (an engine registered without an entry there is built with none). ``is_main``: this
+    process is rank 0, the one that pushes weights to a vLLM server (every rank holds the same weights)."""
+    options = ENGINE_OPTIONS.get(cfg.rollout.rollout_engine)
+    return options(cfg, is_main) if options is not None else (cfg.rollout.rollout_engine, {})
+
+
+def _rlvr_engine_options(cfg: ExperimentConfig, is_main: bool) -> tuple[str, dict]:
+    return "rlvr", {"max_batch_size": cfg.rollout.max_rollout_batch_size, "fused": cfg.rollout.fused_decoding}
+
+
+def _hf_engine_options(cfg: ExperimentConfig, is_main: bool) -> tuple[str, dict]:
+    return "hf", {"max_batch_size": cfg.rollout.max_rollout_batch_size}
+
+
+def _vllm_engine_options(cfg: ExperimentConfig, is_main: bool) -> tuple[str, dict]:
+    """The colocated vLLM engine's options, or (vllm_mode=server) the client of ``rlvr vllm-serve``'s."""
+    v = cfg.vllm
     if v.vllm_mode == "server":
         url = v.vllm_server_base_url or f"http://{v.vllm_server_host}:{v.vllm_server_port}"
         return "vllm-server", {"base_url": url.rstrip("/"), "timeout": v.vllm_server_timeout,
@@ -110,6 +122,10 @@ def engine_spec(cfg: ExperimentConfig, *, is_main: bool) -> tuple[str, dict]:
     return "vllm", {"max_model_len": v.vllm_max_model_length, "kv_cache_tokens": v.vllm_kv_cache_tokens,
                     "gpu_memory_utilization": v.vllm_gpu_memory_utilization,
                     "enable_sleep_mode": v.vllm_enable_sleep_mode}
+
+
+# rollout_engine -> its options from the config (the sections each engine reads)
+ENGINE_OPTIONS = {"rlvr": _rlvr_engine_options, "hf": _hf_engine_options, "vllm": _vllm_engine_options}
 
 
 def open_r1_chat(cfg: ExperimentConfig) -> bool:
@@ -135,6 +151,21 @@ def rows_need_gold(cfg: ExperimentConfig) -> bool:
         return not spec.startswith(BUILT_IN_REWARD_PREFIXES) and (":" in spec or "." in spec)
 
     return not all(users(spec) for spec in cfg.reward.reward_funcs)
+
+
+def load_training_rows(cfg: ExperimentConfig, dist: DistContext) -> list[dict]:
+    """The training rows (with rephrasings; algo=sft: checked to hold solutions): rank 0 first, so it alone fills
+    any on-disk cache."""
+    rows, gold = None, rows_need_gold(cfg)  # user reward functions only: rows without a gold are kept, as TRL keeps them
+    source = ((lambda: load_rows(cfg.data.data, gold=gold)) if cfg.python.data is None
+              else (lambda: load_python_rows(cfg.python.data, gold=gold)))
+    load = lambda: chat_rows(attach_rephrasings(question_rows(source(), cfg), cfg.tagrpo, data=cfg.data.data,
+                                                seed=cfg.run.seed), cfg)
+    if dist.is_main:
+        rows = load()
+    dist.barrier()
+    rows = rows if rows is not None else load()
+    return sft_rows(rows, cfg.data.data, log=dist.is_main) if step_kind(cfg) == "sft" else rows
 
 
 def question_rows(rows: list[dict], cfg: ExperimentConfig) -> list[dict]:
@@ -402,11 +433,20 @@ def check_reward_functions(cfg: ExperimentConfig, rows: list[dict]) -> list[str]
     return names
 
 
+def check_before_loading(cfg: ExperimentConfig, rows: list[dict], optimizer_steps: int) -> None:
+    """What would fail once the model is loaded, checked before: an unknown reward or a missing column, an
+    optional package (vllm, peft, the embed scorer's, the trackers'), the schedule's arguments."""
+    check_reward_functions(cfg, rows)
+    check_optional_packages(cfg)
+    check_scheduler(cfg, optimizer_steps)
+
+
 def check_optional_packages(cfg: ExperimentConfig) -> None:
     """The optional packages the options need (vllm, peft, the embed scorer's, the trackers'), before the model
     loads (the trainer and the dry run call it): MissingDependency naming the option and the install line."""
-    if cfg.rollout.rollout_engine == "vllm":
-        require("vllm", VLLM_INSTALL_HINT)
+    package = engine_class(cfg.rollout.rollout_engine).optional_package  # vllm's (an ability of the class)
+    if package is not None:
+        require(*package)
     if cfg.model.lora_r > 0:
         require("peft", f"lora_r={cfg.model.lora_r} (LoRA) needs the peft package, which is not installed; install "
                         "it with: pip install peft, or train the full model (lora_r=0)")

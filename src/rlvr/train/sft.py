@@ -5,6 +5,10 @@ tokenised as in DaGRPO) and minimises its negative log-likelihood given the prom
 anchor term of DaGRPO with Â = 1 and ψ = log: −Σ log π_θ(a_t), aggregated by ``loss_type``
 (token_mean: the mean NLL per token). Rows without a usable solution are skipped and counted; data
 with none at all is refused before the model is loaded.
+
+``Trainer(cfg)`` with ``algo=sft`` runs this step in place of the RL one (``Trainer.training_step`` is
+:func:`sft_training_step` then), with the same set-up, checkpoints and files; this module imports nothing of
+the trainer (the objects it uses are the trainer's attributes).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import torch
 from rlvr.data.anchors import ARITHMETIC_TASKS, anchor_text
 from rlvr.rollout import Completion
 from rlvr.train.experience import Experience, Group
-from rlvr.train.trainer import StepResult, Trainer
+from rlvr.train.step_result import StepResult
 
 logger = logging.getLogger(__name__)
 
@@ -34,40 +38,39 @@ def check_sft_rows(rows: list[dict], data: str) -> int:
     return usable
 
 
-class SFTTrainer(Trainer):
-    """Same set-up, checkpoints and files as :class:`Trainer`; the step is supervised."""
+def sft_rows(rows: list[dict], data: str, *, log: bool) -> list[dict]:
+    """The rows, checked to hold solutions (before the model is loaded); ``log``: say how many do."""
+    usable = check_sft_rows(rows, data)
+    if usable < len(rows) and log:
+        logger.info("sft: %d of the %d rows of data=%s have a solution and are trained on; the other %d "
+                    "are skipped", usable, len(rows), data, len(rows) - usable)
+    return rows
 
-    def _load_rows(self) -> list[dict]:
-        rows = super()._load_rows()
-        usable = check_sft_rows(rows, self.cfg.data.data)  # before the model is loaded
-        if usable < len(rows) and self.dist.is_main:
-            logger.info("sft: %d of the %d rows of data=%s have a solution and are trained on; the other %d "
-                        "are skipped", usable, len(rows), self.cfg.data.data, len(rows) - usable)
-        return rows
 
-    def training_step(self, step: int) -> StepResult:
-        """Take B rows, make each solution an anchor response, and minimise its NLL (Â = 1, ψ = log)."""
-        t0 = time.perf_counter()
-        bank = self.dagrpo.anchors
-        rows = self.sampler.take(self.plan.rollout.prompts_per_step)
-        groups = []
-        for row in rows:
-            anchor = bank.get(row)
-            if anchor is None:
-                continue
-            completion = Completion(anchor.token_ids, [], truncated=anchor.truncated, is_anchor=True)
-            groups.append(Group(group_id=self.group_ids.reserve(1), row=row, prompt_ids=self.prompts.ids(row),
-                                completions=[completion], texts=[anchor.text], rewards=[1.0]))
-        metrics = {"step": step, "sft/rows": len(rows), "sft/anchor_rate": len(groups) / len(rows)}
-        update = None
-        if groups:
-            experience = Experience.from_groups(groups)
-            update = self.update(experience, torch.ones(len(experience)))
-            metrics.update(update.metrics(with_kl=self.plan.update.needs_reference))
-            metrics["sft/tokens"] = sum(len(ids) for ids in experience.response_ids)
-        metrics.update(self.grad_spikes.update(metrics.get("train/grad_norm")))
-        metrics["time/step_s"] = time.perf_counter() - t0
-        samples = [{"step": step, "id": g.row["id"], "prompt": g.row["prompt"], "completion": g.texts[0]}
-                   for g in groups[: self.plan.num_completions_to_log]]
-        return StepResult(metrics, samples, update=update)
+def sft_training_step(self, step: int) -> StepResult:
+    """The trainer's step with algo=sft: take B rows, make each solution an anchor response, and minimise its
+    NLL (Â = 1, ψ = log). ``self``: the Trainer (its sampler, prompts, anchors, update)."""
+    t0 = time.perf_counter()
+    bank = self.dagrpo.anchors
+    rows = self.sampler.take(self.plan.rollout.prompts_per_step)
+    groups = []
+    for row in rows:
+        anchor = bank.get(row)
+        if anchor is None:
+            continue
+        completion = Completion(anchor.token_ids, [], truncated=anchor.truncated, is_anchor=True)
+        groups.append(Group(group_id=self.group_ids.reserve(1), row=row, prompt_ids=self.prompts.ids(row),
+                            completions=[completion], texts=[anchor.text], rewards=[1.0]))
+    metrics = {"step": step, "sft/rows": len(rows), "sft/anchor_rate": len(groups) / len(rows)}
+    update = None
+    if groups:
+        experience = Experience.from_groups(groups)
+        update = self.update(experience, torch.ones(len(experience)))
+        metrics.update(update.metrics(with_kl=self.plan.update.needs_reference))
+        metrics["sft/tokens"] = sum(len(ids) for ids in experience.response_ids)
+    metrics.update(self.grad_spikes.update(metrics.get("train/grad_norm")))
+    metrics["time/step_s"] = time.perf_counter() - t0
+    samples = [{"step": step, "id": g.row["id"], "prompt": g.row["prompt"], "completion": g.texts[0]}
+               for g in groups[: self.plan.num_completions_to_log]]
+    return StepResult(metrics, samples, update=update)
 

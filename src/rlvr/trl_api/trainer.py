@@ -175,7 +175,7 @@ class GRPOTrainer:
         """transformers' TrainerState as the last checkpoint's trainer_state.json holds it (optimiser steps)."""
         from transformers import TrainerState
 
-        hf = trainer._hf_state(trainer.step_done)
+        hf = trainer.checkpoints.hf_state(trainer.step_done, trainer.step_log.num_tokens)
         return TrainerState(**{k: v for k, v in hf.items() if k in TrainerState.__dataclass_fields__})
 
 

@@ -1,0 +1,129 @@
+"""A researcher's own algorithm parts, named in the config as a reward function is: no edit of rlvr.
+
+    advantage_estimator=my_algos.py:rfpp_baseline   fn(inputs, settings) -> advantages [N]
+    policy_loss=my_algos.py:my_loss                 fn(logprobs, old_logprobs, advantages, mask, settings)
+                                                        -> (loss [N, T], clipped [N, T] bool)
+    loss_type=my_algos.py:my_mean                   fn(per_token [N, T], mask [N, T], denominators) -> scalar
+
+Each family has one signature, the built-ins' own (``rlvr.core.advantages``, ``rlvr.core.losses``). A spec is
+``path/to/file.py:function``, ``module:function`` or ``package.module.function`` (a module in the working
+directory is found); from the Python API the callable itself (``build_config({"policy_loss": fn})``, its label
+in the config, the object in ``cfg.python.algorithm_parts``). The config only checks the spec's form (it must
+not import torch); :func:`load_algorithm_parts`, called by ``compile_plan`` at start-up and by ``--dry-run``,
+imports each, checks that it takes its family's arguments, and registers it in its family's registry under the
+spec, so the step calls it as it calls a built-in (docs/extending.md).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlvr.config.python_objects import PYTHON_PREFIX
+from rlvr.core.advantages import ADVANTAGE_ESTIMATORS, register_advantage
+from rlvr.core.losses import AGGREGATIONS, POLICY_LOSSES, register_aggregation, register_policy_loss
+from rlvr.core.names import is_function_spec
+
+
+@dataclass(frozen=True)
+class Family:
+    """One family of algorithm parts: its option, its signature, its registry."""
+
+    option: str
+    signature: str  # as the error names what was expected
+    arguments: int  # positional arguments it is called with
+    registry: dict
+    register: Callable[[str], Callable]
+
+
+FAMILIES = {
+    "advantage_estimator": Family("advantage_estimator", "fn(inputs, settings) -> advantages [N]", 2,
+                                  ADVANTAGE_ESTIMATORS, register_advantage),
+    "policy_loss": Family("policy_loss", "fn(logprobs, old_logprobs, advantages, mask, settings) -> "
+                          "(loss [N, T], clipped [N, T])", 5, POLICY_LOSSES, register_policy_loss),
+    "loss_type": Family("loss_type", "fn(per_token, mask, denominators) -> scalar loss", 3, AGGREGATIONS,
+                        register_aggregation),
+}
+
+
+def load_algorithm_parts(*, advantage_estimator: str, policy_loss: str, aggregation: str,
+                         objects: dict[str, Callable]) -> None:
+    """Load, check and register each of the three options that names a user's function (a no-op for the
+    registered names). ``objects``: the Python API's callables by their label (``cfg.python.algorithm_parts``).
+    ValueError/TypeError in one line naming the option, the spec and the fix."""
+    for option, spec in (("advantage_estimator", advantage_estimator), ("policy_loss", policy_loss),
+                         ("loss_type", aggregation)):
+        if is_function_spec(spec):
+            family = FAMILIES[option]
+            fn = objects.get(spec) or load_function(spec, option)
+            check_signature(fn, family, spec)
+            family.register(spec)(fn)
+
+
+def check_signature(fn: Callable, family: Family, spec: str) -> None:
+    """TypeError unless ``fn`` can be called with its family's positional arguments."""
+    if not callable(fn):
+        raise TypeError(f"{family.option}={spec} is a {type(fn).__name__}, not a function; expected "
+                        f"{family.signature}")
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without a signature: trust it
+        return
+    try:
+        signature.bind(*range(family.arguments))
+    except TypeError:
+        raise TypeError(f"{family.option}={spec} takes {getattr(fn, '__name__', 'fn')}{signature}, expected "
+                        f"{family.signature} ({family.arguments} positional arguments)") from None
+
+
+def load_function(spec: str, option: str) -> Callable:
+    """The function ``spec`` names: ``file.py:fn``, ``module:fn`` or ``package.module.fn``."""
+    if spec.startswith(PYTHON_PREFIX):
+        raise ValueError(f"{option}={spec} names a Python object of another process (a lambda or a function of "
+                         f"__main__): pass the callable itself to build_config again, or name it as "
+                         "path/to/file.py:function")
+    target, name = spec.rsplit(":", 1) if ":" in spec else spec.rsplit(".", 1)
+    module = _load_file(target, option) if target.endswith(".py") else _load_module(target, option)
+    fn = getattr(module, name, None)
+    if fn is None:
+        raise ValueError(f"{option}={spec}: {target!r} has no attribute {name!r}; check the function's name")
+    return fn
+
+
+def _load_module(module_name: str, option: str):
+    cwd = os.getcwd()
+    if not any(isinstance(entry, str) and os.path.abspath(entry or os.curdir) == cwd for entry in sys.path):
+        sys.path.insert(0, cwd)  # a module in the working directory, as for reward functions
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"{option}: cannot import module {module_name!r} ({exc}); put it on PYTHONPATH or in the "
+                         "working directory, or use path/to/file.py:function") from exc
+
+
+def _load_file(path_str: str, option: str):
+    path = Path(path_str).expanduser().resolve()
+    if not path.is_file():
+        raise ValueError(f"{option}: file {path_str!r} not found (resolved to {path}); give a path relative to the "
+                         "working directory or an absolute one")
+    module_name = f"rlvr_user_algorithm_{path.stem}_{zlib.crc32(str(path).encode()):08x}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    file_spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(file_spec)
+    sys.modules[module_name] = module  # dataclasses and pickling inside the file need it
+    try:
+        file_spec.loader.exec_module(module)
+    except Exception as exc:
+        del sys.modules[module_name]
+        message = " ".join(str(exc).split())[:200]
+        raise ValueError(f"{option}: file {path_str} raised {type(exc).__name__} while being imported ({message}); "
+                         "fix the file") from exc
+    return module
