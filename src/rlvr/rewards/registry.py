@@ -25,12 +25,9 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import logging
-import os
-import sys
-import zlib
 from collections.abc import Callable
-from pathlib import Path
 
+from rlvr.core.user_code import import_user_module, load_user_file
 from rlvr.dependencies import MissingDependency
 from rlvr.rewards.code_rewards import CodeCheckReward, CodeFormatReward, CodeReward, CodeSettings
 from rlvr.rewards.extract import DEFAULT_EXTRACTION
@@ -210,7 +207,8 @@ def _custom(spec: str, names: str = "rlvr"):
         target, name = spec.rsplit(".", 1)
     else:
         raise ValueError(f"unknown reward {spec!r}; valid names ({names}): {_valid_names(names)}; or {_SPEC_FORMS}")
-    module = _load_file(target) if target.endswith(".py") else _load_module(target)
+    module = (load_user_file(target, what="reward file", prefix="rlvr_user_reward") if target.endswith(".py")
+              else import_user_module(target, what="reward module"))
     fn = getattr(module, name, None)
     if fn is None:
         raise ValueError(f"{target!r} has no attribute {name!r}; check the function name in "
@@ -218,69 +216,6 @@ def _custom(spec: str, names: str = "rlvr"):
     if not callable(fn):
         raise TypeError(f"{spec!r} is a {type(fn).__name__}, not a callable reward function")
     return fn
-
-
-def _load_module(module_name: str):
-    _search_working_directory()
-    try:
-        return importlib.import_module(module_name)
-    except ImportError as exc:
-        if exc.name and exc.name != module_name and not module_name.startswith(f"{exc.name}."):
-            raise ValueError(f"reward module {module_name!r} imports {exc.name!r}, which is not installed "
-                             f"({exc}); install it in this environment, or remove the import") from exc
-        raise ValueError(f"cannot import reward module {module_name!r} ({exc}); install it or "
-                         "put it on PYTHONPATH or in the working directory, or use 'path/to/file.py:function'") from exc
-
-
-def _search_working_directory() -> None:
-    """Put the working directory first on ``sys.path`` unless it is on it, as TRL's grpo script does.
-
-    So ``my_rewards.my_fn`` finds ``my_rewards.py`` in the working directory also under the ``rlvr``
-    console script, whose ``sys.path`` lacks it (``python -m``/``-c`` have it, as ``""`` or the path).
-    """
-    try:
-        cwd = os.getcwd()
-    except OSError:  # the working directory was deleted: nothing there to find
-        return
-    if not any(isinstance(entry, str) and os.path.abspath(entry or os.curdir) == cwd for entry in sys.path):
-        sys.path.insert(0, cwd)
-
-
-def _load_file(path_str: str):
-    path = Path(path_str).expanduser().resolve()
-    if not path.is_file():
-        raise ValueError(f"reward file {path_str!r} not found (resolved to {path}); give a path "
-                         "relative to the working directory or an absolute one")
-    module_name = f"rlvr_user_reward_{path.stem}_{zlib.crc32(str(path).encode()):08x}"
-    if module_name in sys.modules:
-        return sys.modules[module_name]
-    file_spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(file_spec)
-    sys.modules[module_name] = module  # so pickling and dataclasses inside the file work
-    try:
-        file_spec.loader.exec_module(module)
-    except BaseException as exc:
-        del sys.modules[module_name]
-        if isinstance(exc, Exception):
-            raise _import_failure(path_str, path, exc) from exc
-        raise
-    return module
-
-
-def _import_failure(path_str: str, path: Path, exc: Exception) -> ValueError:
-    """What went wrong importing a reward file, in one line: the file and line, the cause and the fix."""
-    import traceback
-
-    if isinstance(exc, SyntaxError):
-        return ValueError(f"reward file {path_str!r} has a syntax error at line {exc.lineno}: {exc.msg}; fix the file")
-    lines = [frame.lineno for frame in traceback.extract_tb(exc.__traceback__) if Path(frame.filename) == path]
-    where = f"{path_str}:{lines[-1]}" if lines else path_str
-    message = " ".join(str(exc).split())[:200]
-    if isinstance(exc, ModuleNotFoundError) and exc.name:
-        return ValueError(f"reward file {where} imports {exc.name!r}, which is not installed ({message}); install "
-                          "it in this environment (pip install ...), put it on PYTHONPATH, or remove the import")
-    return ValueError(f"reward file {where} raised {type(exc).__name__} while being imported ({message}); "
-                      "fix the file's module-level code")
 
 
 

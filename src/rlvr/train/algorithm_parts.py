@@ -16,20 +16,15 @@ spec, so the step calls it as it calls a built-in (docs/extending.md).
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import inspect
-import os
-import sys
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from rlvr.config.python_objects import PYTHON_PREFIX
 from rlvr.core.advantages import ADVANTAGE_ESTIMATORS, register_advantage
 from rlvr.core.losses import AGGREGATIONS, POLICY_LOSSES, register_aggregation, register_policy_loss
 from rlvr.core.names import is_function_spec
+from rlvr.core.user_code import import_user_module, load_user_file
 
 
 @dataclass(frozen=True)
@@ -90,40 +85,9 @@ def load_function(spec: str, option: str) -> Callable:
                          f"__main__): pass the callable itself to build_config again, or name it as "
                          "path/to/file.py:function")
     target, name = spec.rsplit(":", 1) if ":" in spec else spec.rsplit(".", 1)
-    module = _load_file(target, option) if target.endswith(".py") else _load_module(target, option)
+    module = (load_user_file(target, what=f"{option}: file", prefix="rlvr_user_algorithm") if target.endswith(".py")
+              else import_user_module(target, what=f"{option}: module"))
     fn = getattr(module, name, None)
     if fn is None:
         raise ValueError(f"{option}={spec}: {target!r} has no attribute {name!r}; check the function's name")
     return fn
-
-
-def _load_module(module_name: str, option: str):
-    cwd = os.getcwd()
-    if not any(isinstance(entry, str) and os.path.abspath(entry or os.curdir) == cwd for entry in sys.path):
-        sys.path.insert(0, cwd)  # a module in the working directory, as for reward functions
-    try:
-        return importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(f"{option}: cannot import module {module_name!r} ({exc}); put it on PYTHONPATH or in the "
-                         "working directory, or use path/to/file.py:function") from exc
-
-
-def _load_file(path_str: str, option: str):
-    path = Path(path_str).expanduser().resolve()
-    if not path.is_file():
-        raise ValueError(f"{option}: file {path_str!r} not found (resolved to {path}); give a path relative to the "
-                         "working directory or an absolute one")
-    module_name = f"rlvr_user_algorithm_{path.stem}_{zlib.crc32(str(path).encode()):08x}"
-    if module_name in sys.modules:
-        return sys.modules[module_name]
-    file_spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(file_spec)
-    sys.modules[module_name] = module  # dataclasses and pickling inside the file need it
-    try:
-        file_spec.loader.exec_module(module)
-    except Exception as exc:
-        del sys.modules[module_name]
-        message = " ".join(str(exc).split())[:200]
-        raise ValueError(f"{option}: file {path_str} raised {type(exc).__name__} while being imported ({message}); "
-                         "fix the file") from exc
-    return module
