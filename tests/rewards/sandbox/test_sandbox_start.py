@@ -49,3 +49,19 @@ def test_cpp_compiles_and_runs_in_the_sandbox():
     assert right.ok and right.stdout == "42\n"
     assert broken.exit_code == 1 and "error" in broken.stderr
     assert escape.exit_code == 3  # a compiled program is held by the same read-only file system
+
+
+def test_a_checkout_under_tmp_is_bound_back_read_only_inside_the_private_tmp(tmp_path, monkeypatch):
+    """The sandbox replaces /tmp with a private tmpfs: a worker whose files lie under /tmp (a CI clone there; here
+    pytest's tmp_path) still starts, and sees them read-only."""
+    assert str(tmp_path).startswith("/tmp/"), "pytest's tmp_path is expected under /tmp on this machine"
+    copy = tmp_path / "sandbox"
+    shutil.copytree(pool_module.WORKER_FILE.parent, copy)
+    monkeypatch.setattr(pool_module, "WORKER_FILE", copy / "worker.py")
+    program = (f"import os\nprint(os.path.exists({str(copy / 'worker.py')!r}))\n"
+               f"try:\n    open({str(copy / 'planted')!r}, 'w')\n    print('written')\n"
+               "except OSError:\n    print('read-only')\n")
+    with SandboxPool("namespaces", workers=1) as pool:
+        outcome = pool.run(Job(program))
+    assert outcome.ok and outcome.stdout == "True\nread-only\n", outcome
+    assert not (copy / "planted").exists()

@@ -10,7 +10,8 @@ Set-up in ``namespaces`` mode (the steps of bubblewrap, done with ``unshare(2)``
    processes are exempt from ``RLIMIT_NPROC``: programs run as that uid;
 2. every mount remounted read-only; empty read-only tmpfs over the hidden folders (HOME, /root,
    /home, /run, /dev/shm, /var/tmp), with the interpreter's own folders bound back read-only; a
-   fresh tmpfs of ``TMPFS_MB`` at /tmp, the only writable place (each program gets a folder in it);
+   fresh tmpfs of ``TMPFS_MB`` at /tmp, the only writable place (each program gets a folder in it; the
+   interpreter's own folders under /tmp, e.g. a checkout there, bound back read-only);
 3. a PID namespace whose first process (PID 1, the "zygote") serves the jobs; it mounts a fresh
    /proc (the host's processes are not visible) and, after every job, kills every other process of
    its namespace (``kill(-1, SIGKILL)``), so nothing a program started, in any session, survives it.
@@ -120,15 +121,26 @@ def _remount_read_only(point: str, flags: int) -> None:
 
 def _hide(folder: str, keep: list[str]) -> None:
     """An empty read-only tmpfs over ``folder``, with the ``keep`` paths inside it bound back read-only."""
-    inside = [path for path in keep if path == folder or path.startswith(folder.rstrip("/") + "/")]
-    handles = [(path, os.open(path, os.O_PATH)) for path in inside if os.path.exists(path)]
+    handles = _handles_inside(folder, keep)
     _mount("tmpfs", folder, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755", f"tmpfs over {folder}")
+    _bind_back(handles)
+    _remount_read_only(folder, MS_NOSUID | MS_NODEV)
+
+
+def _handles_inside(folder: str, keep: list[str]) -> list[tuple[str, int]]:
+    """(path, O_PATH descriptor) of the outermost ``keep`` paths inside ``folder``, opened before a mount hides them."""
+    inside = [path for path in keep if path == folder or path.startswith(folder.rstrip("/") + "/")]
+    outermost = [p for p in inside if not any(q != p and p.startswith(q.rstrip("/") + "/") for q in inside)]
+    return [(path, os.open(path, os.O_PATH)) for path in sorted(set(outermost)) if os.path.exists(path)]
+
+
+def _bind_back(handles: list[tuple[str, int]]) -> None:
+    """Each kept path bound back, read-only, where a new mount covered it."""
     for path, fd in handles:
         os.makedirs(path, exist_ok=True)
         _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC, None, f"bind {path} back")
         _remount_read_only(path, MS_NOSUID | MS_NODEV)
         os.close(fd)
-    _remount_read_only(folder, MS_NOSUID | MS_NODEV)
 
 
 def _isolate_files(hide: list[str], keep: list[str]) -> None:
@@ -142,10 +154,9 @@ def _isolate_files(hide: list[str], keep: list[str]) -> None:
     for folder in sorted(set(hide), key=len):
         if os.path.isdir(folder) and os.path.realpath(folder) == folder and folder != WORK_ROOT:
             _hide(folder, keep)
+    handles = _handles_inside(WORK_ROOT, keep)  # an interpreter or a checkout under /tmp (a CI clone): bound back
     _mount("tmpfs", WORK_ROOT, "tmpfs", MS_NOSUID | MS_NODEV, f"size={TMPFS_MB}m,mode=0755", "tmpfs at /tmp")
-    keep_inside = [path for path in keep if path.startswith(WORK_ROOT + "/")]
-    if keep_inside:
-        raise SetupFailed(f"the interpreter's files {keep_inside} lie under {WORK_ROOT}, which the sandbox replaces")
+    _bind_back(handles)  # read-only inside the writable /tmp
     probe = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".sandbox-write-probe")
     try:
         open(probe, "w").close()
