@@ -72,10 +72,10 @@ def supports(model) -> bool:
 def kv_bucket_for(device: torch.device) -> int:
     """The attention-length bucket of :class:`FusedDecoder` on ``device``: 128 on CUDA, else 1 (exact).
 
-    On CUDA the first call at each new attention shape sets kernels up (cuDNN's attention builds and
-    caches an execution graph per shape); one-position growth made every decoding step of a first
-    rollout a new shape. On CPU there is no such cost, and exact lengths keep runs bit-identical to
-    the model's forward.
+    On CUDA a process's first rollout was ~5x slower per position than later ones (H200, 2026-12-04); the
+    likely cause, not yet confirmed, is set-up per new attention shape (cuDNN's attention builds a graph per
+    shape), and one-position growth makes every decoding step of a first rollout a new shape. On CPU exact
+    lengths keep runs bit-identical to the model's forward.
     """
     return 128 if torch.device(device).type == "cuda" else 1
 
@@ -133,8 +133,8 @@ class FusedDecoder:
         kv_bucket: the attention sees the cache's keys up to the filled length rounded up to a multiple
             of this (the positions past the filled ones masked out), so the attention's shapes change
             once every ``kv_bucket`` positions instead of at every one. 1: the filled length exactly.
-            On CUDA, shape-keyed kernel set-up (cuDNN's attention builds a graph for each new shape)
-            otherwise costs every new length once: see :func:`kv_bucket_for`.
+            On CUDA, shape-keyed kernel set-up (likely cuDNN's attention graphs) would otherwise be paid
+            at every new length: see :func:`kv_bucket_for`.
     """
 
     def __init__(self, model, *, prepack: bool = True, batch_hint: int = 32, kv_bucket: int = 1):
