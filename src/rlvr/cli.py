@@ -23,7 +23,7 @@ from rlvr.eval_cli import add_eval_parser, run_eval
 from rlvr.rephrase_cli import add_rephrase_parser, run_rephrase
 from rlvr.report_cli import add_report_parser, run_report
 from rlvr.rollout.vllm_server import add_vllm_serve_parser, run_vllm_serve
-from rlvr.run.supervise import become_supervised_child, report_finished, supervise
+from rlvr.run.supervise import become_supervised_child, report_finished, supervise, supervisor_pid
 
 
 def _train_help() -> str:
@@ -230,7 +230,8 @@ def run_train(args: argparse.Namespace, argv: list[str]) -> int:
         return dry_run(cfg, args.command)
     if cfg.run.nproc > 1 and "WORLD_SIZE" not in os.environ:
         return launch_torchrun(cfg.run.nproc, argv)
-    code, trainer = train_exit_code(cfg, args.command)  # the trainer stays referenced until the exit below
+    as_program = supervisor_pid() is not None or "WORLD_SIZE" in os.environ  # not main(argv) from Python
+    code, trainer = train_exit_code(cfg, args.command, as_program=as_program)  # the trainer stays referenced until the exit below
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         # A torchrun worker leaves without running torch's C++ destructors: after the process
         # group is destroyed, freeing the DDP/gloo objects can block for ever in a thread join
@@ -243,9 +244,10 @@ def run_train(args: argparse.Namespace, argv: list[str]) -> int:
     return code
 
 
-def train_exit_code(cfg, command: str) -> tuple[int, object]:
+def train_exit_code(cfg, command: str, *, as_program: bool = False) -> tuple[int, object]:
     """Train; the exit code, with one line on stderr for what stopped the run (0: it finished), and the
-    trainer (None if it was not built), for the caller to hold until the process exits."""
+    trainer (None if it was not built), for the caller to hold until the process exits. ``as_program``: a
+    signal after the run ends the process at once (``StopAtOnceOnSignal``)."""
     from transformers.utils import logging as hf_logging
 
     from rlvr.run.stopping import StopAtOnceOnSignal, TrainingInterrupted, stopped_at_once_advice
@@ -254,7 +256,7 @@ def train_exit_code(cfg, command: str) -> tuple[int, object]:
     hf_logging.disable_progress_bar()  # weight loading/saving bars would break our own bar
     trainer = None
     try:
-        with StopAtOnceOnSignal():  # SIGTERM/SIGHUP while loading: a line and 128 + the signal, as Ctrl-C
+        with StopAtOnceOnSignal(then_leave=as_program):  # SIGTERM/SIGHUP while loading: a line and 128 + the signal
             trainer = Trainer(cfg)
             trainer.train()
         return 0, trainer

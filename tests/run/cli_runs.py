@@ -13,6 +13,15 @@ def lowercase_frac(prompts, completions, **kw):
     return [sum(ch.islower() and ch.isascii() for ch in c) / max(1, len(c)) for c in completions]
 '''
 
+SLOW = '''
+import time
+
+
+def slow_lowercase(prompts, completions, **kw):
+    time.sleep(1.0)  # a step of a second at least: two signals 0.05 s apart both land inside it
+    return [sum(ch.islower() for ch in c) / max(1, len(c)) for c in completions]
+'''
+
 
 def train_command(output_dir: Path, reward: str, *extra: str) -> list[str]:
     return [sys.executable, "-m", "rlvr.cli", "train", "model=tiny-random", "data=rg:basic_arithmetic:size=64",

@@ -9,7 +9,7 @@ from pathlib import Path
 from rlvr.run.checkpoint_files import list_checkpoints
 from rlvr.run.stopping import TrainingInterrupted, stopped_at_once_advice
 
-from .cli_runs import ENV, last_line, reward_file, train_command, wait_for_step
+from .cli_runs import ENV, SLOW, last_line, reward_file, train_command, wait_for_step
 
 
 def test_sighup_finishes_the_step_saves_and_exits_129_and_resume_continues(tmp_path):
@@ -32,8 +32,8 @@ def test_sighup_finishes_the_step_saves_and_exits_129_and_resume_continues(tmp_p
 
 def test_a_second_sigterm_before_any_checkpoint_exits_143_and_its_advice_works(tmp_path):
     """It exited 130 and advised resume=true, which was then refused (metrics, no checkpoint)."""
-    run, reward = tmp_path / "run", reward_file(tmp_path)
-    proc = subprocess.Popen(train_command(run, reward, "max_steps=500", "max_completion_length=64"), env=ENV,
+    run, reward = tmp_path / "run", reward_file(tmp_path, SLOW, "slow_lowercase")
+    proc = subprocess.Popen(train_command(run, reward, "max_steps=500"), env=ENV,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     wait_for_step(run, 1, proc)
     os.killpg(proc.pid, signal.SIGTERM)  # to every process of the job, as SLURM does: each gets it once
@@ -48,6 +48,60 @@ def test_a_second_sigterm_before_any_checkpoint_exits_143_and_its_advice_works(t
     again = subprocess.run(train_command(run, reward, "max_steps=1", "overwrite_output_dir=true"), check=False, env=ENV,
                            capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
+
+
+def test_a_second_ctrl_c_stops_at_once(tmp_path):
+    run, reward = tmp_path / "run", reward_file(tmp_path, SLOW, "slow_lowercase")
+    proc = subprocess.Popen(train_command(run, reward, "max_steps=500"), env=ENV, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    wait_for_step(run, 1, proc)
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: to every process of the terminal's job
+    time.sleep(0.05)  # well inside the step under way
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130 and "Traceback" not in err, err[-2000:]
+    assert last_line(err).startswith("rlvr train: interrupted by SIGINT; no checkpoint was written yet: start over")
+
+
+AT_EXIT = '''
+import atexit
+import pathlib
+import time
+
+
+def _leaving():
+    pathlib.Path(__file__).with_suffix(".leaving").touch()
+    time.sleep(60)  # an exit handler that takes its time (a tracker's upload)
+    pathlib.Path(__file__).with_suffix(".left").touch()
+
+
+atexit.register(_leaving)
+
+
+def lowercase_frac(prompts, completions, **kw):
+    return [sum(ch.islower() for ch in c) / max(1, len(c)) for c in completions]
+'''
+
+
+def test_a_ctrl_c_after_the_run_ends_the_process_at_once_without_a_traceback(tmp_path):
+    """CI: a second Ctrl-C reached the process in torch's exit handler, which printed a KeyboardInterrupt
+    traceback (and exited 0). Once the run is over, a signal ends the process at once with 128 + the signal
+    (SIGTERM and SIGHUP did so already: their default action)."""
+    signum = signal.SIGINT
+    run, reward = tmp_path / "run", reward_file(tmp_path, AT_EXIT)
+    proc = subprocess.Popen(train_command(run, reward, "max_steps=1"), env=ENV, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    leaving, left = tmp_path / "lowercase_frac.leaving", tmp_path / "lowercase_frac.left"
+    deadline = time.monotonic() + 300
+    while not leaving.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert leaving.exists(), "the run never reached its exit handlers"
+    os.killpg(proc.pid, signum)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signum, err[-2000:]
+    assert "Traceback" not in err and not left.exists()
+    assert list_checkpoints(run), "the finished run saved nothing"
+    assert "ended with status" not in err  # `rlvr train` knew the run had finished
 
 
 def test_the_advice_after_stopping_at_once_is_true_in_every_state(tmp_path):

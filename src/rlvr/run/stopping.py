@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Self
 
 from rlvr.run.checkpoint_files import list_checkpoints
+from rlvr.run.supervise import report_finished
 
 
 class TrainingStopped(RuntimeError):
@@ -100,18 +102,38 @@ def stopped_at_once_advice(output_dir: Path | None) -> str:
 class StopAtOnceOnSignal:
     """Context manager for the whole of ``rlvr train``: SIGTERM and SIGHUP outside the training loop (the
     model loading, say) stop at once as Ctrl-C does (``SignalStop``), with the line and the exit code of
-    a signal, instead of killing the process without a word. Main thread only; the old handlers return."""
+    a signal, instead of killing the process without a word. Main thread only.
+
+    ``then_leave`` (the ``rlvr train`` program, not ``main(argv)`` called from Python): leaving it, the run is
+    over (finished, stopped or interrupted) and the process on its way out, so from then on a signal ends it
+    at once with 128 + the signal (:func:`leave_at_once`) — a Ctrl-C pressed twice used to land in one of
+    torch's exit handlers and print a KeyboardInterrupt traceback. Otherwise the old handlers return."""
+
+    def __init__(self, *, then_leave: bool = False):
+        self.then_leave = then_leave
+        self._previous: dict[int, object] = {}
 
     def __enter__(self) -> Self:
-        self._previous = {}
         if threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGTERM, signal.SIGHUP):
+            for signum in SIGNALS:
                 self._previous[signum] = signal.signal(signum, stop_at_once)
         return self
 
     def __exit__(self, *exc_info) -> None:
         for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
+            signal.signal(signum, leave_at_once if self.then_leave else handler)
+
+
+def leave_at_once(signum: int, frame) -> None:
+    """A signal handler for a process whose run is over: exit now with 128 + the signal, skipping the exit
+    handlers left (torch's, a tracker's upload); what the run wrote is already on disk."""
+    report_finished()  # `rlvr train` (the parent) reports this status as is
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(128 + signum)
 
 
 def count_skipped_steps(in_a_row: int, *, step: int, taken: int, trailing: int, limit: int) -> int:
