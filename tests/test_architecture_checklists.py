@@ -41,6 +41,7 @@ from rlvr.core.advantages import (
 from rlvr.core.losses import POLICY_LOSSES, LossSettings, register_policy_loss
 from rlvr.core.names import ADVANTAGE_ESTIMATOR_NAMES, POLICY_LOSS_NAMES
 from rlvr.data import load_rows
+from rlvr.train.dry_run import dry_run_report
 from rlvr.train.plan import compile_plan
 from rlvr.train.rewarding import reward_columns
 from rlvr.train.trainer import Trainer
@@ -546,6 +547,11 @@ def test_add_a_rollout_engine(tmp_path, monkeypatch):
         compile_plan(build_config(tiny_run(tmp_path / "x", rollout_engine="toy_local", async_generation=True)))
     with pytest.raises(ValueError, match="rollout_engine=toy_copy with parallelism=fsdp is not supported"):
         compile_plan(build_config(tiny_run(tmp_path / "y", rollout_engine="toy_copy", parallelism="fsdp")))
+    asleep = build_config(tiny_run(tmp_path / "z", rollout_engine="toy_local", vllm_enable_sleep_mode=True))
+    assert any("vllm_enable_sleep_mode=true has no effect: rollout_engine=toy_local" in line
+               for line in dry_run_report(asleep))  # supports_sleep=False: said, not silently dropped
+    monkeypatch.setattr(ToyLocalEngine, "supports_sleep", True)
+    assert compile_plan(asleep).engine.ignored == ()
 
     trainer = Trainer(cfg)
     metrics = trainer.train()

@@ -5,7 +5,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -101,6 +100,19 @@ def test_a_lock_kept_by_a_leftover_process_names_it_and_how_to_end_it(tmp_path):
         os.kill(leftover, signal.SIGKILL)
 
 
+class _Clock:
+    """supervise's ``time``: ``monotonic`` is ``now``, moved by the test; ``sleep`` returns at once."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def monotonic(self):
+        return self.now
+
+    def sleep(self, seconds):
+        pass
+
+
 class _Child:
     def __init__(self):
         self.sent = []
@@ -111,24 +123,28 @@ class _Child:
 
 def test_a_signal_is_passed_on_only_when_the_training_process_did_not_get_it(monkeypatch):
     """`kill PID` reaches only `rlvr train`: passed on. SLURM's SIGTERM reaches both: not passed on (a second
-    SIGTERM would stop the run at once, losing the step)."""
-    monkeypatch.setattr(supervise, "ECHO_WINDOW_S", 0.05)
+    SIGTERM would stop the run at once, losing the step). A clock of our own: a loaded machine's pauses
+    between two calls must not decide the outcome."""
+    clock = _Clock()
+    monkeypatch.setattr(supervise, "time", clock)
+    window = supervise.ECHO_WINDOW_S
     child = _Child()
     relay = supervise._Relay(child)
     relay.parent_got(signal.SIGTERM, None)  # the parent alone
+    clock.now += window / 2
     relay.pass_on()
     assert child.sent == []  # not yet: the child may report it within the window
-    time.sleep(0.06)
+    clock.now += window
     relay.pass_on()
     assert child.sent == [signal.SIGTERM]
     relay.child_got(bytes([signal.SIGTERM]))  # the echo of the one passed on
     relay.parent_got(signal.SIGTERM, None)  # now both get one
     relay.child_got(bytes([signal.SIGTERM]))
-    time.sleep(0.06)
+    clock.now += 1.2 * window
     relay.pass_on()
     assert child.sent == [signal.SIGTERM]  # not passed on again
     relay.parent_got(signal.SIGINT, None)  # two Ctrl-C to the parent alone: two are passed on
     relay.parent_got(signal.SIGINT, None)
-    time.sleep(0.06)
+    clock.now += 1.2 * window
     relay.pass_on()
     assert child.sent == [signal.SIGTERM, signal.SIGINT, signal.SIGINT]

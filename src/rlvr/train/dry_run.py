@@ -44,6 +44,7 @@ def dry_run_report(cfg: ExperimentConfig) -> list[str]:
         (f"each step: {batch.prompts_per_step} prompts x {batch.completions_per_prompt} completions, micro-batches of "
         f"{batch.micro_batch} on {batch.world_size} process(es), {batch.optimizer_steps_per_pass} optimiser step(s) "
         f"per pass; {length.steps} steps ({length.steps_per_epoch} per epoch)"),
+        *(f"warning: {ignored}" for ignored in plan.engine.ignored),
     ]
 
 

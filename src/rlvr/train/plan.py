@@ -58,6 +58,7 @@ class EnginePlan:
 
     name: str  # rollout_engine
     ahead: bool  # async_generation: the next step's round is sampled during this update
+    ignored: tuple[str, ...] = ()  # options the config sets that this engine cannot honour (start-up warnings)
 
 
 @dataclass(frozen=True)
@@ -203,7 +204,9 @@ def update_settings(cfg: ExperimentConfig, batch: BatchShape, autocast: str | No
 def engine_plan(cfg: ExperimentConfig) -> EnginePlan:
     """The engine's part of the plan, from its class's abilities: async generation needs an engine that
     ``supports_async_generation``; an engine that ``keeps_own_weights`` cannot follow an FSDP-sharded policy
-    (it would need the gathered weights after every update). Refused at any process count."""
+    (it would need the gathered weights after every update). Refused at any process count. Sleep mode on an
+    engine without ``supports_sleep`` changes nothing (TRL, too, ignores its vLLM options without vLLM): named
+    in a start-up warning."""
     r = cfg.rollout
     engine = engine_class(r.rollout_engine)
     if r.async_generation and not engine.supports_async_generation:
@@ -214,7 +217,13 @@ def engine_plan(cfg: ExperimentConfig) -> EnginePlan:
         raise ValueError(f"rollout_engine={r.rollout_engine} with parallelism=fsdp is not supported (the engine keeps "
                          "its own copy of the weights and would need the gathered weights after every update); use "
                          "parallelism=ddp or rollout_engine=rlvr")
-    return EnginePlan(name=r.rollout_engine, ahead=r.async_generation)
+    ignored = ()
+    if cfg.vllm.vllm_enable_sleep_mode and not engine.supports_sleep:
+        why = ("cannot release its memory between rollouts" if engine.keeps_own_weights else
+               "has no memory of its own to release between rollouts (it samples from the training model)")
+        ignored = (f"vllm_enable_sleep_mode=true has no effect: rollout_engine={r.rollout_engine} {why}; drop the "
+                   "option, or use rollout_engine=vllm",)
+    return EnginePlan(name=r.rollout_engine, ahead=r.async_generation, ignored=ignored)
 
 
 def is_correction(cfg: ExperimentConfig) -> ISCorrection | None:

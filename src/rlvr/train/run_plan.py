@@ -127,4 +127,5 @@ def start_lines(defaults: str | None, plan: StepPlan, length: RunLength, num_row
     warning = async_lag_warning(plan.engine.ahead, plan.update.is_correction)
     if warning is not None:
         lines.append((logging.WARNING, warning))
+    lines.extend((logging.WARNING, ignored) for ignored in plan.engine.ignored)
     return lines
