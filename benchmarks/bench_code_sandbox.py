@@ -19,7 +19,6 @@ Prints a markdown table (docs/performance.md, "Code sandbox"); all three must pa
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import subprocess
@@ -34,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from rlvr.data import load_rows
 from rlvr.rewards.code_rewards import program
 from rlvr.rewards.sandbox import Job, SandboxPool
-from rlvr.rewards.verl_code import verl_runner_path
+from rlvr.rewards.verl_code import load_verl_prime_code
 
 
 def programs(limit: int) -> list[str]:
@@ -53,16 +52,6 @@ def run_plain(sources: list[str], workers: int) -> int:
 
     with ThreadPoolExecutor(workers) as executor:
         return sum(executor.map(one, sources))
-
-
-def load_prime_code():
-    folder = Path(verl_runner_path()).parent  # verl's package __init__ needs ray: its folder as a package
-    spec = importlib.util.spec_from_file_location("verl_prime_code", folder / "__init__.py",
-                                                  submodule_search_locations=[str(folder)])
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["verl_prime_code"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def run_verl(prime_code, sources: list[str], workers: int) -> int:
@@ -93,7 +82,7 @@ def main() -> None:
     args = parser.parse_args()
     sources = programs(args.problems)
     trivial = ["pass\n"] * len(sources)
-    prime_code = load_prime_code()
+    prime_code = load_verl_prime_code()
     with SandboxPool("namespaces", workers=args.workers) as pool:
         run_sandbox(pool, sources[:4])  # warm: the workers' first fork
         rows = [("rlvr sandbox (namespaces, warm pool)", *timed(lambda: run_sandbox(pool, sources), args.repeats)),

@@ -254,14 +254,6 @@ def never_stop(trainer) -> None:
     trainer.engine.eos_token_ids = [trainer.policy.config.vocab_size]
 
 
-def close_trainer(trainer) -> None:
-    trainer.rollouts.close()
-    trainer.rewarder.close()
-    trainer.trackers.close()
-    if trainer.lock is not None:
-        trainer.lock.release()
-
-
 def reset_peak(args) -> None:
     gc.collect()
     if args.cuda:
@@ -338,7 +330,7 @@ def rlvr_steps(args, part: str, steps: int, record: dict, save, **extra) -> None
                                    {"wall_s": time.perf_counter() - start, "peak_gib": peak_gib(args)})
             save()
     finally:
-        close_trainer(trainer)
+        trainer.close()
         del trainer
         reset_peak(args)
 

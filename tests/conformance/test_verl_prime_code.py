@@ -4,15 +4,12 @@ folder as a package of its own."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
 from rlvr.rewards import resolve_reward
-from rlvr.rewards.verl_code import verl_runner_path
+from rlvr.rewards.verl_code import load_verl_prime_code
 
 STDIN_TESTS = {"inputs": ["1 2\n", "5 5\n", "0 0\n", "10 -3\n"], "outputs": ["3\n", "10\n", "0\n", "7\n"]}
 # call-based rows: each input is JSON arguments one per line, each output JSON (verl's run_test reads them so)
@@ -29,19 +26,9 @@ PROGRAMS = {  # name -> (completion, tests)
 }
 
 
-def _prime_code():
-    folder = Path(verl_runner_path()).parent
-    spec = importlib.util.spec_from_file_location("verl_prime_code", folder / "__init__.py",
-                                                  submodule_search_locations=[str(folder)])
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["verl_prime_code"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def prime_code():
-    return _prime_code()
+    return load_verl_prime_code()
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))

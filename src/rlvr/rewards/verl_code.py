@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 from rlvr.dependencies import MissingDependency
@@ -44,6 +45,19 @@ def verl_runner_path() -> str:
     if not path.is_file():
         raise MissingDependency(f"verl is installed but has no {path}; install verl==0.9.1")
     return str(path)
+
+
+def load_verl_prime_code():
+    """verl's own ``prime_code`` module (its ``compute_score``, verl's local executor), for running it beside
+    rlvr's scores on safe programs (a test, a benchmark) — never on a model's output. Loaded from its folder,
+    since verl's package ``__init__`` needs ray."""
+    folder = Path(verl_runner_path()).parent
+    spec = importlib.util.spec_from_file_location("verl_prime_code", folder / "__init__.py",
+                                                  submodule_search_locations=[str(folder)])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["verl_prime_code"] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def _check(in_outs: dict, solution: str, timeout: int, sandbox: str) -> list:

@@ -221,8 +221,9 @@ def engine_plan(cfg: ExperimentConfig) -> EnginePlan:
     if cfg.vllm.vllm_enable_sleep_mode and not engine.supports_sleep:
         why = ("cannot release its memory between rollouts" if engine.keeps_own_weights else
                "has no memory of its own to release between rollouts (it samples from the training model)")
-        ignored = (f"vllm_enable_sleep_mode=true has no effect: rollout_engine={r.rollout_engine} {why}; drop the "
-                   "option, or use rollout_engine=vllm",)
+        line = (f"vllm_enable_sleep_mode=true has no effect: rollout_engine={r.rollout_engine} {why}; drop the "
+                "option, or use rollout_engine=vllm")
+        ignored = (line,)
     return EnginePlan(name=r.rollout_engine, ahead=r.async_generation, ignored=ignored)
 
 

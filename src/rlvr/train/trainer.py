@@ -156,8 +156,7 @@ class Trainer:
         self.generate_groups = GroupGenerator(self.plan.rollout, self.engine, self.tokenizer, self.prompts,
                                               self.group_ids, self.dist, policy=self.policy)
         self.rollouts = Rollouts(self.generate_groups, self.sampler, self.group_ids,  # async_generation: ahead
-                                 prompts_per_step=self.plan.rollout.prompts_per_step,
-                                 ahead=self.plan.engine.ahead)
+                                 prompts_per_step=self.plan.rollout.prompts_per_step, ahead=self.plan.engine.ahead)
 
     def _set_up_phases(self, cfg: ExperimentConfig) -> None:
         """The reward, DaGRPO and update phases, the optimiser and its schedule, and the training-time eval."""
@@ -167,12 +166,10 @@ class Trainer:
         if self.plan.diversity_every:
             require_embedding_packages("diversity_steps")
         scorer = setup.build_scorer(cfg, device=self.device) if self.plan.dagrpo is not None else None
-        self.dagrpo = build_dagrpo_phase(self.plan.dagrpo, scorer, rows=self.rows,
+        self.dagrpo = build_dagrpo_phase(self.plan.dagrpo, scorer, rows=self.rows, rewarder=self.rewarder,
                                          max_completion_length=self.plan.rollout.max_completion_length,
-                                         tokenizer=self.tokenizer, eos_token_id=self.engine.eos_token_ids[0],
-                                         rewarder=self.rewarder)
-        params = [p for p in self.policy.parameters() if p.requires_grad]
-        self.optimizer = setup.build_optimizer(params, cfg.optim)
+                                         tokenizer=self.tokenizer, eos_token_id=self.engine.eos_token_ids[0])
+        self.optimizer = setup.build_optimizer([p for p in self.policy.parameters() if p.requires_grad], cfg.optim)
         self.scheduler = setup.build_scheduler(self.optimizer, cfg.optim, self.length.optimizer_steps)
         self.update = PolicyUpdate(self.plan.update, self.train_model, self.optimizer, self.scheduler,
                                    pad_token_id=self.tokenizer.pad_token_id, ref_model=self.ref_model, ctx=self.dist,
@@ -266,19 +263,24 @@ class Trainer:
         finally:
             if progress is not None:
                 progress.close()
-            self.rollouts.close()
-            if hasattr(self.engine, "close"):  # vllm_mode=server: leave the weight group (the server keeps running)
-                self.engine.close()
-            self.rewarder.close()
-            self.trackers.close()
-            if self.lock is not None:
-                self.lock.release()
+            self.close()
             shutdown_distributed(self.dist)  # also when a step raised (e.g. TrainingStopped)
         if main:
             progress.summary(self.metrics_log.read(), self.output_dir)
             if self.hub is not None:
                 self.hub.push_final()
         return history
+
+    def close(self) -> None:
+        """Release what the run holds (``train`` does, however it ends; a caller stepping the trainer itself
+        calls it): the rollout thread, a vLLM server's weight group, the reward workers, trackers, the folder lock."""
+        self.rollouts.close()
+        if hasattr(self.engine, "close"):  # vllm_mode=server: leave the weight group (the server keeps running)
+            self.engine.close()
+        self.rewarder.close()
+        self.trackers.close()
+        if self.lock is not None:
+            self.lock.release()
 
     def save(self, step: int, *, final: bool = False) -> Path | None:
         """The checkpoint of the end of ``step`` (checkpointing.py); ``final``: the model also at output_dir."""

@@ -107,7 +107,7 @@ class GRPOTrainer:
         if self._trainer is not None and (resume is None or resume == self._resumed_with):
             return self._trainer
         if self._trainer is not None:
-            _close(self._trainer)
+            self._trainer.close()
         cfg = self.cfg
         if resume is not None:
             extra = {"resume": True} if resume is True else {"resume_from_checkpoint": str(resume)}
@@ -225,14 +225,6 @@ def _rows(data):
         return [dict(row) for row in data]
     raise TypeError(f"a dataset must be a datasets.Dataset, an IterableDataset or a list of row dicts, "
                     f"got a {type(data).__name__}")
-
-
-def _close(trainer) -> None:
-    trainer.rollouts.close()
-    trainer.rewarder.close()
-    trainer.trackers.close()
-    if trainer.lock is not None:
-        trainer.lock.release()
 
 
 def show_rlvr_logs() -> None:
