@@ -231,7 +231,8 @@ def run_train(args: argparse.Namespace, argv: list[str]) -> int:
     if cfg.run.nproc > 1 and "WORLD_SIZE" not in os.environ:
         return launch_torchrun(cfg.run.nproc, argv)
     as_program = supervisor_pid() is not None or "WORLD_SIZE" in os.environ  # not main(argv) from Python
-    code, trainer = train_exit_code(cfg, args.command, as_program=as_program)  # the trainer stays referenced until the exit below
+    # the trainer stays referenced until the exit below
+    code, trainer = train_exit_code(cfg, args.command, as_program=as_program)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         # A torchrun worker leaves without running torch's C++ destructors: after the process
         # group is destroyed, freeing the DDP/gloo objects can block for ever in a thread join
