@@ -4,6 +4,7 @@ and which engine each combination builds (rlvr.train.setup)."""
 import pytest
 
 from rlvr.config import build_config
+from rlvr.train.plan import engine_plan
 from rlvr.train.setup import engine_spec
 
 
@@ -65,18 +66,23 @@ def test_trls_older_cap_name_is_the_clip_max():
     assert build_config({"vllm_importance_sampling_cap": 2.0}).vllm.vllm_importance_sampling_clip_max == 2.0
 
 
+def _spec(cfg, *, is_main):
+    """The engine and its keywords as the trainer builds them: from the config and the plan's engine part."""
+    return engine_spec(cfg, engine_plan(cfg), is_main=is_main)
+
+
 def test_each_combination_builds_its_engine():
-    assert engine_spec(build_config({}), is_main=True) == ("rlvr", {"max_batch_size": 64, "fused": True})
-    assert engine_spec(build_config({"rollout_engine": "hf", "max_rollout_batch_size": 8}), is_main=True) == (
+    assert _spec(build_config({}), is_main=True) == ("rlvr", {"max_batch_size": 64, "fused": True})
+    assert _spec(build_config({"rollout_engine": "hf", "max_rollout_batch_size": 8}), is_main=True) == (
         "hf", {"max_batch_size": 8})
-    name, kw = engine_spec(build_config({"rollout_engine": "vllm", "vllm_gpu_memory_utilization": 0.5,
-                                         "vllm_max_model_length": 2048, "vllm_enable_sleep_mode": True}), is_main=True)
+    name, kw = _spec(build_config({"rollout_engine": "vllm", "vllm_gpu_memory_utilization": 0.5,
+                              "vllm_max_model_length": 2048, "vllm_enable_sleep_mode": True}), is_main=True)
     assert name == "vllm" and kw == {"max_model_len": 2048, "kv_cache_tokens": 32768, "gpu_memory_utilization": 0.5,
                                      "enable_sleep_mode": True}
     server = build_config({"rollout_engine": "vllm", "vllm_mode": "server", "vllm_server_host": "10.0.0.2",
                            "vllm_server_port": 8001, "vllm_tensor_parallel_size": 2})
-    assert engine_spec(server, is_main=False) == ("vllm-server", {
+    assert _spec(server, is_main=False) == ("vllm-server", {
         "base_url": "http://10.0.0.2:8001", "timeout": 240.0, "group_port": 51216, "tensor_parallel_size": 2,
         "push_weights": False})
     url = build_config({"rollout_engine": "vllm", "vllm_mode": "server", "vllm_server_base_url": "http://h:9/"})
-    assert engine_spec(url, is_main=True)[1]["base_url"] == "http://h:9"
+    assert _spec(url, is_main=True)[1]["base_url"] == "http://h:9"

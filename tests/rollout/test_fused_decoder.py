@@ -101,11 +101,15 @@ def test_engine_fused_equals_plain_sampling_and_greedy(name, monkeypatch):
 
 def test_fused_decoding_option_reaches_the_engine():
     from rlvr.config import load_config
+    from rlvr.train.plan import engine_plan
     from rlvr.train.setup import engine_spec
 
-    assert engine_spec(load_config(None, []), is_main=True) == ("rlvr", {"max_batch_size": 64, "fused": True})
+    def _spec(cfg, *, is_main):
+        return engine_spec(cfg, engine_plan(cfg), is_main=is_main)
+
+    assert _spec(load_config(None, []), is_main=True) == ("rlvr", {"max_batch_size": 64, "fused": True})
     off = load_config(None, ["fused_decoding=false"])
-    assert engine_spec(off, is_main=True)[1]["fused"] is False
+    assert _spec(off, is_main=True)[1]["fused"] is False
 
 
 def test_weights_changed_between_calls_are_used():

@@ -58,6 +58,7 @@ class EnginePlan:
 
     name: str  # rollout_engine
     ahead: bool  # async_generation: the next step's round is sampled during this update
+    sleep: bool = False  # vllm_enable_sleep_mode on an engine that supports_sleep: memory released between rollouts
     ignored: tuple[str, ...] = ()  # options the config sets that this engine cannot honour (start-up warnings)
 
 
@@ -217,14 +218,14 @@ def engine_plan(cfg: ExperimentConfig) -> EnginePlan:
         raise ValueError(f"rollout_engine={r.rollout_engine} with parallelism=fsdp is not supported (the engine keeps "
                          "its own copy of the weights and would need the gathered weights after every update); use "
                          "parallelism=ddp or rollout_engine=rlvr")
-    ignored = ()
-    if cfg.vllm.vllm_enable_sleep_mode and not engine.supports_sleep:
+    ignored, sleep = (), cfg.vllm.vllm_enable_sleep_mode
+    if sleep and not engine.supports_sleep:
         why = ("cannot release its memory between rollouts" if engine.keeps_own_weights else
                "has no memory of its own to release between rollouts (it samples from the training model)")
         line = (f"vllm_enable_sleep_mode=true has no effect: rollout_engine={r.rollout_engine} {why}; drop the "
                 "option, or use rollout_engine=vllm")
-        ignored = (line,)
-    return EnginePlan(name=r.rollout_engine, ahead=r.async_generation, ignored=ignored)
+        ignored, sleep = (line,), False
+    return EnginePlan(name=r.rollout_engine, ahead=r.async_generation, sleep=sleep, ignored=ignored)
 
 
 def is_correction(cfg: ExperimentConfig) -> ISCorrection | None:

@@ -62,7 +62,7 @@ from rlvr.rollout import engine_class
 from rlvr.run.trackers import require_trackers
 from rlvr.train.evaluation import TrainingEval, training_overlap
 from rlvr.train.memory_bound import check_update_memory
-from rlvr.train.plan import RunLength, StepPlan, step_kind
+from rlvr.train.plan import EnginePlan, RunLength, StepPlan, step_kind
 from rlvr.train.rewarding import Rewarder, reward_columns
 from rlvr.train.sft import sft_rows
 
@@ -95,23 +95,24 @@ def build_scheduler(optimizer: torch.optim.Optimizer, o: OptimConfig, total_step
                          "schedule takes (cosine_with_min_lr needs min_lr or min_lr_rate)") from None
 
 
-def engine_spec(cfg: ExperimentConfig, *, is_main: bool) -> tuple[str, dict]:
+def engine_spec(cfg: ExperimentConfig, plan: EnginePlan, *, is_main: bool) -> tuple[str, dict]:
     """(engine name for ``rlvr.rollout.build_engine``, its keywords): each engine's own options, from
-    :data:`ENGINE_OPTIONS` (an engine registered without an entry there is built with none). ``is_main``: this
-    process is rank 0, the one that pushes weights to a vLLM server (every rank holds the same weights)."""
+    :data:`ENGINE_OPTIONS` (an engine registered without an entry there is built with none), and what the plan
+    decided from its abilities (``plan``). ``is_main``: this process is rank 0, the one that pushes weights to a
+    vLLM server (every rank holds the same weights)."""
     options = ENGINE_OPTIONS.get(cfg.rollout.rollout_engine)
-    return options(cfg, is_main) if options is not None else (cfg.rollout.rollout_engine, {})
+    return options(cfg, plan, is_main) if options is not None else (cfg.rollout.rollout_engine, {})
 
 
-def _rlvr_engine_options(cfg: ExperimentConfig, is_main: bool) -> tuple[str, dict]:
+def _rlvr_engine_options(cfg: ExperimentConfig, plan: EnginePlan, is_main: bool) -> tuple[str, dict]:
     return "rlvr", {"max_batch_size": cfg.rollout.max_rollout_batch_size, "fused": cfg.rollout.fused_decoding}
 
 
-def _hf_engine_options(cfg: ExperimentConfig, is_main: bool) -> tuple[str, dict]:
+def _hf_engine_options(cfg: ExperimentConfig, plan: EnginePlan, is_main: bool) -> tuple[str, dict]:
     return "hf", {"max_batch_size": cfg.rollout.max_rollout_batch_size}
 
 
-def _vllm_engine_options(cfg: ExperimentConfig, is_main: bool) -> tuple[str, dict]:
+def _vllm_engine_options(cfg: ExperimentConfig, plan: EnginePlan, is_main: bool) -> tuple[str, dict]:
     """The colocated vLLM engine's options, or (vllm_mode=server) the client of ``rlvr vllm-serve``'s."""
     v = cfg.vllm
     if v.vllm_mode == "server":
@@ -121,7 +122,7 @@ def _vllm_engine_options(cfg: ExperimentConfig, is_main: bool) -> tuple[str, dic
                                "push_weights": is_main}
     return "vllm", {"max_model_len": v.vllm_max_model_length, "kv_cache_tokens": v.vllm_kv_cache_tokens,
                     "gpu_memory_utilization": v.vllm_gpu_memory_utilization,
-                    "enable_sleep_mode": v.vllm_enable_sleep_mode}
+                    "enable_sleep_mode": plan.sleep}
 
 
 # rollout_engine -> its options from the config (the sections each engine reads)

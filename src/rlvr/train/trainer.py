@@ -136,7 +136,7 @@ class Trainer:
         self.ref_model, self.train_model = models.reference, models.train_model
         if self.device.type == "cpu" and self.dist.is_main:
             logger.info("CPU: %d torch threads; %s", torch.get_num_threads(), threads.applied())
-        engine, options = setup.engine_spec(cfg, is_main=self.dist.is_main)  # rlvr | hf | vllm colocated | vllm server
+        engine, options = setup.engine_spec(cfg, self.plan.engine, is_main=self.dist.is_main)  # rlvr|hf|vllm|server
         self.engine = build_engine(engine, self.policy, pad_token_id=self.tokenizer.pad_token_id,
                                    eos_token_ids=eos_token_ids(self.policy, self.tokenizer), **options)
         self.dist.barrier()  # vllm_mode=server: rank 0 has pushed the weights (version 1) before any rank samples
