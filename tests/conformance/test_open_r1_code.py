@@ -14,6 +14,7 @@ import asyncio
 import importlib.util
 import sys
 import types
+import uuid
 from pathlib import Path
 
 import pytest
@@ -54,7 +55,7 @@ class LocalSandbox:
         return cls(Path(LocalSandbox.root))
 
     async def run_code(self, script: str, languages=None) -> Execution:
-        result = self.folder / f"result-{id(script)}-{len(list(self.folder.iterdir()))}"
+        result = self.folder / f"result-{uuid.uuid4().hex}"
         proc = await asyncio.create_subprocess_exec(sys.executable, "-c", CELL, script, str(result),
                                                     stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
         await proc.wait()
