@@ -76,3 +76,29 @@ def test_rows_without_a_gold_train_when_every_reward_is_the_users(tmp_path):
         cfg = build_config({"model": "tiny-random", "data": rows, "reward_funcs": [reward], "max_steps": 1} | refused)
         with pytest.raises(ValueError, match="field 'answer' is missing"):
             dry_run_report(cfg)
+
+
+def test_a_stream_train_set_needs_max_steps_and_only_what_the_run_consumes_is_read(tmp_path):
+    """TRL 1.16 takes an IterableDataset (a streaming dataset) when max_steps is set. It was read whole: an endless
+    stream never returned. Now the run's rows are read: max_steps generation batches of B prompts."""
+    from datasets import IterableDataset
+
+    read = []
+
+    def endless():
+        for i in range(10_000):
+            read.append(i)
+            yield {"prompt": f"What is {i} + 1?", "answer": str(i + 1)}
+        raise AssertionError("the stream was read far past what the run needs")
+
+    stream = IterableDataset.from_generator(endless)
+    with pytest.raises(ValueError, match="IterableDataset.*set max_steps in args, as TRL requires"):
+        _trainer(train_dataset=stream, args=GRPOConfig(output_dir=str(tmp_path / "x")))
+    args = GRPOConfig(output_dir=str(tmp_path / "run"), max_steps=3, per_device_train_batch_size=4, num_generations=2,
+                      max_completion_length=4, report_to="none", save_strategy="no")
+    trainer = _trainer(train_dataset=stream, args=args)
+    rows = trainer.train_dataset
+    assert [row["prompt"] for row in rows] == [f"What is {i} + 1?" for i in range(3 * 2)]  # 3 steps x 2 prompts
+    assert len(read) < 100  # what the run consumes, and the reader's own look-ahead at most
+    trainer.train()
+    assert trainer.state.global_step == 3

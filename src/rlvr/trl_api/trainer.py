@@ -10,7 +10,8 @@ The arguments become one rlvr config with ``preset: trl`` (TRL's defaults and se
 its keys that differ from TRL's defaults (an ``rlvr.GRPOConfig`` or a ``trl.GRPOConfig``: what rlvr does
 with each key is docs/from_trl.md's table); ``model`` is a name, a folder or a loaded model (then
 ``processing_class`` or the model's own folder gives the tokenizer); ``reward_funcs`` callables and names;
-``train_dataset`` a ``datasets.Dataset``, an ``IterableDataset`` (read whole) or a list of row dicts;
+``train_dataset`` a ``datasets.Dataset``, an ``IterableDataset`` (with ``max_steps``, as TRL requires: the rows the
+run consumes are read from it) or a list of row dicts;
 ``peft_config`` a peft ``LoraConfig`` (its r, alpha, dropout and target modules); ``callbacks``
 transformers ``TrainerCallback`` objects, called on train begin/end, step end, log, save and evaluate.
 rlvr's :class:`~rlvr.train.trainer.Trainer` is built at the first ``train()`` (or ``model`` access), so
@@ -26,6 +27,7 @@ with the reason.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import sys
 from pathlib import Path
@@ -71,7 +73,8 @@ class GRPOTrainer:
         overrides = config_overrides(args)
         self._eval = {key: overrides.pop(key) for key in EVAL_KEYS if key in overrides}
         self.eval_dataset = eval_dataset
-        overrides.update(preset="trl", model=model, reward_funcs=reward_funcs, data=_rows(train_dataset))
+        overrides.update(preset="trl", model=model, reward_funcs=reward_funcs)
+        overrides["data"] = _train_rows(train_dataset, overrides)
         if processing_class is not None:
             overrides["processing_class"] = processing_class
         if peft_config is not None:
@@ -213,6 +216,34 @@ def lora_options(peft_config) -> dict:
         targets = ",".join(sorted(targets))
     return {"lora_r": peft_config.r, "lora_alpha": peft_config.lora_alpha, "lora_dropout": peft_config.lora_dropout,
             "lora_target_modules": targets}
+
+
+def _train_rows(data, overrides: dict):
+    """The train set as rlvr takes it; an ``IterableDataset`` (a stream) as TRL 1.16 takes one: ``max_steps`` must be
+    set, since its length is unknown, and the run reads the rows its steps consume (``max_steps`` generation
+    batches of prompts), not the whole stream — which may be endless. rlvr then shuffles those rows (TRL: a
+    buffered shuffle of the stream); a shorter stream is gone through again, epoch after epoch, as TRL's is."""
+    if not _is_stream(data):
+        return _rows(data)
+    from rlvr.config import build_config
+    from rlvr.config.experiment import configured_world_size
+    from rlvr.train.plan import run_length
+
+    cfg = build_config({**overrides, "data": [{"prompt": ""}]})  # the batch arithmetic, before any row is read
+    if cfg.run.max_steps <= 0:
+        raise ValueError("train_dataset is an IterableDataset (a stream): set max_steps in args, as TRL requires, "
+                         "since its length cannot be known (or pass a datasets.Dataset)")
+    batch = cfg.batch_shape(configured_world_size(cfg.run.nproc))
+    needed = run_length(cfg, batch, 1).steps * batch.prompts_per_step
+    rows = [dict(row) for row in itertools.islice(data, needed)]
+    if not rows:
+        raise ValueError("train_dataset is an IterableDataset that yields no rows")
+    return rows
+
+
+def _is_stream(data) -> bool:
+    """A ``datasets.IterableDataset`` (or another iterable of rows without a length)."""
+    return not isinstance(data, (list, tuple, dict)) and not hasattr(data, "__len__") and hasattr(data, "__iter__")
 
 
 def _rows(data):
