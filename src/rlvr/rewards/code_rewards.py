@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+import signal
+from collections import Counter
+from dataclasses import dataclass, field
 
 from rlvr.rewards.math_rewards import completion_text
 from rlvr.rewards.open_r1 import completion_content
@@ -40,6 +42,9 @@ from rlvr.rewards.sandbox import SANDBOX_MODES, Job, Outcome, SandboxLimits, sha
 BINARY_THRESHOLD = 0.99  # open-r1's binary_code_reward
 CASE_LIMITS = SandboxLimits(cpu_s=5, wall_s=10)
 CODE_EXTRACTIONS = ("auto", "open-r1", "verl")
+# what one test execution came to, as judges report it; counted per step (``pop_stats``: rewards/<f>/tests/<x>)
+TEST_OUTCOMES = ("passed", "wrong_answer", "runtime_error", "time_limit", "output_limit", "sandbox_error")
+_CPU_LIMIT_SIGNALS = (signal.SIGXCPU, signal.SIGKILL)  # RLIMIT_CPU's soft edge, then its hard edge
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,39 @@ def case_passes(outcome: Outcome, expected: str) -> bool:
     return all(got.strip() == want.strip() for got, want in zip(lines, expected.split("\n")))
 
 
+def execution_outcome(outcome: Outcome, passed: bool) -> str:
+    """One of :data:`TEST_OUTCOMES` for a test execution (``passed``: its check held). Convention, in this
+    order: past the output cap is an output limit (the sandbox then kills it); past the wall limit, or killed by
+    SIGXCPU or SIGKILL (RLIMIT_CPU's two edges), a time limit; a non-zero exit or another signal a runtime
+    error; exit 0 with the check failing a wrong answer."""
+    if outcome.sandbox_error:
+        return "sandbox_error"
+    if passed:
+        return "passed"
+    if outcome.output_truncated:  # (the sandbox kills a program past its output cap)
+        return "output_limit"
+    if outcome.timed_out or outcome.signal in _CPU_LIMIT_SIGNALS:
+        return "time_limit"
+    return "wrong_answer" if outcome.exit_code == 0 else "runtime_error"
+
+
+class OutcomeCounts:
+    """A code reward's counters since the rewarder last read them (``pop_stats``, into the step's metrics as
+    ``rewards/<name>/tests/<outcome>`` and ``rewards/<name>/no_code``): users plot these apart."""
+
+    def __init__(self):
+        self.counts: Counter = Counter()
+
+    def add(self, key: str, n: int = 1) -> None:
+        self.counts[key] += n
+
+    def pop(self, name: str) -> dict[str, float]:
+        stats = {f"{name}/tests/{key}": float(self.counts[key]) for key in TEST_OUTCOMES}
+        stats[f"{name}/no_code"] = float(self.counts["no_code"])
+        self.counts.clear()
+        return stats
+
+
 @dataclass(frozen=True)
 class CodeReward:
     """open-r1's ``code`` (``binary=False``) or ``binary_code`` reward, run in the sandbox (module docstring).
@@ -92,6 +130,7 @@ class CodeReward:
     sandbox: str = "namespaces"
     extraction: str = "auto"
     binary: bool = False
+    outcomes: OutcomeCounts = field(default_factory=OutcomeCounts, compare=False, repr=False)
     required_columns = ("verification_info",)
 
     @property
@@ -109,11 +148,18 @@ class CodeReward:
             if info.get("language", "python") != "python":
                 continue
             code = extract_code(_last_message(completion), style)
+            if not code.strip():
+                self.outcomes.add("no_code")
             for case in info["test_cases"]:
                 jobs.append(Job(code, stdin=case["input"], limits=CASE_LIMITS))
                 owners.append((index, case["output"]))
         outcomes = shared_pool(self.sandbox).run_many(jobs)
+        for (_, expected), outcome in zip(owners, outcomes):
+            self.outcomes.add(execution_outcome(outcome, case_passes(outcome, expected)))
         return [self._score(index, info, owners, outcomes) for index, info in enumerate(infos)]
+
+    def pop_stats(self) -> dict[str, float]:
+        return self.outcomes.pop(self.__name__)
 
     def _score(self, index: int, info: dict, owners: list, outcomes: list[Outcome]) -> float | None:
         if info.get("language", "python") != "python":
@@ -164,6 +210,7 @@ class CodeCheckReward:
 
     sandbox: str = "namespaces"
     extraction: str = "auto"
+    outcomes: OutcomeCounts = field(default_factory=OutcomeCounts, compare=False, repr=False)
     __name__ = "code_check_reward"
     required_columns = ("test", "entry_point")
 
@@ -172,17 +219,30 @@ class CodeCheckReward:
             raise ValueError("code_check reads a `test` column (defining check(candidate)) and an `entry_point` "
                              "column (the function's name), which this dataset lacks (HumanEval's rows have both)")
         heads = code_prompt if code_prompt is not None else [""] * len(completions)
+        self.outcomes.add("no_code", sum(not call_style_code(completion_content(c), self.extraction).strip()
+                                         for c in completions))
         jobs = [Job(program(head, completion_content(c), entry, self.extraction), kind="checked",
                     test=f"{tests}\ncheck({entry})\n", limits=CASE_LIMITS)
                 for c, head, tests, entry in zip(completions, heads, test, entry_point)]
         outcomes = shared_pool(self.sandbox).run_many(jobs)
+        for outcome in outcomes:  # a failed assert of the test: a wrong answer; any other way out: a runtime error
+            kind = execution_outcome(outcome, outcome.completed)
+            wrong = kind == "runtime_error" and "AssertionError" in outcome.stderr
+            self.outcomes.add("wrong_answer" if wrong else kind)
         return [None if outcome.sandbox_error else float(outcome.completed) for outcome in outcomes]
+
+    def pop_stats(self) -> dict[str, float]:
+        return self.outcomes.pop(self.__name__)
+
+
+def call_style_code(text: str, extraction: str = "auto") -> str:
+    """The code of a function-call style completion: its fenced block, or the whole text when it has none."""
+    return extract_code(text, "verl" if extraction == "auto" else extraction) if "```" in text else text
 
 
 def program(head: str, text: str, entry_point: str, extraction: str = "auto") -> str:
     """The program a function-call test runs: the prompt and the completion's code (class docstring)."""
-    fenced = "```" in text
-    code = extract_code(text, "verl" if extraction == "auto" else extraction) if fenced else text
+    code = call_style_code(text, extraction)
     if re.search(rf"^\s*def\s+{re.escape(entry_point)}\s*\(", code, re.MULTILINE):
         return f"{head}\n{code}"
     return head + code

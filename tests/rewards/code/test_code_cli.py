@@ -45,7 +45,12 @@ def test_train_on_open_r1_rows_from_a_file_runs_their_tests(tmp_path):
     data.write_text("".join(json.dumps(row) + "\n" for row in rows))
     assert main(_train(tmp_path / "run", data=data, reward_funcs="binary_code", shuffle="false",
                        prompts_per_step=4)) == 0
-    assert [m["rewards/binary_code_reward_mean"] for m in _metrics(tmp_path / "run")] == [0.5, 0.5]
+    metrics = _metrics(tmp_path / "run")
+    assert [m["rewards/binary_code_reward_mean"] for m in metrics] == [0.5, 0.5]
+    for m in metrics:  # each completion ran one case: its outcome counted, and its missing code block
+        tests = {key.rsplit("/", 1)[1]: m[key] for key in m if key.startswith("rewards/binary_code_reward/tests/")}
+        assert tests["passed"] == tests["wrong_answer"] == m["rewards/binary_code_reward/no_code"] / 2 > 0
+        assert sum(tests.values()) == m["rewards/binary_code_reward/no_code"]
 
 
 def test_verl_code_rows_from_parquet(tmp_path):

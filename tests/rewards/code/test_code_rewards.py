@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import signal
 
 import pytest
 
 from rlvr.rewards import CodeSettings, bind_code_settings, resolve_reward
-from rlvr.rewards.code_rewards import CodeReward, extract_code, program
+from rlvr.rewards.code_rewards import CodeReward, execution_outcome, extract_code, program
 from rlvr.rewards.sandbox import Outcome
 
 INFO = {"language": "python", "test_cases": [
@@ -108,3 +109,43 @@ def test_missing_columns_and_bad_settings_say_what_to_do():
         resolve_reward("code_check")(["x"], test=["pass"])
     with pytest.raises(ValueError, match="code_sandbox must be one of"):
         CodeSettings(sandbox="docker")
+
+
+def test_each_test_execution_is_counted_by_its_outcome():
+    """Wrong answer, runtime error, time and output limits, a sandbox failure: users plot them apart."""
+    reward = resolve_reward("code")
+    programs = [RIGHT, HALF, "```python\nraise ValueError('x')\n```", "no code at all",
+                "```python\nimport sys\nsys.stdout.write('x' * (4 << 20))\n```"]
+    reward([chat(p) for p in programs], verification_info=[INFO] * len(programs))
+    stats = reward.pop_stats()
+    assert stats == {"code_reward/tests/passed": 3.0, "code_reward/tests/wrong_answer": 3.0,
+                     "code_reward/tests/runtime_error": 2.0, "code_reward/tests/time_limit": 0.0,
+                     "code_reward/tests/output_limit": 2.0, "code_reward/tests/sandbox_error": 0.0,
+                     "code_reward/no_code": 1.0}
+    assert set(reward.pop_stats().values()) == {0.0}  # read once
+
+
+def test_the_outcome_of_a_limit_or_a_sandbox_failure():
+    def outcome(**fields):
+        base = {"exit_code": None, "signal": None, "timed_out": False, "output_truncated": False, "completed": False,
+                "stdout": "", "stderr": "", "wall_s": 0.1}
+        return Outcome(**(base | fields))
+
+    assert execution_outcome(outcome(timed_out=True, signal=signal.SIGKILL), False) == "time_limit"  # the wall limit
+    assert execution_outcome(outcome(signal=signal.SIGXCPU), False) == "time_limit"  # the CPU limit
+    assert execution_outcome(outcome(signal=signal.SIGSEGV), False) == "runtime_error"
+    assert execution_outcome(outcome(exit_code=0, output_truncated=True), False) == "output_limit"
+    assert execution_outcome(Outcome.failed("worker died"), False) == "sandbox_error"
+    assert execution_outcome(outcome(exit_code=0), False) == "wrong_answer"
+    assert execution_outcome(outcome(exit_code=0), True) == "passed"
+
+
+def test_a_function_call_test_counts_a_failed_assert_as_a_wrong_answer():
+    reward = resolve_reward("code_check")
+    test = "def check(candidate):\n    assert candidate(2, 3) == 5\n"
+    completions = ["```python\ndef add(a, b):\n    return a + b\n```", "```python\ndef add(a, b):\n    return a\n```",
+                   "```python\ndef add(a, b):\n    return a / 0\n```", "```python\n```"]
+    assert reward(completions, test=[test] * 4, entry_point=["add"] * 4) == [1.0, 0.0, 0.0, 0.0]
+    stats = reward.pop_stats()
+    assert (stats["code_check_reward/tests/passed"], stats["code_check_reward/tests/wrong_answer"],
+            stats["code_check_reward/tests/runtime_error"], stats["code_check_reward/no_code"]) == (1.0, 1.0, 2.0, 1.0)
