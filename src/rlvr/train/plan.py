@@ -293,3 +293,12 @@ def run_length(cfg: ExperimentConfig, batch: BatchShape, num_rows: int) -> RunLe
     return RunLength(steps=math.ceil(total / k), steps_per_epoch=max(1, per_epoch), optimizer_steps_per_step=k,
                      optimizer_steps=total, epochs=cfg.run.num_train_epochs or 0,
                      counts_optimizer_steps=cfg.run.preset == "trl")
+
+
+def stream_rows(cfg: ExperimentConfig, batch: BatchShape) -> int:
+    """How many rows a run reads from a stream (a ``datasets.IterableDataset`` given as the train set, as TRL
+    takes one): the prompts of its steps. A stream has no length, so ``max_steps`` must be set, as TRL requires."""
+    if cfg.run.max_steps <= 0:
+        raise ValueError("train_dataset is an IterableDataset (a stream): set max_steps in args, as TRL requires, "
+                         "since its length cannot be known (or pass a datasets.Dataset)")
+    return run_length(cfg, batch, 1).steps * batch.prompts_per_step

@@ -227,14 +227,10 @@ def _train_rows(data, overrides: dict):
         return _rows(data)
     from rlvr.config import build_config
     from rlvr.config.experiment import configured_world_size
-    from rlvr.train.plan import run_length
+    from rlvr.train.plan import stream_rows
 
     cfg = build_config({**overrides, "data": [{"prompt": ""}]})  # the batch arithmetic, before any row is read
-    if cfg.run.max_steps <= 0:
-        raise ValueError("train_dataset is an IterableDataset (a stream): set max_steps in args, as TRL requires, "
-                         "since its length cannot be known (or pass a datasets.Dataset)")
-    batch = cfg.batch_shape(configured_world_size(cfg.run.nproc))
-    needed = run_length(cfg, batch, 1).steps * batch.prompts_per_step
+    needed = stream_rows(cfg, cfg.batch_shape(configured_world_size(cfg.run.nproc)))
     rows = [dict(row) for row in itertools.islice(data, needed)]
     if not rows:
         raise ValueError("train_dataset is an IterableDataset that yields no rows")
