@@ -3,6 +3,7 @@ written outside its folder, and the pool runs the next program. Limits are small
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import textwrap
@@ -200,6 +201,58 @@ def test_a_program_waiting_on_stdin_gets_end_of_file(pool, no_leftovers):
     assert outcome.stdout == "0\n" and not outcome.ok and "EOFError" in outcome.stderr
 
 
+def test_a_program_that_never_reads_a_large_stdin_is_still_stopped_at_its_wall_limit(pool, no_leftovers):
+    """25 000 characters of 3 bytes (75 kB, more than a pipe holds): the stdin size was measured in characters,
+    so the worker wrote it in one blocking call before the wall limit began to count."""
+    outcome = run(pool, "import time\ntime.sleep(30)\n", stdin="\u20ac" * 25_000)
+    assert outcome.timed_out and outcome.wall_s < FAST.wall_s + 1
+
+
 def test_a_correct_program_still_passes(pool, no_leftovers):
     outcome = run(pool, "a, b = map(int, input().split())\nprint(a + b)\n", stdin="2 3\n")
     assert outcome.ok and outcome.stdout == "5\n"
+
+
+UNMOUNTER = r"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+print("uid", os.getuid())
+print("umount", libc.umount2(b"/home", 2), ctypes.get_errno())  # MNT_DETACH: the cover over /home
+print("remount", libc.mount(None, b"/", None, 32 | 4096, None), ctypes.get_errno())  # MS_REMOUNT|MS_BIND: writable
+print([line.split()[1] for line in open("/proc/self/status") if line.startswith(("CapEff", "CapBnd"))])
+"""
+
+AS_A_USER = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+from rlvr.rewards.sandbox import Job, SandboxLimits, SandboxPool
+pool = SandboxPool("namespaces", workers=1)
+outcome = pool.run(Job(sys.argv[2], limits=SandboxLimits(cpu_s=2, wall_s=5)))
+pool.close()
+print(outcome.stdout, end="")
+print("exit", outcome.exit_code, outcome.sandbox_error)
+"""
+
+
+def test_run_by_a_user_that_is_not_root_a_program_cannot_unmount_or_remount(tmp_path):
+    """Where rlvr is not root, a program is root of the worker's user namespace: with its capabilities it
+    unmounted the cover over /home and remounted / writable (review, 2026-12-04). It now has none."""
+    import shutil
+    import subprocess
+    import sys
+
+    import rlvr
+
+    src = os.path.dirname(os.path.dirname(rlvr.__file__))
+    command = [sys.executable, "-I", "-c", AS_A_USER, src, UNMOUNTER]
+    if os.getuid() == 0:  # as a user: nobody, with an interpreter nobody may run (not one under /root)
+        python = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")
+        if shutil.which("setpriv") is None or python is None:
+            pytest.skip("needs setpriv and a system python3 to run the sandbox as a user that is not root")
+        command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", python, *command[1:]]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd="/", check=False)
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0 and lines[-1] == "exit 0 None", done.stdout + done.stderr[-2000:]
+    assert lines[0] == "uid 0"  # root of the user namespace: the case at issue
+    assert lines[1] == f"umount -1 {errno.EPERM}" and lines[2] == f"remount -1 {errno.EPERM}"
+    assert lines[3] == "['0000000000000000', '0000000000000000']"  # no capability left, none to gain

@@ -14,7 +14,10 @@ Set-up in ``namespaces`` mode (the steps of bubblewrap, done with ``unshare(2)``
    interpreter's own folders under /tmp, e.g. a checkout there, bound back read-only);
 3. a PID namespace whose first process (PID 1, the "zygote") serves the jobs; it mounts a fresh
    /proc (the host's processes are not visible) and, after every job, kills every other process of
-   its namespace (``kill(-1, SIGKILL)``), so nothing a program started, in any session, survives it.
+   its namespace (``kill(-1, SIGKILL)``), so nothing a program started, in any session, survives it;
+4. each program's process drops every capability, empties its bounding set and sets no_new_privs
+   before it runs: where rlvr is not root the program is root of the user namespace, and would
+   otherwise be able to unmount a cover or remount a mount writable.
 
 A step that the kernel refuses ends the worker with ``SETUP-FAILED <what>`` on stderr. In
 ``limits_only`` mode there are no namespaces: the resource limits, the new session and the minimal
@@ -43,7 +46,8 @@ CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x10000000,
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MS_NOATIME, MS_NODIRATIME, MS_RELATIME, MS_STRICTATIME = 1024, 2048, 1 << 21, 1 << 24
-PR_SET_PDEATHSIG = 1
+PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 24, 38
+_CAPABILITY_VERSION_3 = 0x20080522
 NOBODY = 65534
 TMPFS_MB = 256
 WORK_ROOT = "/tmp"
@@ -192,7 +196,39 @@ def _set_limits(limits: dict) -> None:
         resource.setrlimit(which, value if isinstance(value, tuple) else (value, value))
 
 
-def _child(job: dict, folder: str, fds: tuple[int, int, int, int], program_uid: int, nonce: str) -> None:
+def _drop_capabilities(program_uid: int) -> None:
+    """Become ``program_uid`` (when not 0) keeping no capability, with none to gain (an empty bounding set, no
+    new privileges). When rlvr does not run as root, a program runs as root of the user namespace: with its
+    capabilities it could unmount the covers over the hidden folders or remount a read-only mount writable."""
+    with open("/proc/sys/kernel/cap_last_cap") as f:
+        last = int(f.read())
+    for cap in range(last + 1):  # needs CAP_SETPCAP: before the uid changes
+        _check(_libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), "drop the capability bounding set")
+    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "set no_new_privs")
+    if program_uid:
+        os.setresgid(program_uid, program_uid, program_uid)
+        os.setresuid(program_uid, program_uid, program_uid)
+    header = (ctypes.c_uint32 * 2)(_CAPABILITY_VERSION_3, 0)
+    _check(_libc.capset(header, (ctypes.c_uint32 * 6)()), "drop capabilities")
+
+
+def _check_capabilities_drop(program_uid: int) -> None:
+    """At set-up: a forked process can drop its capabilities (else every program would fail, not the set-up)."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            _drop_capabilities(program_uid)
+        except (SetupFailed, OSError) as failure:
+            sys.stderr.write(f"SETUP-FAILED {failure}\n")
+            os._exit(1)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SetupFailed("a program's capabilities could not be dropped")
+
+
+def _child(job: dict, folder: str, fds: tuple[int, int, int, int], program_uid: int, nonce: str,
+           namespaced: bool) -> None:
     """In the forked process: the job's limits, folder, identity and environment, then the program."""
     stdin_r, out_w, err_w, result_w = fds
     os.setsid()
@@ -202,9 +238,8 @@ def _child(job: dict, folder: str, fds: tuple[int, int, int, int], program_uid: 
     os.dup2(result_w, 3)
     os.closerange(4, 65536)
     os.chdir(folder)
-    if program_uid:
-        os.setresgid(program_uid, program_uid, program_uid)
-        os.setresuid(program_uid, program_uid, program_uid)
+    if namespaced:
+        _drop_capabilities(program_uid)
     _set_limits(job["limits"])
     os.environ.clear()
     os.environ.update(MINIMAL_ENV, HOME=folder, TMPDIR=folder, PWD=folder)
@@ -384,7 +419,7 @@ def run_job(job: dict, state: dict) -> dict:
     if pid == 0:
         try:
             _child(job, folder, (pipes["stdin"][0], pipes["stdout"][1], pipes["stderr"][1], pipes["result"][1]),
-                   state["program_uid"], nonce)
+                   state["program_uid"], nonce, state["namespaced"])
         finally:
             os._exit(125)
     for name in ("stdout", "stderr", "result"):
@@ -404,15 +439,17 @@ def _feed_stdin(fd: int, text: str) -> None:
     """Write the job's input in a thread (a program may never read it) and close the pipe."""
     import threading
 
+    data = text.encode()
+
     def write():
         try:
-            os.write(fd, text.encode())
+            os.write(fd, data)
         except OSError:
             pass
         finally:
             os.close(fd)
 
-    if len(text) < 60000:  # fits the pipe's buffer: no thread
+    if len(data) < 60000:  # fits the pipe's buffer (64 KiB): no thread
         write()
     else:
         threading.Thread(target=write, daemon=True).start()
@@ -469,6 +506,7 @@ def main(argv: list[str]) -> None:
             state["program_uid"] = _enter_namespaces()
             _isolate_files(hide, keep)
             _start_pid_namespace()
+            _check_capabilities_drop(state["program_uid"])
         except (SetupFailed, OSError) as failure:
             sys.stderr.write(f"SETUP-FAILED {failure}\n")
             sys.stderr.flush()
