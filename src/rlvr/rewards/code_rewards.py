@@ -147,37 +147,31 @@ class CodeReward:
         for index, (completion, info) in enumerate(zip(completions, infos)):
             if info.get("language", "python") != "python":
                 continue
-            code = extract_code(_last_message(completion), style)
+            code = extract_code(completion_text(completion), style)
             if not code.strip():
                 self.outcomes.add("no_code")
             for case in info["test_cases"]:
                 jobs.append(Job(code, stdin=case["input"], limits=CASE_LIMITS))
                 owners.append((index, case["output"]))
-        outcomes = shared_pool(self.sandbox).run_many(jobs)
-        for (_, expected), outcome in zip(owners, outcomes):
-            self.outcomes.add(execution_outcome(outcome, case_passes(outcome, expected)))
-        return [self._score(index, info, owners, outcomes) for index, info in enumerate(infos)]
+        kinds: list[list[str]] = [[] for _ in infos]  # each completion's cases, by outcome
+        for (index, expected), outcome in zip(owners, shared_pool(self.sandbox).run_many(jobs)):
+            kind = execution_outcome(outcome, case_passes(outcome, expected))
+            self.outcomes.add(kind)
+            kinds[index].append(kind)
+        return [self._score(mine) if info.get("language", "python") == "python" else None
+                for info, mine in zip(infos, kinds)]
 
     def pop_stats(self) -> dict[str, float]:
         return self.outcomes.pop(self.__name__)
 
-    def _score(self, index: int, info: dict, owners: list, outcomes: list[Outcome]) -> float | None:
-        if info.get("language", "python") != "python":
+    def _score(self, kinds: list[str]) -> float | None:
+        """A completion's score from the outcomes of its cases."""
+        if "sandbox_error" in kinds:
             return None
-        mine = [(outcome, expected) for (owner, expected), outcome in zip(owners, outcomes) if owner == index]
-        if any(outcome.sandbox_error for outcome, _ in mine):
-            return None
-        if any(outcome.timed_out for outcome, _ in mine) or not mine:
-            return 0.0  # open-r1 under E2B: the script raised, read as 0.0 (no cases: its ZeroDivisionError)
-        rate = sum(case_passes(outcome, expected) for outcome, expected in mine) / len(mine)
+        if "time_limit" in kinds or not kinds:
+            return 0.0  # open-r1 under E2B: the script raised (its 5 s per case), read as 0.0; no cases: 0/0
+        rate = kinds.count("passed") / len(kinds)
         return (1.0 if rate > BINARY_THRESHOLD else 0.0) if self.binary else rate
-
-
-def _last_message(completion) -> str:
-    """open-r1's ``completion[-1]["content"]``, or a plain string."""
-    if isinstance(completion, (list, tuple)) and completion:
-        return completion_text(completion[-1:])
-    return completion_text(completion)
 
 
 @dataclass(frozen=True)

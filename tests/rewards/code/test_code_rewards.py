@@ -8,7 +8,7 @@ import signal
 import pytest
 
 from rlvr.rewards import CodeSettings, bind_code_settings, resolve_reward
-from rlvr.rewards.code_rewards import CodeReward, execution_outcome, extract_code, program
+from rlvr.rewards.code_rewards import CodeReward, case_passes, execution_outcome, extract_code, program
 from rlvr.rewards.sandbox import Outcome
 
 INFO = {"language": "python", "test_cases": [
@@ -30,22 +30,28 @@ def test_code_is_the_fraction_of_cases_passed():
     assert values == [1.0, 0.5, 0.0, None]  # a JSON string is read; rlvr runs python only
 
 
+def _kinds(outcomes: list[Outcome], expected: str = "3\n") -> list[str]:
+    return [execution_outcome(outcome, case_passes(outcome, expected)) for outcome in outcomes]
+
+
 def test_binary_code_needs_more_than_99_percent():
     reward = resolve_reward("open-r1:binary_code")
     assert reward([RIGHT, HALF], verification_info=[INFO, INFO]) == [1.0, 0.0]
     ok = Outcome(0, None, False, False, False, "3\n", "", 0.1)
     # 99 of 100 cases: 0.99 is not above open-r1's BINARY_THRESHOLD; 100 of 100 is
-    owners = [(0, "3\n")] * 100
     for passed, expected in ((99, 0.0), (100, 1.0)):
-        outcomes = [ok] * passed + [Outcome(1, None, False, False, False, "", "", 0.1)] * (100 - passed)
-        assert CodeReward(binary=True)._score(0, INFO, owners, outcomes) == expected
-        assert CodeReward()._score(0, INFO, owners, outcomes) == passed / 100
+        kinds = _kinds([ok] * passed + [Outcome(1, None, False, False, False, "", "", 0.1)] * (100 - passed))
+        assert CodeReward(binary=True)._score(kinds) == expected
+        assert CodeReward()._score(kinds) == passed / 100
 
 
-def test_a_timed_out_case_makes_the_completion_zero_as_under_e2b():
-    owners = [(0, "3\n"), (0, "3\n")]
-    outcomes = [Outcome(0, None, False, False, False, "3\n", "", 0.1), Outcome(None, 9, True, False, False, "", "", 10)]
-    assert CodeReward()._score(0, INFO, owners, outcomes) == 0.0
+@pytest.mark.parametrize("limit", ["wall", "cpu"])
+def test_a_timed_out_case_makes_the_completion_zero_as_under_e2b(limit):
+    """open-r1's script raises on a case past its 5 s, and E2B's missing result reads 0.0. An endless loop meets
+    the CPU limit (SIGXCPU) before the wall limit: it too is a time-out (it counted as one failed case)."""
+    late = (Outcome(None, 9, True, False, False, "", "", 10) if limit == "wall"
+            else Outcome(None, signal.SIGXCPU, False, False, False, "", "", 5.2))
+    assert CodeReward()._score(_kinds([Outcome(0, None, False, False, False, "3\n", "", 0.1), late])) == 0.0
 
 
 def test_line_comparison_is_open_r1s_zip():
