@@ -46,6 +46,10 @@ class BatchShape:
         return self.prompts_per_step * self.completions_per_prompt
 
     @property
+    def completions_per_process(self) -> int:
+        return self.completions // self.world_size
+
+    @property
     def optimizer_steps_per_pass(self) -> int:
         return self.micro_batches // self.accumulation
 

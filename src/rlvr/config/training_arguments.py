@@ -24,7 +24,7 @@ def _off(value: Any) -> bool:
 
 
 _EVAL = "rlvr's evaluation is its own pass@k loop (docs/evaluation.md): transformers' evaluation-loop settings do not apply"
-_LOADER = "rlvr has no dataloader: the prompts are in memory"
+NO_DATALOADER = "rlvr has no dataloader: the prompts are in memory"
 _DDP = "a DDP performance setting: rlvr builds DDP itself (docs/scaling.md), the gradients are the same"
 _BEST = "rlvr keeps the last model (no best-model selection); compare checkpoints with `rlvr eval`"
 _ONE_REVISION = "rlvr pushes to the main revision"
@@ -81,11 +81,11 @@ TRAINING_ARGUMENTS: dict[str, tuple[Any, str]] = {
         _ACCELERATOR_DEFAULTS.get(k, object()) == x for k, x in v.items())),
         "rlvr has no accelerate dataloader: only accelerate's defaults apply"),
     "parallelism_config": (_off, "accelerate's ParallelismConfig is not rlvr's (nearest: parallelism=ddp|fsdp, nproc)"),
-    "dataloader_drop_last": (any_value, _LOADER),
-    "dataloader_persistent_workers": (any_value, _LOADER),
-    "dataloader_prefetch_factor": (any_value, _LOADER),
-    "dataloader_multiprocessing_context": (any_value, _LOADER),
-    "dataloader_in_order": (any_value, _LOADER),
+    "dataloader_drop_last": (any_value, NO_DATALOADER),
+    "dataloader_persistent_workers": (any_value, NO_DATALOADER),
+    "dataloader_prefetch_factor": (any_value, NO_DATALOADER),
+    "dataloader_multiprocessing_context": (any_value, NO_DATALOADER),
+    "dataloader_in_order": (any_value, NO_DATALOADER),
     "train_sampling_strategy": (any_value, ("TRL's GRPOTrainer draws prompts with its own sampler, as rlvr does "
                                 "(shuffle_dataset / shuffle)")),
     "length_column_name": (any_value, "only for group_by_length sampling, which GRPO does not use"),

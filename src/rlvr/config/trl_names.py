@@ -31,7 +31,7 @@ from typing import Any
 
 from rlvr.config.launch_keys import ACCELERATE, ACCELERATE_BOOL_KEYS, LAUNCH_TRANSLATED, translate_launch_keys
 from rlvr.config.launch_keys import truthy as _truthy
-from rlvr.config.training_arguments import TRAINING_ARGUMENTS, TRAINING_ARGUMENTS_BOOL_KEYS, any_value
+from rlvr.config.training_arguments import NO_DATALOADER, TRAINING_ARGUMENTS, TRAINING_ARGUMENTS_BOOL_KEYS, any_value
 from rlvr.rollout.names import TRL_USE_VLLM_ENGINE
 
 # TRL name -> rlvr name (same meaning, same values)
@@ -51,7 +51,6 @@ TRANSLATED = ("dataset_name", "dataset_config", "dataset_configs", "dataset_trai
               "use_peft", "use_vllm", "generation_batch_size", "use_liger_kernel", "do_eval", "delta",
               *LAUNCH_TRANSLATED)
 
-_LOADER = "rlvr has no dataloader: the prompts are in memory"
 _CHECKPOINTING = (lambda v: v is None or (isinstance(v, dict) and set(v) <= {"use_reentrant"}),
                   "activation checkpointing takes no other arguments")
 _LOGGING = "rlvr writes every step's metrics (metrics.jsonl, trackers): TRL's logging interval does not apply"
@@ -74,8 +73,8 @@ ACCEPTED: dict[str, tuple[Any, str]] = {
                                        "environment variable instead")),
     "per_device_eval_batch_size": (any_value, ("rlvr's evaluation batches by its own memory budget; the result is "
                                    "the same")),
-    "dataloader_num_workers": (any_value, _LOADER),
-    "dataloader_pin_memory": (any_value, _LOADER),
+    "dataloader_num_workers": (any_value, NO_DATALOADER),
+    "dataloader_pin_memory": (any_value, NO_DATALOADER),
     "pad_to_multiple_of": (lambda v: v in ("auto", None), ("rlvr pads to the longest sequence, as TRL's auto does "
                            "off Neuron devices")),
     "save_only_model": (lambda v: v is False, "rlvr's checkpoints keep the optimiser state, so a run resumes exactly"),

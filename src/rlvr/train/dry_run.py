@@ -28,7 +28,7 @@ def dry_run_report(cfg: ExperimentConfig) -> list[str]:
     """Lines describing what the run would do; ValueError for what would make it fail."""
     plan = compile_plan(cfg, world_size=configured_world_size(cfg.run.nproc))
     batch = plan.batch
-    check_rollout_memory(completions_per_process=batch.completions // batch.world_size,
+    check_rollout_memory(completions_per_process=batch.completions_per_process,
                          max_completion_length=plan.rollout.max_completion_length)  # before the data loads
     gold = rows_need_gold(cfg)
     rows = (load_python_rows(cfg.python.data, gold=gold) if cfg.python.data is not None

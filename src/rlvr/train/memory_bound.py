@@ -46,7 +46,8 @@ def check_rollout_memory(*, completions_per_process: int, max_completion_length:
     if need > available:
         raise ValueError(
             f"a step's rollout cannot fit in this machine's memory: {completions_per_process} completions per process "
-            f"(prompts_per_step x num_generations) x max_completion_length={max_completion_length} tokens x "
+            f"(prompts_per_step x num_generations, x (num_rephrasings + 1) with TA-GRPO, shared by the processes) x "
+            f"max_completion_length={max_completion_length} tokens x "
             f"{ROLLOUT_BYTES_PER_TOKEN} bytes is at least {_size(need)}, and the machine has {_size(available)}; "
             "lower num_generations or prompts_per_step (TRL: generation_batch_size), or max_completion_length")
 

@@ -95,7 +95,7 @@ class Trainer:
         check_output_dir(self.output_dir, resume=run.resume, overwrite=run.overwrite_output_dir)
         hub = HubPush.from_config(cfg.run, self.output_dir) if main else None  # offline: refused now
         torch.manual_seed(run.seed)
-        check_rollout_memory(completions_per_process=self.plan.batch.completions // self.plan.batch.world_size,
+        check_rollout_memory(completions_per_process=self.plan.batch.completions_per_process,
                              max_completion_length=self.plan.rollout.max_completion_length)  # before any work
         self.rows = setup.load_training_rows(cfg, self.dist)  # rank 0 first (algo=sft: rows with solutions)
         self.length = run_length(cfg, self.plan.batch, len(self.rows))  # max_steps, or epochs of the data

@@ -117,9 +117,7 @@ class GRPOTrainer:
             cfg = build_config({**self._overrides, **extra})
         self._trainer = Trainer(cfg, callbacks=self.callbacks)
         if self.eval_dataset is not None and self._eval.get("eval_strategy", "no") == "steps":
-            if self._trainer.evaluation is not None:
-                raise ValueError("eval_dataset with eval_strategy=steps and rlvr's eval_data both evaluate during "
-                                 "training: give one of them")
+            # (rlvr's own eval_data evaluation is off here: a GRPOConfig has no such key, and EVAL_KEYS are TRL's)
             self._trainer.evaluation = _DuringTraining(self)  # its metrics join the step's line as eval/<name>
         self._resumed_with = resume
         return self._trainer
