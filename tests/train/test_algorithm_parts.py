@@ -126,6 +126,9 @@ def test_an_unknown_name_lists_the_names_and_the_function_forms():
         build_config({"model": "tiny-random", "advantage_estimator": "rfpp_baseline"})
     with pytest.raises(ValueError, match="or your own function"):
         build_config({"model": "tiny-random", "loss_type": "nope"})
+    # a file without its function is no function spec (it was taken as module "my", attribute "py" at start-up)
+    with pytest.raises(ValueError, match="advantage_estimator.*or your own function: path/to/file.py:function"):
+        build_config({"model": "tiny-random", "advantage_estimator": "my_algos.py"})
 
 
 @pytest.mark.slow

@@ -14,6 +14,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from rlvr.core.user_code import split_function_spec
+
 
 def registered_names(module: str, decorator: str) -> list[str]:
     """The names ``@decorator("name")`` registers in ``rlvr/core/<module>``, in source order, read from its source."""
@@ -56,7 +58,7 @@ FUNCTION_SPEC_FORMS = "path/to/file.py:function, module:function or package.modu
 def is_function_spec(value: str) -> bool:
     """Whether an algorithm option names a user's function rather than a registered name (which has no ``:``
     and no ``.``); the function is loaded and its signature checked at start-up (``compile_plan``)."""
-    return ":" in value or "." in value.strip(".")
+    return split_function_spec(value) is not None
 
 
 def resolve_aggregation(mode: str) -> str:

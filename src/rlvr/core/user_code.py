@@ -15,6 +15,33 @@ import zlib
 from pathlib import Path
 
 
+def split_function_spec(spec: str) -> tuple[str, str] | None:
+    """(file or module, attribute) of ``path/to/file.py:fn``, ``module:fn`` or ``package.module.fn``; None for a
+    value of none of these forms (a registered name has no ``:`` and no ``.``; ``my.py`` alone names no function)."""
+    if ":" in spec:
+        target, name = spec.rsplit(":", 1)
+        return target, name
+    if "." in spec.strip(".") and not spec.endswith(".py"):
+        target, name = spec.rsplit(".", 1)
+        return target, name
+    return None
+
+
+def load_user_function(spec: str, *, what: str, prefix: str):
+    """The attribute a function spec names (:func:`split_function_spec`), its file or module imported; ``what``
+    names the option in the errors ("reward", "policy_loss", ...), ``prefix`` the module of a file."""
+    parts = split_function_spec(spec)
+    if parts is None:
+        raise ValueError(f"{what} {spec!r} is not path/to/file.py:function, module:function or package.module.function")
+    target, name = parts
+    module = (load_user_file(target, what=f"{what} file", prefix=prefix) if target.endswith(".py")
+              else import_user_module(target, what=f"{what} module"))
+    fn = getattr(module, name, None)
+    if fn is None:
+        raise ValueError(f"{what} {spec!r}: {target!r} has no attribute {name!r}; check the function's name")
+    return fn
+
+
 def search_working_directory() -> None:
     """Put the working directory first on ``sys.path`` unless it is on it, as TRL's grpo script does.
 

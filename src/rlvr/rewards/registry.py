@@ -27,7 +27,7 @@ import importlib.util
 import logging
 from collections.abc import Callable
 
-from rlvr.core.user_code import import_user_module, load_user_file
+from rlvr.core.user_code import load_user_function, split_function_spec
 from rlvr.dependencies import MissingDependency
 from rlvr.rewards.code_rewards import CodeCheckReward, CodeFormatReward, CodeReward, CodeSettings
 from rlvr.rewards.extract import DEFAULT_EXTRACTION
@@ -201,18 +201,9 @@ def _valid_names(names: str) -> str:
 
 def _custom(spec: str, names: str = "rlvr"):
     """The callable a custom spec names: ``module:attr``, ``file.py:attr`` or ``package.module.attr``."""
-    if ":" in spec:
-        target, name = spec.rsplit(":", 1)
-    elif "." in spec.strip(".") and not spec.endswith(".py"):
-        target, name = spec.rsplit(".", 1)
-    else:
+    if split_function_spec(spec) is None:
         raise ValueError(f"unknown reward {spec!r}; valid names ({names}): {_valid_names(names)}; or {_SPEC_FORMS}")
-    module = (load_user_file(target, what="reward file", prefix="rlvr_user_reward") if target.endswith(".py")
-              else import_user_module(target, what="reward module"))
-    fn = getattr(module, name, None)
-    if fn is None:
-        raise ValueError(f"{target!r} has no attribute {name!r}; check the function name in "
-                         f"the reward spec {spec!r}")
+    fn = load_user_function(spec, what="reward", prefix="rlvr_user_reward")
     if not callable(fn):
         raise TypeError(f"{spec!r} is a {type(fn).__name__}, not a callable reward function")
     return fn

@@ -21,30 +21,28 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rlvr.config.python_objects import PYTHON_PREFIX
-from rlvr.core.advantages import ADVANTAGE_ESTIMATORS, register_advantage
-from rlvr.core.losses import AGGREGATIONS, POLICY_LOSSES, register_aggregation, register_policy_loss
+from rlvr.core.advantages import register_advantage
+from rlvr.core.losses import register_aggregation, register_policy_loss
 from rlvr.core.names import is_function_spec
-from rlvr.core.user_code import import_user_module, load_user_file
+from rlvr.core.user_code import load_user_function
 
 
 @dataclass(frozen=True)
 class Family:
-    """One family of algorithm parts: its option, its signature, its registry."""
+    """One family of algorithm parts: its option, its signature, how to register one."""
 
     option: str
     signature: str  # as the error names what was expected
     arguments: int  # positional arguments it is called with
-    registry: dict
     register: Callable[[str], Callable]
 
 
 FAMILIES = {
     "advantage_estimator": Family("advantage_estimator", "fn(inputs, settings) -> advantages [N]", 2,
-                                  ADVANTAGE_ESTIMATORS, register_advantage),
+                                  register_advantage),
     "policy_loss": Family("policy_loss", "fn(logprobs, old_logprobs, advantages, mask, settings) -> "
-                          "(loss [N, T], clipped [N, T])", 5, POLICY_LOSSES, register_policy_loss),
-    "loss_type": Family("loss_type", "fn(per_token, mask, denominators) -> scalar loss", 3, AGGREGATIONS,
-                        register_aggregation),
+                          "(loss [N, T], clipped [N, T])", 5, register_policy_loss),
+    "loss_type": Family("loss_type", "fn(per_token, mask, denominators) -> scalar loss", 3, register_aggregation),
 }
 
 
@@ -84,10 +82,4 @@ def load_function(spec: str, option: str) -> Callable:
         raise ValueError(f"{option}={spec} names a Python object of another process (a lambda or a function of "
                          f"__main__): pass the callable itself to build_config again, or name it as "
                          "path/to/file.py:function")
-    target, name = spec.rsplit(":", 1) if ":" in spec else spec.rsplit(".", 1)
-    module = (load_user_file(target, what=f"{option}: file", prefix="rlvr_user_algorithm") if target.endswith(".py")
-              else import_user_module(target, what=f"{option}: module"))
-    fn = getattr(module, name, None)
-    if fn is None:
-        raise ValueError(f"{option}={spec}: {target!r} has no attribute {name!r}; check the function's name")
-    return fn
+    return load_user_function(spec, what=option, prefix="rlvr_user_algorithm")
