@@ -65,3 +65,20 @@ def test_a_checkout_under_tmp_is_bound_back_read_only_inside_the_private_tmp(tmp
         outcome = pool.run(Job(program))
     assert outcome.ok and outcome.stdout == "True\nread-only\n", outcome
     assert not (copy / "planted").exists()
+
+
+def test_a_worker_that_dies_and_cannot_start_again_fails_its_jobs_instead_of_hanging(tmp_path, monkeypatch, caplog):
+    """The review found that a replacement worker failing to start lost the worker for good, and once none was
+    left ``run`` waited for ever on the idle queue."""
+    refusing = tmp_path / "worker.py"
+    refusing.write_text("import sys\nsys.stderr.write('SETUP-FAILED unshare(user namespace): refused\\n')\nsys.exit(3)\n")
+    with SandboxPool("namespaces", workers=1) as pool:
+        assert pool.run(Job("print(1)\n")).ok
+        monkeypatch.setattr(pool_module, "WORKER_FILE", refusing)  # from now on, no worker starts
+        pool._all[0].process.kill()
+        pool._all[0].process.wait()
+        failed = pool.run(Job("print(1)\n"))
+        assert failed.sandbox_error and not failed.ok  # the program did not run: a sandbox failure, not a fail
+        assert "could not be started again" in caplog.text
+        with pytest.raises(RuntimeError, match="the code sandbox has no worker left"):
+            pool.run(Job("print(1)\n"))

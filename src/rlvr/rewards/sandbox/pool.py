@@ -211,19 +211,37 @@ class SandboxPool:
         self._idle.put(worker)
 
     def run(self, job: Job) -> Outcome:
-        """Run one job on the next idle worker (a dead worker is replaced)."""
-        worker = self._idle.get()
+        """Run one job on the next idle worker (a dead worker is replaced). RuntimeError once every worker has
+        died and none could be started again (it no longer waits for a worker that will not come)."""
+        worker = self._next_idle()
         try:
-            outcome = worker.run(job)
+            return worker.run(job)
         finally:
             if worker.alive:
                 self._idle.put(worker)
             else:
-                with self._lock:
-                    self._all.remove(worker)
-                worker.close()
-                self._add(Worker(self.mode))
-        return outcome
+                self._replace(worker)
+
+    def _next_idle(self) -> Worker:
+        while True:
+            with self._lock:
+                if not self._all:
+                    raise RuntimeError("the code sandbox has no worker left: they died and could not be started "
+                                       "again (see the warnings above)")
+            try:
+                return self._idle.get(timeout=1.0)
+            except queue.Empty:
+                continue
+
+    def _replace(self, dead: Worker) -> None:
+        with self._lock:
+            self._all.remove(dead)
+        dead.close()
+        try:
+            self._add(Worker(self.mode))
+        except (RuntimeError, OSError, ValueError) as error:  # (ValueError: SandboxUnavailable)
+            logger.warning("code sandbox: a worker died and could not be started again (%s); %d left",
+                           error, len(self._all))
 
     def run_many(self, jobs: list[Job]) -> list[Outcome]:
         """Outcomes in the order of ``jobs``, run on all workers at once."""
