@@ -17,13 +17,11 @@ update   One micro-batch of the policy update as the trainer runs it: ``rlvr.tra
          repeat draws new response lengths (as each training step does), so the compiled layers must
          serve new shapes without recompiling. Checked: log-probs and every
          parameter's gradient against eager's.
-decode   One-token decoding steps at --batches, after a prefill of distinct prompts:
-         "fused" is rlvr's default step (``rollout.fused_decoder``: stacked q/k/v, oneDNN-prepacked
-         weights), "plain" the same step on unpacked weights (``F.linear``), "compiled" that plain step
-         compiled whole by ``torch.compile`` with automatic dynamic shapes (the products, attention,
-         norms, rotary and the KV-cache write in one graph; ``dynamic=True`` would make the head counts
-         symbolic and break the graph at every SDPA; oneDNN's packed weights cannot enter a compiled
-         graph as inputs). Checked: the compiled step's logits against the plain step's.
+decode   Rollouts at --batches of distinct prompts through rlvr's engine, --steps tokens each (EOS never
+         drawn): "eager" is the default CPU step (``rollout/static_decoder.py``: stacked q/k/v, oneDNN-prepacked
+         weights, the static KV cache), "compiled" the same step compiled whole by the engine's
+         ``capture="compile"`` (plain weights: oneDNN's packed weights cannot enter a compiled graph; attention
+         lengths in buckets of 32, so a rollout meets a few shapes). Checked: rows whose tokens agree.
 
 The first compiled call of each part is reported as compile time and not counted in the medians.
 Everything runs in one process, variants alternating, so background load hits all of them. This is a
@@ -49,10 +47,10 @@ import time
 import warnings
 
 import torch
-from rlvr.rollout.kv_cache import CACHE_KWARG, make_cache
 
 from rlvr.models import load_policy, smollm2_path
-from rlvr.rollout import fused_decoder
+from rlvr.rollout import Sampling, static_decoder
+from rlvr.rollout.decode_engine import DecodeEngine
 from rlvr.train.response_logprobs import collate, response_logprobs
 
 
@@ -140,62 +138,45 @@ def bench_update(model, args, out: dict) -> None:
                      "speedup": total["eager"] / total["compiled"], "checks": checks}
 
 
-def _prefill(model, batch: int, prompt_len: int, steps: int, seed: int):
+def _rollout(engine, model, batch: int, *, prompt_len: int, steps: int, seed: int):
+    """Seconds and tokens of one rollout of ``steps`` tokens for ``batch`` distinct prompts (EOS never drawn)."""
     g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(100, model.config.vocab_size - 1, (batch, prompt_len), generator=g)
-    mask = torch.ones_like(ids)
-    cache = make_cache(model.config, prompt_len + steps + 1)
-    with torch.no_grad():
-        model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1),
-              **{CACHE_KWARG: cache}, use_cache=True, logits_to_keep=1)
-    return cache, mask
-
-
-def _decode(step, model, batch: int, *, prompt_len: int, steps: int, seed: int):
-    """Per-step seconds and the logits of every step, for ``steps`` steps after one prefill."""
-    cache, mask = _prefill(model, batch, prompt_len, steps, seed)
-    g = torch.Generator().manual_seed(seed + 1)
-    tokens = torch.randint(100, model.config.vocab_size - 1, (batch, steps), generator=g)
-    times, logits = [], []
-    for t in range(steps):
-        mask = torch.cat([mask, mask.new_ones((batch, 1))], dim=1)
-        position = torch.full((batch, 1), prompt_len + t)
-        start = time.perf_counter()
-        logits.append(step(tokens[:, t : t + 1], mask, position, cache))
-        times.append(time.perf_counter() - start)
-    return times, torch.stack(logits)
+    prompts = torch.randint(100, model.config.vocab_size - 1, (batch, prompt_len), generator=g).tolist()
+    start = time.perf_counter()
+    out = engine.generate(prompts, max_new_tokens=steps, sampling=Sampling(1.0), row_seeds=list(range(batch)))
+    return time.perf_counter() - start, [c.token_ids for c in out]
 
 
 def bench_decode(model, args, out: dict) -> None:
-    if not fused_decoder.supports(model):
-        print("\n== decode: skipped, the model is not one the fused step supports", flush=True)
+    """The engine's static step eager (oneDNN-prepacked weights) against the same step compiled whole
+    (``capture="compile"``, plain weights: a compiled graph cannot take prepacked ones)."""
+    if not static_decoder.supports(model):
+        print("\n== decode: skipped, the model is not one the static step supports", flush=True)
         return
     out["decode"] = {}
-    plain = fused_decoder.FusedDecoder(model, prepack=False)
-    compiled_step = torch.compile(plain.step)  # dynamic=True would make the head counts symbolic (a graph break at SDPA)
+    never = [model.config.vocab_size]  # an EOS id no draw equals: fixed work
+    engines = {"eager": DecodeEngine(model, pad_token_id=0, eos_token_ids=never, compact_below=0),
+               "compiled": DecodeEngine(model, pad_token_id=0, eos_token_ids=never, compact_below=0,
+                                        capture="compile", kv_bucket=32)}
     for batch in args.batches:
-        fused = fused_decoder.FusedDecoder(model, prepack=True, batch_hint=batch)
         print(f"\n== decode: batch {batch}, prompt {args.prompt_length} tokens, {args.steps} steps", flush=True)
-        start = time.perf_counter()
-        _decode(compiled_step, model, batch, prompt_len=args.prompt_length, steps=3, seed=99)
-        compile_s = time.perf_counter() - start
-        print(f"  compiled: first 3 steps (compiling) {compile_s:.1f} s", flush=True)
-        variants = {"fused": fused.step, "plain": plain.step, "compiled": compiled_step}
-        per_step = {name: [] for name in variants}
-        logits = {}
+        compile_s, _ = _rollout(engines["compiled"], model, batch, prompt_len=args.prompt_length, steps=args.steps,
+                                seed=99)
+        print(f"  compiled: first rollout (compiling) {compile_s:.1f} s", flush=True)
+        per_token = {name: [] for name in engines}
+        tokens = {}
         for repeat in range(args.repeats):
-            names = list(variants) if repeat % 2 == 0 else list(reversed(variants))
-            for name in names:
-                times, logits[name] = _decode(variants[name], model, batch, prompt_len=args.prompt_length,
-                                              steps=args.steps, seed=batch)
-                per_step[name].append(statistics.median(times[1:]))
-        diff = float((logits["compiled"] - logits["plain"]).abs().max())
-        med = {n: statistics.median(v) for n, v in per_step.items()}
-        print("  median ms per step: " + ", ".join(f"{n} {1000 * med[n]:.1f}" for n in med)
-              + f"; plain / compiled {med['plain'] / med['compiled']:.2f}x, fused / compiled "
-              f"{med['fused'] / med['compiled']:.2f}x; compiled vs plain logits max diff {diff:.1e}", flush=True)
-        out["decode"][str(batch)] = {"compile_s": compile_s, "per_step_s": per_step, "median_s": med,
-                                     "logits_max_abs_diff": diff}
+            for name in (engines if repeat % 2 == 0 else list(reversed(engines))):
+                seconds, tokens[name] = _rollout(engines[name], model, batch, prompt_len=args.prompt_length,
+                                                 steps=args.steps, seed=batch)
+                per_token[name].append(seconds / args.steps)
+        same = sum(a == b for a, b in zip(tokens["eager"], tokens["compiled"]))
+        med = {n: statistics.median(v) for n, v in per_token.items()}
+        print("  median ms per position: " + ", ".join(f"{n} {1000 * med[n]:.1f}" for n in med)
+              + f"; eager / compiled {med['eager'] / med['compiled']:.2f}x; rows with the same tokens {same}/{batch}",
+              flush=True)
+        out["decode"][str(batch)] = {"compile_s": compile_s, "per_position_s": per_token, "median_s": med,
+                                     "same_rows": same}
 
 
 def main(argv=None) -> int:

@@ -14,8 +14,8 @@ temperature 1, no top-k/top-p. With --group-size G the batch holds batch/G disti
 repeated G times (a GRPO rollout); the default 1 makes every prompt distinct.
 
   rlvr  `rlvr.rollout.DecodeEngine.generate` (the trainer's default engine: shared prefill,
-        preallocated KV cache, inverse-CDF sampling, sampling log-probs of every token, the fused
-        decoding step of rlvr.rollout.fused_decoder)
+        static KV cache, inverse-CDF sampling on the device, sampling log-probs of every token, the static
+        decoding step of rlvr.rollout.static_decoder)
   rlvr-plain  the same engine with fused=False (the model's forward at every step)
   hf    `model.generate(input_ids, attention_mask, generation_config)` with the same sampling settings,
         nothing else (no log-probs)
@@ -80,13 +80,13 @@ NEVER = -1  # an EOS id no sampled token equals: fixed work per call
 def shape_ceiling_tok_s(model, batch: int, dtype: torch.dtype, reps: int = 3, fused: bool = False) -> float:
     """tokens/s if a decoding step at this batch cost only its Linear products (best of reps).
 
-    fused: the products as rlvr's fused step runs them instead (q/k/v stacked into one; on CPU
-    float32 oneDNN-prepacked weights: rlvr.rollout.fused_decoder.Projection).
+    fused: the products as rlvr's static step runs them instead (q/k/v stacked into one; on CPU
+    float32 oneDNN-prepacked weights: rlvr.rollout.static_decoder.Projection).
     """
     if fused:
-        from rlvr.rollout.fused_decoder import FusedDecoder
+        from rlvr.rollout.static_decoder import StaticDecoder
 
-        decoder = FusedDecoder(model, batch_hint=batch)
+        decoder = StaticDecoder(model, batch_hint=batch)
         projections = [proj for layer in decoder.layers for proj in layer.values()] + [decoder.head]
         products = [(proj, proj.weight.shape[1]) for proj in projections]
     else:
@@ -107,9 +107,8 @@ def prefill_seconds(model, prompts: list[list[int]], *, pad_id: int, new_tokens:
     """Seconds of the prefill rlvr's engine runs for these prompts (best of reps): the distinct prompts,
     left-padded, through the model's forward into a preallocated cache, last position's logits only
     (the same call as DecodeEngine._generate_chunk's; both rlvr engines run it)."""
-    from rlvr.rollout.kv_cache import CACHE_KWARG, make_cache
-
     from rlvr.rollout.base import left_pad
+    from rlvr.rollout.kv_cache import CACHE_KWARG, make_cache
 
     ids, mask = left_pad(list(dict.fromkeys(tuple(p) for p in prompts)), pad_id)
     best = float("inf")

@@ -14,7 +14,7 @@ written below (speed and memory need real shapes, not trained weights); the toke
 the kit carries (``--tokenizer``, default ``kit/tokenizer``; SmolLM2's, 49 152 ids, all inside Qwen's
 vocabulary). Every response is exactly ``--completion-length`` tokens: EOS is ignored (rlvr: the engine's
 stop ids are set to an id the model cannot sample; TRL: ``generation_kwargs={"min_new_tokens": T}``), so
-the work is the same in every run. The reward is a hash of the completion's text in [0, 1): it varies
+the work is the same in every run. The reward is a hash of the completion's token ids in [0, 1): it varies
 within every group, so every step updates.
 
 Parts, in order, each in a process of its own with its own time budget (``--budget-scale`` multiplies them
@@ -228,9 +228,12 @@ def completion_text(completion) -> str:
     return str(completion)
 
 
-def hashed_reward(completions, **kwargs) -> list[float]:
-    """A number in [0, 1) from the completion's text: varies within every group of random-model responses."""
-    return [zlib.crc32(completion_text(c).encode()) % 1000 / 1000 for c in completions]
+def hashed_reward(completions, completion_ids=None, **kwargs) -> list[float]:
+    """A number in [0, 1) from the completion's token ids (both trainers pass them; else its text): varies within
+    every group of random-model responses (the text would not: the dry run's tokenizer decodes most of a random
+    model's ids to nothing)."""
+    keys = completion_ids if completion_ids is not None else [completion_text(c) for c in completions]
+    return [zlib.crc32(repr(list(k) if not isinstance(k, str) else k).encode()) % 1000 / 1000 for k in keys]
 
 
 # --------------------------------------------------------------------------- rlvr's trainer

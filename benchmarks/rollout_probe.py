@@ -68,8 +68,9 @@ def timed(label: str, device: str, fn):
 
 
 def run_case(args) -> None:
-    from rlvr.rollout.decode_engine import CACHE_KWARG, DecodeEngine, make_cache
+    from rlvr.rollout.decode_engine import DecodeEngine
     from rlvr.rollout.hf_engine import HFEngine
+    from rlvr.rollout.kv_cache import CACHE_KWARG, make_cache
     from rlvr.rollout.sampling import Sampling
 
     faulthandler.dump_traceback_later(args.every, repeat=True)  # progress: where it is every few seconds

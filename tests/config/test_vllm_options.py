@@ -78,7 +78,9 @@ def test_each_combination_builds_its_engine():
     name, kw = _spec(build_config({"rollout_engine": "vllm", "vllm_gpu_memory_utilization": 0.5,
                               "vllm_max_model_length": 2048, "vllm_enable_sleep_mode": True}), is_main=True)
     assert name == "vllm" and kw == {"max_model_len": 2048, "kv_cache_tokens": 32768, "gpu_memory_utilization": 0.5,
-                                     "enable_sleep_mode": True}
+                                     "enable_sleep_mode": True, "dtype": None}
+    # bf16=true: vLLM generates in the update's compute dtype, not in the fp32 master weights' dtype
+    assert _spec(build_config({"rollout_engine": "vllm", "bf16": True}), is_main=True)[1]["dtype"] == "bfloat16"
     server = build_config({"rollout_engine": "vllm", "vllm_mode": "server", "vllm_server_host": "10.0.0.2",
                            "vllm_server_port": 8001, "vllm_tensor_parallel_size": 2})
     assert _spec(server, is_main=False) == ("vllm-server", {
@@ -86,3 +88,12 @@ def test_each_combination_builds_its_engine():
         "push_weights": False})
     url = build_config({"rollout_engine": "vllm", "vllm_mode": "server", "vllm_server_base_url": "http://h:9/"})
     assert _spec(url, is_main=True)[1]["base_url"] == "http://h:9"
+
+
+def test_vllm_runs_with_cuda_graphs_on_cuda_and_eager_elsewhere_unless_told():
+    """As TRL's colocated engine and trl vllm-serve (enforce_eager False): the graphs stay valid across weight
+    syncs, since vLLM's reload_weights copies into the tensors they read."""
+    from rlvr.rollout.vllm_engine import graph_mode
+
+    assert graph_mode("cuda", None) is False and graph_mode("cpu", None) is True
+    assert graph_mode("cuda", True) is True and graph_mode("cpu", False) is False

@@ -12,8 +12,9 @@ from transformers import (
 from transformers.cache_utils import DynamicCache
 
 from rlvr.models import eos_token_ids, tiny_random_model_and_tokenizer
-from rlvr.rollout import GREEDY, HFEngine, Sampling
-from rlvr.rollout.decode_engine import DecodeEngine, PreallocatedLayer, _Sampler, make_cache
+from rlvr.rollout import GREEDY, HFEngine, Sampling, decode_engine
+from rlvr.rollout.decode_engine import DecodeEngine, DecodeState, DeviceSampler
+from rlvr.rollout.kv_cache import PreallocatedLayer, make_cache
 from rlvr.train.response_logprobs import response_logprobs_no_grad
 
 
@@ -159,11 +160,12 @@ def test_repetition_penalty_changes_a_repeated_tokens_chance_as_the_formula_says
     # sampler draws from softmax([1, 1, 0.5, -2]) = [0.376, 0.376, 0.228, 0.019]; penalising the pad
     # too would give [0.442, 0.268, 0.268, 0.022]. The log-prob stays log softmax([2, 1, 0.5, -1]).
     n = 20000
-    torch.manual_seed(0)
-    sampler = _Sampler(Sampling(1.0, repetition_penalty=2.0), None, "cpu", rows=n)
-    sampler.start_history(torch.tensor([[1, 0, 3]] * n), torch.tensor([[0, 1, 1]] * n), max_new_tokens=1)
+    sampler = DeviceSampler(Sampling(1.0, repetition_penalty=2.0), "cpu")
+    state = DecodeState.start(torch.tensor([[1, 0, 3]] * n), torch.tensor([[0, 1, 1]] * n), capacity=4,
+                              max_new_tokens=1, seed_words=decode_engine.split_seeds(range(n), "cpu"),
+                              eos_token_ids=[9], pad_token_id=1, with_history=True)
     logits = torch.tensor([[2.0, 1.0, 0.5, -1.0]]).expand(n, -1)
-    chosen, logp = sampler.draw(logits, torch.arange(n))
+    chosen, logp = sampler(logits, state.seed_words, state.step, state.history)
     expected = torch.softmax(torch.tensor([1.0, 1.0, 0.5, -2.0]), dim=-1)
     assert abs(_chi_square_z(torch.bincount(chosen, minlength=4), expected, n)) < 4
     torch.testing.assert_close(logp, torch.log_softmax(logits, dim=-1).gather(-1, chosen[:, None]).squeeze(-1))

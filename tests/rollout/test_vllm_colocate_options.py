@@ -20,3 +20,12 @@ def test_max_model_length_is_the_engines_context():
     assert len(engine.generate([[1, 2, 3]], max_new_tokens=8, sampling=GREEDY)) == 1
     with pytest.raises(ValueError, match="exceeds the vLLM engine's max_model_len 64"):
         engine.generate([list(range(60))], max_new_tokens=8, sampling=GREEDY)
+
+
+def test_the_compute_dtype_and_eager_mode_reach_vllm():
+    """bf16=true hands vLLM dtype=bfloat16 (the plan's compute dtype) for an fp32 policy; on CPU no graphs."""
+    engine = build_engine("vllm", tiny_llama(), pad_token_id=PAD_ID, eos_token_ids=[EOS], max_model_len=64,
+                          dtype="bfloat16")
+    model_config = engine.llm.llm_engine.model_config
+    assert str(model_config.dtype) == "torch.bfloat16" and model_config.enforce_eager is True
+    assert len(engine.generate([[1, 2, 3]], max_new_tokens=4, sampling=GREEDY)[0].token_ids) >= 1

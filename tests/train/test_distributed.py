@@ -172,11 +172,21 @@ def test_bf16_mixed_on_two_fsdp_processes_trains_what_one_trains_to_bf16_precisi
 
     Not bit-equal like the fp32 runs: the residual stream is bf16 under FSDP's policy and fp32 under
     autocast alone. Measured: losses 0.2 % apart, the second step's update (w2 - w1) at cosine
-    0.99994 between the two (0.982 to the fp32 run's) with 99.8 % of its signs equal."""
+    0.99994 between the two (0.982 to the fp32 run's) with 99.8 % of its signs equal.
+
+    The updates compare only when both runs drew the same responses. The two numerics' logits differ by up
+    to ~3e-3 here, which moves ~0.75 % of draws that fall near a CDF boundary (any sampler: measured the same
+    with torch.rand numbers as with rlvr's hashed ones), i.e. 0-5 of the 16 responses depending on the seed
+    (seeds 0-11, 2026-12-05). The test uses seed 10, whose responses agree, and checks that first, so a
+    moved draw is reported as what it is, not as an update mismatch."""
     one, two, fp32 = tmp_path / "one", tmp_path / "two", tmp_path / "fp32"
-    Trainer(build_config({**_options("memory", one, lowercase_reward), "bf16": True})).train()
-    _launch({**_options("memory", two, lowercase_reward), "bf16": True}, "nproc=2", "parallelism=fsdp")
-    Trainer(build_config(_options("memory", fp32, lowercase_reward))).train()
+    seeded = {"seed": 10}
+    Trainer(build_config({**_options("memory", one, lowercase_reward), "bf16": True, **seeded})).train()
+    _launch({**_options("memory", two, lowercase_reward), "bf16": True, **seeded}, "nproc=2", "parallelism=fsdp")
+    Trainer(build_config({**_options("memory", fp32, lowercase_reward), **seeded})).train()
+    responses = [[json.loads(line)["completion"] for line in (run / "samples.jsonl").read_text().splitlines()]
+                 for run in (one, two)]
+    assert responses[0] == responses[1], "a draw moved between the two numerics (see the docstring): not an FSDP bug"
     assert _losses(two) == pytest.approx(_losses(one), rel=1e-2, abs=1e-4)
     assert _losses(one) != pytest.approx(_losses(fp32), rel=1e-6, abs=0)  # bf16 compute did happen
 

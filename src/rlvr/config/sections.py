@@ -134,9 +134,10 @@ class RolloutConfig:
                                      "vllm (optional, own environment; vllm_mode: colocate or server)")
     max_rollout_batch_size: int = _f(64, "rlvr/hf engines: at most this many sequences are decoded at once (bounds the "
                                          "KV cache; more are run in chunks). vLLM schedules its own batches")
-    fused_decoding: bool = _f(True, "rollout_engine=rlvr: decode Llama/Qwen2/Mistral models with q/k/v as one product "
-                                    "and, on CPU in float32, oneDNN-prepacked weights (a copy of the weights while "
-                                    "decoding; same samples to float rounding); false: the model's own forward")
+    fused_decoding: bool = _f(True, "rollout_engine=rlvr: decode Llama/Qwen2/Mistral models with the static step (fixed "
+                                    "KV cache, weights cast once per rollout, q/k/v as one product, oneDNN-prepacked "
+                                    "on CPU, CUDA graphs on CUDA; a copy of the weights while decoding; the model's "
+                                    "logits to float rounding); false: the model's own forward at every position")
     async_generation: bool = _f(False, "one-step-off-policy rollouts (rollout_engine=vllm): step t+1's responses are "
                                        "generated while step t updates, from the weights step t started from; the "
                                        "importance-sampling correction accounts for the lag (docs/training.md)")

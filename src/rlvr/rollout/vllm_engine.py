@@ -156,6 +156,9 @@ class VLLMEngine:
         enable_sleep_mode: on CUDA, vLLM's weights and KV cache are released after each
             :meth:`generate` (sleep level 2) and restored at the start of the next one, where the
             current weights are loaded again: between rollouts the update has the GPU to itself.
+        dtype: vLLM's weights and compute dtype ("bfloat16" under ``bf16=true``: the update's compute
+            dtype, not the fp32 master weights'); None: the model's parameters' dtype.
+        enforce_eager: no CUDA graphs (:func:`graph_mode`; None: graphs on CUDA, eager elsewhere).
     """
 
     supports_row_seeds = True  # generate(row_seeds=...): a request's draws do not depend on its batch
@@ -177,6 +180,8 @@ class VLLMEngine:
         gpu_memory_utilization: float = 0.3,
         seed: int = 0,
         enable_sleep_mode: bool = False,
+        dtype: str | None = None,
+        enforce_eager: bool | None = None,
     ):
         if not eos_token_ids:
             raise ValueError("the rollout engine needs at least one EOS token id")
@@ -196,7 +201,7 @@ class VLLMEngine:
         self._warned_warps = False
         config = model.config
         self.max_model_len = max_model_len or min(getattr(config, "max_position_embeddings", 8192), 8192)
-        dtype = next(model.parameters()).dtype
+        dtype = getattr(torch, dtype) if dtype is not None else next(model.parameters()).dtype
         _check_head_dim(config)
         kwargs = memory_kwargs(config, dtype, self.max_model_len, kv_cache_tokens, gpu_memory_utilization)
         weights = merged_state_dict(model)
@@ -210,7 +215,7 @@ class VLLMEngine:
                 skip_tokenizer_init=True,  # prompts and responses stay token ids
                 dtype=str(dtype).removeprefix("torch."),
                 seed=seed,
-                enforce_eager=True,  # no CUDA graphs / compile: start-up in seconds, weights swappable
+                enforce_eager=graph_mode(next(model.parameters()).device.type, enforce_eager),
                 max_model_len=self.max_model_len,
                 logprobs_mode="processed_logprobs",  # log softmax(logits / T): the trainer's convention
                 generation_config="vllm",  # ignore the checkpoint's sampling defaults (top_k, penalties)
@@ -374,6 +379,13 @@ def completion_from_sample(token_ids: list[int], logprobs: list[float], eos_toke
             return Completion(ids[: pos + 1], logprobs[: pos + 1], truncated=False)
     # vLLM stops only at a stop token or a length limit: no EOS means truncated.
     return Completion(ids, logprobs, truncated=True)
+
+
+def graph_mode(device_type: str, enforce_eager: bool | None) -> bool:
+    """vLLM's ``enforce_eager``: False on CUDA (vLLM's compiled, CUDA-graph decoding, as TRL's colocated engine
+    and ``trl vllm-serve`` run it), True elsewhere (vLLM's CPU build: start-up in seconds), unless set. Weight
+    sync stays valid under graphs: ``reload_weights`` copies the new values into the tensors the graphs read."""
+    return device_type != "cuda" if enforce_eager is None else enforce_eager
 
 
 def memory_kwargs(config, dtype: torch.dtype, max_model_len: int, kv_cache_tokens: int,

@@ -67,6 +67,8 @@ def add_vllm_serve_parser(sub) -> argparse.ArgumentParser:
                         help="longest prompt + response (default min(max_position_embeddings, 8192))")
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
                         help="weights and compute dtype (default float32); pushed weights are cast to it")
+    parser.add_argument("--enforce-eager", action="store_true", default=None,
+                        help="no CUDA graphs (trl vllm-serve's enforce_eager); default: graphs on CUDA, eager on CPU")
     parser.add_argument("--kv-cache-tokens", type=int, default=32768,
                         help="CPU only: the KV cache holds this many tokens (default 32768)")
     parser.add_argument("--seed", type=int, default=0, help="vLLM's seed for requests without one (default 0)")
@@ -303,9 +305,11 @@ def build_llm(args: argparse.Namespace, model: str):
     import torch
     from transformers import AutoConfig
 
-    from rlvr.rollout.vllm_engine import _check_head_dim, _import_vllm, memory_kwargs
+    from rlvr.rollout.vllm_engine import _check_head_dim, _import_vllm, graph_mode, memory_kwargs
 
     vllm = _import_vllm()
+    from vllm.platforms import current_platform
+
     config = AutoConfig.from_pretrained(model)
     max_model_len = args.max_model_len or min(getattr(config, "max_position_embeddings", 8192), 8192)
     _check_head_dim(config)
@@ -319,7 +323,7 @@ def build_llm(args: argparse.Namespace, model: str):
         skip_tokenizer_init=True,  # prompts and responses stay token ids
         dtype=args.dtype,
         seed=args.seed,
-        enforce_eager=True,  # no CUDA graphs / compile: start-up in seconds, weights swappable
+        enforce_eager=graph_mode("cpu" if current_platform.is_cpu() else "cuda", args.enforce_eager),
         max_model_len=max_model_len,
         logprobs_mode="processed_logprobs",  # log softmax(logits / T): the trainer's convention
         generation_config="vllm",  # ignore the checkpoint's sampling defaults (top_k, penalties)

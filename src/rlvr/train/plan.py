@@ -59,6 +59,7 @@ class EnginePlan:
     name: str  # rollout_engine
     ahead: bool  # async_generation: the next step's round is sampled during this update
     sleep: bool = False  # vllm_enable_sleep_mode on an engine that supports_sleep: memory released between rollouts
+    compute_dtype: str | None = None  # StepPlan.autocast: an engine with weights of its own generates in this dtype
     ignored: tuple[str, ...] = ()  # options the config sets that this engine cannot honour (start-up warnings)
 
 
@@ -137,7 +138,7 @@ def compile_plan(cfg: ExperimentConfig, *, world_size: int = 1) -> StepPlan:
     load_algorithm_parts(advantage_estimator=a.advantage_estimator, policy_loss=a.policy_loss,
                          aggregation=a.aggregation, objects=dict(cfg.python.algorithm_parts))
     batch = cfg.batch_shape(world_size)
-    autocast = "bfloat16" if cfg.model.bf16 else None  # decided here only
+    autocast = autocast_dtype(cfg)
     return StepPlan(
         mode=step_kind(cfg),
         batch=batch,
@@ -173,6 +174,12 @@ def compile_plan(cfg: ExperimentConfig, *, world_size: int = 1) -> StepPlan:
         diversity_every=t.diversity_steps, diversity_groups=t.diversity_groups,
         num_completions_to_log=cfg.run.num_completions_to_log,
     )
+
+
+def autocast_dtype(cfg: ExperimentConfig) -> str | None:
+    """``bfloat16`` under ``bf16=true`` (forwards under bf16 autocast, fp32 master weights), else None: decided
+    here only."""
+    return "bfloat16" if cfg.model.bf16 else None
 
 
 def update_settings(cfg: ExperimentConfig, batch: BatchShape, autocast: str | None) -> UpdateSettings:
@@ -225,7 +232,8 @@ def engine_plan(cfg: ExperimentConfig) -> EnginePlan:
         line = (f"vllm_enable_sleep_mode=true has no effect: rollout_engine={r.rollout_engine} {why}; drop the "
                 "option, or use rollout_engine=vllm")
         ignored, sleep = (line,), False
-    return EnginePlan(name=r.rollout_engine, ahead=r.async_generation, sleep=sleep, ignored=ignored)
+    return EnginePlan(name=r.rollout_engine, ahead=r.async_generation, sleep=sleep, ignored=ignored,
+                      compute_dtype=autocast_dtype(cfg))
 
 
 def is_correction(cfg: ExperimentConfig) -> ISCorrection | None:

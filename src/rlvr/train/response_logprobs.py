@@ -27,7 +27,7 @@ from rlvr.core.lm_head import chunked_token_logprobs
 from rlvr.core.logprobs import entropy_from_logits, token_logprobs
 from rlvr.models.activation_checkpointing import decoder_layers
 from rlvr.rollout.base import left_pad
-from rlvr.rollout.decode_engine import CACHE_KWARG
+from rlvr.rollout.kv_cache import CACHE_KWARG
 from rlvr.train.experience import length_buckets
 
 

@@ -122,7 +122,7 @@ def _vllm_engine_options(cfg: ExperimentConfig, plan: EnginePlan, is_main: bool)
                                "push_weights": is_main}
     return "vllm", {"max_model_len": v.vllm_max_model_length, "kv_cache_tokens": v.vllm_kv_cache_tokens,
                     "gpu_memory_utilization": v.vllm_gpu_memory_utilization,
-                    "enable_sleep_mode": plan.sleep}
+                    "enable_sleep_mode": plan.sleep, "dtype": plan.compute_dtype}
 
 
 # rollout_engine -> its options from the config (the sections each engine reads)

@@ -54,10 +54,7 @@ def run_options(work: Path) -> dict[str, dict]:
     rows.write_text("".join(json.dumps(r) + "\n" for r in REPHRASED))
     common = {"model": "tiny-random", "max_steps": 3, "prompts_per_step": 4, "num_generations": 4,
               "max_completion_length": 12, "progress_bar": False, "verifier_workers": 1, "seed": 7,
-              "learning_rate": 1e-3, "num_completions_to_log": 4,
-              # the model's own forward in the rollout, as when these were recorded: the fused decoding
-              # step rounds differently (~1e-7) and is pinned to this path by tests/rollout/test_fused_decoder.py
-              "fused_decoding": False}
+              "learning_rate": 1e-3, "num_completions_to_log": 4}  # the default engine and decoding step
     return {
         "grpo": {**common, "algo": "grpo", "data": "rg:basic_arithmetic:size=64", "beta": 0.04,
                  "steps_per_generation": 2, "reward_funcs": [f"{reward}:lowercase_frac"]},
