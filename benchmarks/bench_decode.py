@@ -69,7 +69,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # gpu_check: the model shapes, rows, reward and trainer steps
 
-from gpu_check import fmt  # noqa: E402  (after the path: a script beside this one)
+from gpu_check import fmt  # (after the path: a script beside this one)
 
 DECODE = ("forward", "eager", "graph", "compile", "compile+graph")
 UPDATE = {  # the trainer options each update setting changes from gpu_check's stack (bf16=true over fp32 weights)
