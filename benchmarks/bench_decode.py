@@ -206,8 +206,10 @@ def run_decode(args, setting: str, record: dict) -> None:
                   ms_per_position=per_position * 1e3, must_move_gb=must_move / 1e9,
                   roofline=must_move / (args.hbm_tb_s * 1e12) / per_position,
                   tokens=[c.token_ids for c in outputs], all_full=all(len(c.token_ids) == T for c in outputs))
-    if "graph" in setting:
-        record["graphs_recorded"] = sum(s.runner.captures for w in engine._workspaces.values() for s in w.steppers.values())
+    if "graph" in setting:  # how many graphs, and whether a failed recording left a runner eager (a warning too)
+        runners = [s.runner for w in engine._workspaces.values() for s in w.steppers.values()]
+        record["graphs_recorded"] = sum(r.captures for r in runners)
+        record["modes_at_end"] = sorted({r.mode for r in runners})
 
 
 # --------------------------------------------------------------------------- the update

@@ -1,6 +1,7 @@
 """The static decoding step against the model's own forward, and the properties a captured step needs:
 no host synchronisation, one traced graph per shape, every tensor written in place."""
 
+import contextlib
 from typing import ClassVar
 
 import pytest
@@ -416,3 +417,40 @@ def test_recorded_and_compiled_modes_refuse_compaction():
     model = MODELS["tiny-llama-gqa"]()
     with pytest.raises(ValueError, match="kept for one batch size"):
         _engine(model, True, capture="compile", compact_below=0.5).generate(PROMPTS, max_new_tokens=3, sampling=GREEDY)
+
+
+def test_a_failed_recording_costs_speed_not_the_rollout(monkeypatch, caplog):
+    """On a GPU, recording can fail on something no CPU test sees (a host sync, an uncapturable kernel). The
+    runner then warns once, runs the step the recording did not, and stays eager: the same draws as an eager
+    runner. (CUDA's streams and graphs are stand-ins here: the recording raises as CUDA does.)"""
+
+    class Stream:
+        def wait_stream(self, _other):
+            pass
+
+    class FailingRecording:
+        def __init__(self, *_args, **_kwargs):
+            pass
+
+        def __enter__(self):
+            raise RuntimeError("operation not permitted when stream is capturing")
+
+        def __exit__(self, *_exc):
+            return False
+
+    monkeypatch.setattr(torch.cuda, "Stream", Stream)
+    monkeypatch.setattr(torch.cuda, "current_stream", Stream)
+    monkeypatch.setattr(torch.cuda, "stream", lambda _stream: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", object)
+    monkeypatch.setattr(torch.cuda, "graph", FailingRecording)
+    model = MODELS["tiny-llama-gqa"]()
+    recorded, eager = _step_parts(model, WARPED), _step_parts(model, WARPED)
+    runner = static_decoder.StepRunner(*recorded, mode="graph")
+    with torch.no_grad(), caplog.at_level("WARNING", logger="rlvr.rollout.static_decoder"):
+        for seen in (15, 15, 15, 16):  # warm-up (run), recording (fails: run), then eager
+            runner(seen)
+            static_decoder.decode_step(*eager, seen)
+    assert runner.mode == "eager" and runner.captures == 0
+    assert [r.message for r in caplog.records].count(caplog.records[0].message) == 1
+    assert "recording it as a CUDA graph failed" in caplog.records[0].message
+    assert torch.equal(recorded[2].tokens, eager[2].tokens) and int(recorded[2].step) == 5

@@ -39,10 +39,13 @@ keys/values are copied in. Not measured on a GPU yet (docs/performance.md, "Deco
 from __future__ import annotations
 
 import contextlib
+import logging
 
 import torch
 import torch.nn.functional as F
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+logger = logging.getLogger(__name__)
 
 # Decoder layers with the Llama layout (RMSNorm, rotary q/k, GQA attention, SiLU-gated MLP).
 MODEL_TYPES = ("llama", "qwen2", "mistral")
@@ -324,18 +327,18 @@ def _autocast_for_capture(device_type: str):
 class StepRunner:
     """Runs :func:`decode_step` for one decoder, sampler, state and cache in the given mode.
 
+    A recording that fails (the graph modes first ran on a GPU after they were written) costs speed, not the
+    rollout: one warning, the step run as it is, and this runner stays without graphs from then on.
+
     Args:
         decoder, sampler, state, cache: what every step reads and writes (fixed for the runner's life:
             a recorded graph replays on these very tensors).
-        mode: one of :data:`MODES`.
+        mode: one of :data:`MODES` (the graph modes need CUDA: the engine checks the device).
     """
 
     def __init__(self, decoder, sampler, state, cache, *, mode: str):
         if mode not in MODES:
             raise ValueError(f"unknown decoding step mode {mode!r}: choose one of {list(MODES)}")
-        if "graph" in mode and state.ids.device.type != "cuda":
-            raise ValueError(f"decoding step mode {mode!r} records CUDA graphs: it needs the model on a CUDA "
-                             f"device (this one is on {state.ids.device}); use 'eager' or 'compile'")
         self.decoder, self.sampler, self.state, self.cache = decoder, sampler, state, cache
         self.mode = mode
         self.fn = (torch.compile(decode_step, fullgraph=True, backend=COMPILE_BACKEND) if "compile" in mode
@@ -369,8 +372,16 @@ class StepRunner:
             self.warmed.add(seen)
             return None
         graph = torch.cuda.CUDAGraph()
-        with _autocast_for_capture(device_type), torch.cuda.graph(graph, pool=self.pool):
-            self.fn(*args)  # recorded, not run
+        try:
+            with _autocast_for_capture(device_type), torch.cuda.graph(graph, pool=self.pool):
+                self.fn(*args)  # recorded, not run
+        except RuntimeError as error:
+            logger.warning("rlvr's decoding step: recording it as a CUDA graph failed (%s); this engine decodes "
+                           "without graphs from now on (slower, the same responses). Please report it.",
+                           str(error).splitlines()[0] if str(error) else type(error).__name__)
+            self.mode, self.graphs = self.mode.replace("+graph", "").replace("graph", "eager"), {}
+            self.fn(*args)  # the step the failed recording did not run
+            return None
         self.pool = graph.pool()
         self.graphs[seen] = graph
         self.captures += 1
