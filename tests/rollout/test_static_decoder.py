@@ -454,3 +454,18 @@ def test_a_failed_recording_costs_speed_not_the_rollout(monkeypatch, caplog):
     assert [r.message for r in caplog.records].count(caplog.records[0].message) == 1
     assert "recording it as a CUDA graph failed" in caplog.records[0].message
     assert torch.equal(recorded[2].tokens, eager[2].tokens) and int(recorded[2].step) == 5
+
+
+def test_kept_buffers_that_would_take_a_large_share_of_the_device_are_made_per_call(traced_only, monkeypatch):
+    """A 7B policy's cast weights and caches would hold ~20 % of an 80 GB GPU through the update: past
+    KEEP_FRACTION the engine drops them after each call (as the eager mode does), with the same responses."""
+    from rlvr.rollout import decode_engine as engine_module
+
+    model = MODELS["qwen2-bias"]()
+    kept = _kept(model)
+    first = kept.generate(PROMPTS, max_new_tokens=6, sampling=GREEDY)
+    assert kept._workspaces and kept._kept_bytes() > 0  # the default share keeps them (a tiny model)
+    monkeypatch.setattr(engine_module, "KEEP_FRACTION", 0.0)
+    again = kept.generate(PROMPTS, max_new_tokens=6, sampling=GREEDY)
+    assert not kept._workspaces and kept._decoder is None
+    assert [c.token_ids for c in again] == [c.token_ids for c in first]

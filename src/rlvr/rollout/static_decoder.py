@@ -236,6 +236,12 @@ class StaticDecoder:
                 projection.refresh()
         self.head.refresh()
 
+    def owned(self) -> list[torch.Tensor]:
+        """The weights this decoder holds itself (stacked or cast copies; a weight used as it is is the model's)."""
+        model = {p.data_ptr() for p in self.model.parameters()}
+        own = [t for projections in self.layers for p in projections.values() for t in p.tensors()]
+        return [t for t in (*own, *self.head.tensors()) if t.data_ptr() not in model]
+
     def inputs(self) -> list[int]:
         """The addresses of every tensor a step reads besides its state and cache: the model's own parameters
         and buffers (embedding, norms, rotary frequencies) and the projections' weights. A captured step is
