@@ -53,9 +53,10 @@ class SandboxLimits:
     processes: int = 32  # RLIMIT_NPROC, counted per sandbox user namespace
     open_files: int = 64
     output_bytes: int = 1 << 20  # stdout and stderr each; past it the program is killed
+    tmp_mb: int = 64  # the program's private /tmp (its folder): a tmpfs of this size (namespaces mode)
 
     def __post_init__(self):
-        for name in ("cpu_s", "wall_s", "memory_mb", "file_mb", "processes", "open_files", "output_bytes"):
+        for name in ("cpu_s", "wall_s", "memory_mb", "file_mb", "processes", "open_files", "output_bytes", "tmp_mb"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"SandboxLimits.{name} must be positive, got {getattr(self, name)}")
 
@@ -165,8 +166,11 @@ class Worker:
             reply, why = None, str(exc)
         else:
             why = "the worker exited"
-        if reply is None:
-            return Outcome.failed(f"sandbox worker failed: {why}")
+        if reply is None:  # it died with the program running: scored as a crashing program, never left unscored
+            logger.warning("code sandbox: a worker died while a program ran (%s); the program scores as a crash and "
+                           "the worker is replaced", why)
+            return Outcome(None, None, False, False, False, "", f"the sandbox worker died while the program ran ({why})",
+                           0.0)
         return Outcome(**reply)
 
     @property
@@ -211,9 +215,15 @@ class SandboxPool:
         self._idle.put(worker)
 
     def run(self, job: Job) -> Outcome:
-        """Run one job on the next idle worker (a dead worker is replaced). RuntimeError once every worker has
-        died and none could be started again (it no longer waits for a worker that will not come)."""
+        """Run one job on the next idle worker (a dead worker is replaced, never used). RuntimeError once every
+        worker has died and none could be started again (it no longer waits for a worker that will not come)."""
         worker = self._next_idle()
+        while not worker.alive:  # died while idle: replaced before it is given a job
+            self._replace(worker)
+            with self._lock:
+                if not self._all:  # this program did not run: a sandbox failure (the next call raises)
+                    return Outcome.failed("no sandbox worker could be started again")
+            worker = self._next_idle()
         try:
             return worker.run(job)
         finally:

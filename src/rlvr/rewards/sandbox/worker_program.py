@@ -1,0 +1,287 @@
+"""The sandbox worker's side that programs come from: a template that never sees a job, and each program's
+process (standard library only; loaded by ``worker.py``).
+
+Process tree of one worker (``namespaces`` mode; the worker's set-up is in ``worker.py``):
+
+    worker (PID 1 of the worker's PID namespace: reads jobs, collects outputs, holds every job's text)
+     └ template (forked right after set-up, before any job: its memory never held a job or a reply)
+        └ launcher (one per job: new PID, mount and IPC namespaces for its child)
+           └ init (PID 1 of the job's PID namespace: a /proc of its own and a private /tmp, then it waits)
+              └ program (drops every capability, its limits, the seccomp filter; then the program runs)
+
+So a program starts from memory no other job was ever in (the template's), in a PID namespace of its own
+(it sees and can signal only its own processes; the worker, the template and the other jobs are not
+there), with a /tmp of its own (a tmpfs of ``tmp_mb``, gone with the namespace), System V IPC of its own,
+and no kernel keyring, new namespace or uncounted memory to reach (``worker_kernel.install_seccomp``).
+When its init exits, the kernel kills every process of the namespace: nothing the program started
+survives it, in any session. The job's text reaches the program's process by a pipe, read there.
+
+In ``limits_only`` mode the launcher makes no namespace and the init is the program's process itself (a
+new session, its process group killed after it, as before).
+
+The template gets each job's descriptors (job text, stdin, stdout, stderr, result, status) from the worker
+over a Unix socket (``SCM_RIGHTS``) with no job content; the launcher writes the init's pid on the status
+pipe, the init (or, in ``limits_only``, the launcher) the program's wait status.
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import struct
+import sys
+import traceback  # imported here, once: a program's process is forked with it loaded
+
+import worker_kernel as kernel
+
+MINIMAL_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+WORK_ROOT = "/tmp"
+FDS = ("job", "stdin", "stdout", "stderr", "result", "status")  # the descriptors of a job, in this order
+
+
+# ---- the template -------------------------------------------------------------------------------------------
+
+def start_template(settings: dict) -> tuple[int, socket.socket]:
+    """Fork the template now (before any job); (its pid, the worker's end of its socket)."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    pid = os.fork()
+    if pid == 0:
+        ours.close()
+        try:
+            _template(theirs, settings)
+        finally:
+            os._exit(0)
+    theirs.close()
+    return pid, ours
+
+
+def _template(sock: socket.socket, settings: dict) -> None:
+    kernel.libc.prctl(kernel.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    while True:
+        message, fds, _, _ = socket.recv_fds(sock, 4096, len(FDS))
+        if not message:
+            return  # the worker is gone
+        if message.startswith(b"preload "):  # a module the runners import (e.g. numpy), once, not per job
+            __import__(message[len(b"preload "):].decode())
+            continue
+        launcher = os.fork()
+        if launcher == 0:
+            sock.close()
+            _launch(dict(zip(FDS, fds)), settings)
+        for fd in fds:
+            os.close(fd)
+        os.waitpid(launcher, 0)
+        sock.send(b"done")  # every process of the job is gone (the worker replies only then)
+
+
+def _launch(fds: dict, settings: dict) -> None:
+    """The launcher: new namespaces for its child (namespaces mode), the child's pid on the status pipe."""
+    try:
+        if settings["namespaced"]:
+            kernel.unshare(kernel.CLONE_NEWPID | kernel.CLONE_NEWNS | kernel.CLONE_NEWIPC,
+                           "unshare(PID, mount, IPC namespaces) for a program")
+        child = os.fork()
+        if child == 0:
+            _init(fds, settings)
+    except BaseException:  # noqa: BLE001  (the worker reads no pid: the job is a sandbox failure)
+        traceback.print_exc()
+        os._exit(1)
+    for name in FDS[:-1]:  # the launcher only reports
+        os.close(fds[name])
+    os.write(fds["status"], struct.pack(">q", child))
+    _, status = os.waitpid(child, 0)
+    if not settings["namespaced"]:  # the child was the program itself
+        os.write(fds["status"], struct.pack(">i", status))
+    os._exit(0)
+
+
+# ---- a job's init and program --------------------------------------------------------------------------------
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 1 << 16):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _init(fds: dict, settings: dict) -> None:
+    """PID 1 of the job's namespace (namespaces mode): its /proc and /tmp, then the program, waited for."""
+    try:
+        job = json.loads(_read_all(fds["job"]))
+        os.close(fds["job"])
+        folder = _private_folders(job, settings) if settings["namespaced"] else _plain_folder()
+        if not settings["namespaced"]:
+            _program(job, fds, folder, settings)  # becomes the program: never returns
+        for name in ("INT", "TERM", "HUP", "QUIT", "USR1", "USR2"):  # PID 1: signals from inside are dropped
+            signal.signal(getattr(signal, f"SIG{name}"), signal.SIG_DFL)
+        program = os.fork()
+        if program == 0:
+            _program(job, fds, folder, settings)
+    except BaseException:  # noqa: BLE001  (no status is written: the worker reports a sandbox failure)
+        traceback.print_exc()
+        os._exit(1)
+    for name in ("stdin", "stdout", "stderr", "result"):
+        os.close(fds[name])
+    while True:  # as PID 1: reap every orphan, until the program itself has ended
+        pid, status = os.wait()
+        if pid == program:
+            os.write(fds["status"], struct.pack(">i", status))
+            os._exit(0)  # the kernel now kills whatever the program left in the namespace
+
+
+def _private_folders(job: dict, settings: dict) -> str:
+    """A /proc showing the job's namespace only, and an empty /tmp of ``tmp_mb`` (the program's folder in it),
+    with the interpreter's paths that lie under /tmp bound back read-only (a CI checkout there)."""
+    kernel.mount("proc", "/proc", "proc", kernel.MS_NOSUID | kernel.MS_NODEV | kernel.MS_NOEXEC, None,
+                 "mount /proc of the program's PID namespace")
+    handles = [(path, os.open(path, os.O_PATH)) for path in settings["tmp_keep"] if os.path.exists(path)]
+    size = int(job["limits"].get("tmp_mb", 64))
+    kernel.mount("tmpfs", WORK_ROOT, "tmpfs", kernel.MS_NOSUID | kernel.MS_NODEV, f"size={size}m,mode=0755",
+                 "a private tmpfs at /tmp")
+    for path, fd in handles:
+        os.makedirs(path, exist_ok=True)
+        kernel.mount(f"/proc/self/fd/{fd}", path, None, kernel.MS_BIND | kernel.MS_REC, None, f"bind {path} back")
+        kernel.mount(None, path, None, kernel.MS_REMOUNT | kernel.MS_BIND | kernel.MS_RDONLY | kernel.MS_NOSUID
+                     | kernel.MS_NODEV, None, f"remount {path} read-only")
+        os.close(fd)
+    folder = os.path.join(WORK_ROOT, "work")
+    os.mkdir(folder, 0o700)
+    os.chown(folder, settings["program_uid"], settings["program_uid"])
+    return folder
+
+
+def _plain_folder() -> str:
+    import tempfile
+
+    return tempfile.mkdtemp(prefix="rlvr-sandbox-job-")
+
+
+def _set_limits(limits: dict) -> None:
+    import resource
+
+    cpu = max(1, int(limits["cpu_s"] + 0.999))
+    mb = 1024 * 1024
+    for which, value in ((resource.RLIMIT_CPU, (cpu, cpu + 1)), (resource.RLIMIT_AS, limits["memory_mb"] * mb),
+                         (resource.RLIMIT_FSIZE, limits["file_mb"] * mb), (resource.RLIMIT_NPROC, limits["processes"]),
+                         (resource.RLIMIT_NOFILE, limits["open_files"]), (resource.RLIMIT_CORE, 0)):
+        resource.setrlimit(which, value if isinstance(value, tuple) else (value, value))
+
+
+def _program(job: dict, fds: dict, folder: str, settings: dict) -> None:
+    """The program's process: its streams, folder, identity, limits, environment and filter, then the program."""
+    try:
+        os.setsid()
+        for target, name in enumerate(("stdin", "stdout", "stderr", "result")):
+            os.dup2(fds[name], target)
+        os.closerange(4, 65536)
+        os.chdir(folder)
+        if settings["namespaced"]:
+            kernel.drop_capabilities(settings["program_uid"])
+        else:
+            kernel.check(kernel.libc.prctl(kernel.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "set no_new_privs")
+        _set_limits(job["limits"])
+        if settings["seccomp"]:
+            kernel.install_seccomp()
+    except BaseException as failure:  # noqa: BLE001  (the program never ran: say why, exit as a failure)
+        os.write(2, f"SANDBOX-SETUP-FAILED {failure}\n".encode())
+        os._exit(125)
+    os.environ.clear()
+    os.environ.update(MINIMAL_ENV, HOME=folder, TMPDIR=folder, PWD=folder)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    for name, fd, mode in (("stdin", 0, "r"), ("stdout", 1, "w"), ("stderr", 2, "w")):
+        setattr(sys, name, open(fd, mode, closefd=False, encoding="utf-8", errors="replace"))  # noqa: SIM115  (the program's streams)
+        setattr(sys, f"__{name}__", getattr(sys, name))
+    sys.argv = ["<program>"]
+    sys.path[:0] = [folder]
+    nonce = job.pop("nonce")
+    try:
+        code = RUNNERS["cpp" if job.get("language") == "cpp" else job["kind"]](job, nonce)
+    finally:
+        if not settings["namespaced"]:
+            shutil.rmtree(folder, ignore_errors=True)
+    os._exit(code)
+
+
+# ---- runners: one per kind of job -----------------------------------------------------------------------------
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:  # a program may close or replace its streams
+            stream.flush()
+        except Exception:  # noqa: BLE001, S110
+            pass
+
+
+def _exec_main(source: str) -> tuple[int, bool]:
+    """Run ``source`` as ``python -c`` would: its exit code (1 and a traceback on an uncaught exception), and
+    whether it ran to its end (not stopped by SystemExit or an exception)."""
+    try:
+        exec(compile(source, "<program>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})  # noqa: S102  (the point, in the sandbox)
+    except SystemExit as stop:
+        code = stop.code
+        if code is not None and not isinstance(code, int):
+            print(code, file=sys.stderr)
+            code = 1
+        _flush()
+        return code or 0, False
+    except BaseException as error:  # noqa: BLE001  (the program's own exceptions: its exit status)
+        traceback.print_exception(type(error), error, error.__traceback__.tb_next)  # from the program's frame
+        _flush()
+        return 1, False
+    _flush()
+    return 0, True
+
+
+def _run_script(job: dict, nonce: str) -> int:
+    return _exec_main(job["source"])[0]
+
+
+def _run_checked(job: dict, nonce: str) -> int:
+    """The program, then its tests; the nonce goes out on fd 3 only if the tests ran to their end."""
+    write = os.write  # as it was before the program could replace it
+    code, finished = _exec_main(job["source"] + "\n\n" + job["test"] + "\n")
+    if finished:
+        write(3, nonce.encode())
+    return code
+
+
+def _run_verl_apps(job: dict, nonce: str) -> int:
+    """verl's ``prime_code`` test runner (``run_test``, loaded from its file) on the program; results on fd 3."""
+    import importlib.util
+
+    write, leave = os.write, os._exit  # verl's reliability_guard sets many os functions to None
+    spec = importlib.util.spec_from_file_location("_verl_testing_util", job["runner_path"])
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    devnull = open(os.devnull, "w")  # noqa: SIM115  (the process's streams until it exits)
+    sys.stdout = sys.stderr = devnull  # as verl's _temp_run does
+    try:
+        results, _ = module.run_test(in_outs=job["in_outs"], test=job["source"], debug=False, timeout=job["timeout"])
+        results = [r if isinstance(r, bool) else int(r) if isinstance(r, int) else str(r) for r in results]
+    except Exception:  # noqa: BLE001  (verl's _temp_run: every case failed)
+        results = [-1] * len(job["in_outs"]["inputs"])
+    write(3, (nonce + json.dumps(results)).encode())
+    leave(0)
+
+
+def _run_cpp(job: dict, nonce: str) -> int:
+    """Compile the program with g++ in its folder (the same limits, its own processes), then become the binary."""
+    import subprocess
+
+    with open("main.cpp", "w") as source:
+        source.write(job["source"])
+    compiler = shutil.which("g++")
+    if compiler is None:
+        print("g++ is not installed", file=sys.stderr)
+        return 127
+    compiled = subprocess.run([compiler, "-O2", "-std=c++17", "-o", "main", "main.cpp"], stdin=subprocess.DEVNULL,
+                              capture_output=True, check=False)
+    if compiled.returncode != 0:
+        sys.stderr.write(compiled.stderr.decode("utf-8", "replace")[-4000:])
+        _flush()
+        return 1
+    os.execv("./main", ["./main"])  # stdin, stdout and stderr are the job's already
+
+
+RUNNERS = {"script": _run_script, "checked": _run_checked, "verl_apps": _run_verl_apps, "cpp": _run_cpp}
