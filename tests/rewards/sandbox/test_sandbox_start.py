@@ -51,9 +51,10 @@ def test_cpp_compiles_and_runs_in_the_sandbox():
     assert escape.exit_code == 3  # a compiled program is held by the same read-only file system
 
 
-def test_a_checkout_under_tmp_is_bound_back_read_only_inside_the_private_tmp(tmp_path, monkeypatch):
+def test_a_checkout_under_tmp_starts_its_worker_and_stays_out_of_its_programs_sight(tmp_path, monkeypatch):
     """The sandbox replaces /tmp with a private tmpfs: a worker whose files lie under /tmp (a CI clone there; here
-    pytest's tmp_path) still starts, and sees them read-only."""
+    pytest's tmp_path) still starts (its own files bound back read-only), and its programs see none of them:
+    a program's file system holds only its runtime (issue 48)."""
     assert str(tmp_path).startswith("/tmp/"), "pytest's tmp_path is expected under /tmp on this machine"
     copy = tmp_path / "sandbox"
     shutil.copytree(pool_module.WORKER_FILE.parent, copy)
@@ -63,7 +64,7 @@ def test_a_checkout_under_tmp_is_bound_back_read_only_inside_the_private_tmp(tmp
                "except OSError:\n    print('read-only')\n")
     with SandboxPool("namespaces", workers=1) as pool:
         outcome = pool.run(Job(program))
-    assert outcome.ok and outcome.stdout == "True\nread-only\n", outcome
+    assert outcome.ok and outcome.stdout == "False\nread-only\n", outcome
     assert not (copy / "planted").exists()
 
 

@@ -79,9 +79,11 @@ class Job:
             raise ValueError(f"the sandbox runs {', '.join(LANGUAGES)} programs, not {self.language!r}")
         if self.language != "python" and self.kind != "script":
             raise ValueError(f"a {self.language} program runs as a script (stdin -> stdout), not {self.kind!r}")
+        verl = self.kind == "verl_apps"  # verl's runner: its file and numpy, read-only, besides the system's
+        read_only = [self.extra["runner_path"], *package_paths("numpy")] if verl else []
         return {"source": self.source, "stdin": self.stdin, "kind": self.kind, "test": self.test,
                 "language": self.language,
-                "limits": asdict(self.limits), "preload": ["numpy"] if self.kind == "verl_apps" else [],
+                "limits": asdict(self.limits), "preload": ["numpy"] if verl else [], "read_only": read_only,
                 **self.extra}
 
 
@@ -119,6 +121,48 @@ def _kept_paths() -> list[str]:
     return sorted(os.path.realpath(path) for path in paths if path and os.path.isdir(path))
 
 
+# What a program's file system holds besides its /proc, /dev and /tmp (worker_program._private_folders): the
+# system's programs and libraries (g++ for C++ is under /usr), /etc, and the interpreter's standard library
+SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+
+
+def program_paths() -> dict[str, list[str]]:
+    """``bind``: what every program sees, read-only; ``cover``: package folders inside them left empty (every
+    site-packages and dist-packages this interpreter or the system's Pythons read). No checkout, run folder,
+    dataset, HOME or installed package."""
+    import glob
+    import site
+
+    stdlib = os.path.realpath(os.path.dirname(os.__file__))  # the base interpreter's, also from a venv
+    interpreter = {os.path.realpath(sys.executable)}
+    library, libdir = sysconfig_var("LDLIBRARY"), sysconfig_var("LIBDIR")
+    if library.endswith(".so") or ".so." in library:  # a shared libpython the interpreter loads
+        interpreter.add(os.path.realpath(os.path.join(libdir, library)))
+    bind = [p for p in (*SYSTEM_PATHS, stdlib, *sorted(interpreter)) if os.path.lexists(p)]
+    packages = {*site.getsitepackages(), site.getusersitepackages(), os.path.join(stdlib, "site-packages"),
+                *glob.glob("/usr/lib/python3*/dist-packages"), *glob.glob("/usr/lib/python3*/site-packages"),
+                *glob.glob("/usr/local/lib/python3*/dist-packages"), *glob.glob("/usr/local/lib/python3*/site-packages")}
+    cover = sorted({os.path.realpath(p) for p in packages if p and os.path.isdir(p)})
+    return {"bind": bind, "cover": cover}
+
+
+def sysconfig_var(name: str) -> str:
+    import sysconfig
+
+    return str(sysconfig.get_config_var(name) or "")
+
+
+def package_paths(name: str) -> list[str]:
+    """An installed package's folder (and a wheel's ``<name>.libs`` beside it), found without importing it."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    folders = [os.path.realpath(p) for p in spec.submodule_search_locations]
+    return folders + [f"{f}.libs" for f in folders if os.path.isdir(f"{f}.libs")]
+
+
 def _hidden_folders() -> list[str]:
     home = os.path.realpath(os.path.expanduser("~"))
     folders = [*HIDDEN_FOLDERS, *([home] if home.count("/") >= 1 and home != "/" else [])]
@@ -131,7 +175,8 @@ class Worker:
     def __init__(self, mode: str):
         self.mode = mode
         self.process = subprocess.Popen(
-            [sys.executable, "-I", str(WORKER_FILE), mode, json.dumps(_hidden_folders()), json.dumps(_kept_paths())],
+            [sys.executable, "-I", str(WORKER_FILE), mode, json.dumps(_hidden_folders()), json.dumps(_kept_paths()),
+             json.dumps(program_paths())],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_WORKER_ENV,
             start_new_session=True, cwd="/")
         ready = self._receive()

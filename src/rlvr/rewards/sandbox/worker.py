@@ -2,7 +2,9 @@
 then runs programs, each in a process that starts from memory no job was ever in (standard library only: it
 runs outside rlvr).
 
-    python -I worker.py MODE HIDE_PATHS_JSON KEEP_PATHS_JSON      MODE: namespaces | limits_only
+    python -I worker.py MODE HIDE_PATHS_JSON KEEP_PATHS_JSON PROGRAM_PATHS_JSON    MODE: namespaces | limits_only
+
+PROGRAM_PATHS_JSON: ``{"bind": [...], "cover": [...]}``, what a program's file system holds (``worker_program``).
 
 Set-up in ``namespaces`` mode (the steps of bubblewrap, done with ``unshare(2)`` and ``mount(2)``):
 
@@ -19,8 +21,8 @@ Set-up in ``namespaces`` mode (the steps of bubblewrap, done with ``unshare(2)``
    its capabilities and install the seccomp filter (``worker_kernel.py``).
 
 Each job then runs in its own PID, mount and IPC namespaces, forked from the template (``worker_program.py``
-has the process tree): its own /proc and a private /tmp, every capability dropped, its limits, the seccomp
-filter. The worker itself only writes the job's text to a pipe, feeds stdin, collects stdout, stderr and the
+has the process tree): a fresh read-only root with only its runtime's files, its own /proc and a private
+/tmp, every capability dropped, its limits, the seccomp filter. The worker itself only writes the job's text to a pipe, feeds stdin, collects stdout, stderr and the
 result (capped), and kills the job's init at the wall limit or the output cap (the kernel then kills every
 process of the job's namespace).
 
@@ -193,12 +195,6 @@ def _check_program_setup(settings: dict) -> None:
         raise kernel.SetupFailed("a program's process could not drop its capabilities or install its seccomp filter")
 
 
-def _tmp_keep(keep: list[str]) -> list[str]:
-    """The outermost kept paths under /tmp (bound back inside each program's private /tmp)."""
-    inside = [path for path in keep if path.startswith(WORK_ROOT + "/")]
-    return sorted({p for p in inside if not any(q != p and p.startswith(q.rstrip("/") + "/") for q in inside)})
-
-
 # ---- a job: its process tree comes from the template; the worker feeds and collects ------------------------
 
 def run_job(job: dict, state: dict) -> dict:
@@ -232,6 +228,10 @@ def run_job(job: dict, state: dict) -> dict:
     for name in ("stdout", "stderr", "result", "status"):
         os.close(pipes[name][0])
     state["template"].recv(16)  # "done": the launcher reaped, nothing of the job left (b"": the template died)
+    if status is None and not (outputs["timed_out"] or outputs["output_truncated"]):  # its set-up failed, not it
+        why = outputs["stderr"].decode("utf-8", "replace").strip().splitlines()
+        return _sandbox_failure(f"the program's process could not be set up: {why[-1] if why else 'no message'}",
+                                started)
     return _outcome(outputs, status, nonce, time.monotonic() - started)
 
 
@@ -389,8 +389,8 @@ def _template_ended(state: dict) -> bool:
 
 
 def main(argv: list[str]) -> None:
-    mode, hide, keep = argv[1], json.loads(argv[2]), json.loads(argv[3])
-    state = {"program_uid": 0, "namespaced": mode == "namespaces", "tmp_keep": _tmp_keep(keep), "seccomp": True}
+    mode, hide, keep, paths = argv[1], json.loads(argv[2]), json.loads(argv[3]), json.loads(argv[4])
+    state = {"program_uid": 0, "namespaced": mode == "namespaces", "paths": paths, "seccomp": True}
     try:
         if state["namespaced"]:
             state["program_uid"] = _enter_namespaces()
@@ -404,7 +404,7 @@ def main(argv: list[str]) -> None:
             sys.stderr.flush()
             os._exit(3)
         state["seccomp"] = False  # limits_only: the filter where libseccomp loads, knowingly less without it
-    settings = {k: state[k] for k in ("program_uid", "namespaced", "tmp_keep", "seccomp")}
+    settings = {k: state[k] for k in ("program_uid", "namespaced", "paths", "seccomp")}
     state["template_pid"], state["template"] = worker_program.start_template(settings)
     serve(state)
 

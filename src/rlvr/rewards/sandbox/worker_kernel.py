@@ -68,6 +68,17 @@ def unshare(flags: int, what: str) -> None:
     check(libc.unshare(flags), what)
 
 
+_SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "ppc64le": 203, "s390x": 217, "riscv64": 41}
+
+
+def pivot_root(new_root: str, put_old: str) -> None:
+    """pivot_root(2) (no C library wrapper: the system call by its number on this architecture)."""
+    number = _SYS_PIVOT_ROOT.get(os.uname().machine)
+    if number is None:
+        raise SetupFailed(f"pivot_root: no system call number known for {os.uname().machine}")
+    check(libc.syscall(number, new_root.encode(), put_old.encode()), "pivot_root into the program's root")
+
+
 def drop_capabilities(program_uid: int) -> None:
     """Become ``program_uid`` (when not 0) keeping no capability, with none to gain (an empty bounding set, no
     new privileges). When rlvr does not run as root, a program runs as root of the user namespace: with its

@@ -118,8 +118,8 @@ def _init(fds: dict, settings: dict) -> None:
         program = os.fork()
         if program == 0:
             _program(job, fds, folder, settings)
-    except BaseException:  # noqa: BLE001  (no status is written: the worker reports a sandbox failure)
-        traceback.print_exc()
+    except BaseException as failure:  # noqa: BLE001  (no status is written: the worker reports a sandbox failure)
+        os.write(fds["stderr"], f"SANDBOX-SETUP-FAILED {type(failure).__name__}: {failure}\n".encode())
         os._exit(1)
     for name in ("stdin", "stdout", "stderr", "result"):
         os.close(fds[name])
@@ -131,24 +131,87 @@ def _init(fds: dict, settings: dict) -> None:
 
 
 def _private_folders(job: dict, settings: dict) -> str:
-    """A /proc showing the job's namespace only, and an empty /tmp of ``tmp_mb`` (the program's folder in it),
-    with the interpreter's paths that lie under /tmp bound back read-only (a CI checkout there)."""
-    kernel.mount("proc", "/proc", "proc", kernel.MS_NOSUID | kernel.MS_NODEV | kernel.MS_NOEXEC, None,
+    """The program's whole file system (namespaces mode), then its folder: a fresh read-only root holding only
+    what its runtime needs, bound read-only (``settings["paths"]``: the system's /usr, /lib*, /bin, /sbin,
+    /etc, the interpreter and its standard library without site-packages; a job's own extra paths, e.g. verl's
+    runner and numpy), a /proc of its PID namespace, a /dev of null, zero, full, random and urandom, and an
+    empty /tmp of ``tmp_mb`` holding its folder. Nothing else of the machine is there: no checkout, run
+    folder, dataset, HOME or other package."""
+    paths = settings["paths"]
+    system = _outermost([p for p in paths["bind"] if os.path.lexists(p)])
+    extra = [p for p in dict.fromkeys(job.get("read_only", ())) if os.path.lexists(p)]
+    handles = {p: os.open(p, os.O_PATH) for p in (*system, *extra) if not os.path.islink(p)}  # before /tmp is covered
+    devices = {name: os.open(f"/dev/{name}", os.O_PATH) for name in ("null", "zero", "full", "random", "urandom")}
+    root = WORK_ROOT  # the new root is built on a tmpfs over /tmp, then made /
+    kernel.mount("tmpfs", root, "tmpfs", kernel.MS_NOSUID | kernel.MS_NODEV, "size=1m,mode=0755", "the program's root")
+    for path in system:
+        if os.path.islink(path):  # e.g. /bin -> usr/bin on a merged /usr: kept as the link
+            os.makedirs(os.path.dirname(root + path), exist_ok=True)
+            os.symlink(os.readlink(path), root + path)
+        else:
+            _bind_read_only(handles[path], root + path, os.path.isdir(path))
+    covers = [p for p in paths["cover"] if os.path.isdir(root + p)]
+    for path in covers:  # every package folder: empty (a job's own packages are bound into it below)
+        kernel.mount("tmpfs", root + path, "tmpfs", kernel.MS_NOSUID | kernel.MS_NODEV, "size=64k", f"cover {path}")
+    for path in extra:  # a job's own paths (verl's runner and numpy), inside a cover or not
+        _bind_read_only(handles[path], root + path, os.path.isdir(path))
+    for path in covers:
+        _remount_read_only(root + path)
+    os.makedirs(root + "/proc")
+    kernel.mount("proc", root + "/proc", "proc", kernel.MS_NOSUID | kernel.MS_NODEV | kernel.MS_NOEXEC, None,
                  "mount /proc of the program's PID namespace")
-    handles = [(path, os.open(path, os.O_PATH)) for path in settings["tmp_keep"] if os.path.exists(path)]
+    os.makedirs(root + "/dev")
+    for name, handle in devices.items():
+        _bind_read_only(handle, f"{root}/dev/{name}", False, writable=True)
+    os.makedirs(root + "/tmp")
     size = int(job["limits"].get("tmp_mb", 64))
-    kernel.mount("tmpfs", WORK_ROOT, "tmpfs", kernel.MS_NOSUID | kernel.MS_NODEV, f"size={size}m,mode=0755",
+    kernel.mount("tmpfs", root + "/tmp", "tmpfs", kernel.MS_NOSUID | kernel.MS_NODEV, f"size={size}m,mode=0755",
                  "a private tmpfs at /tmp")
-    for path, fd in handles:
-        os.makedirs(path, exist_ok=True)
-        kernel.mount(f"/proc/self/fd/{fd}", path, None, kernel.MS_BIND | kernel.MS_REC, None, f"bind {path} back")
-        kernel.mount(None, path, None, kernel.MS_REMOUNT | kernel.MS_BIND | kernel.MS_RDONLY | kernel.MS_NOSUID
-                     | kernel.MS_NODEV, None, f"remount {path} read-only")
-        os.close(fd)
-    folder = os.path.join(WORK_ROOT, "work")
-    os.mkdir(folder, 0o700)
-    os.chown(folder, settings["program_uid"], settings["program_uid"])
+    folder = "/tmp/work"
+    os.mkdir(root + folder, 0o700)
+    os.chown(root + folder, settings["program_uid"], settings["program_uid"])
+    _pivot_into(root)
     return folder
+
+
+def _outermost(paths: list[str]) -> list[str]:
+    """``paths`` less those inside another of them (a bound folder holds them already), shallowest first."""
+    folders = [p for p in paths if os.path.isdir(p) and not os.path.islink(p)]
+    kept = [p for p in dict.fromkeys(paths) if not any(p.startswith(f.rstrip("/") + "/") for f in folders)]
+    return sorted(kept, key=lambda p: p.count("/"))
+
+
+def _remount_read_only(target: str) -> None:
+    try:  # (the worker's mounts are read-only already; a remount that a locked flag refuses changes nothing)
+        kernel.mount(None, target, None, kernel.MS_REMOUNT | kernel.MS_BIND | kernel.MS_RDONLY | kernel.MS_NOSUID
+                     | kernel.MS_NODEV, None, f"remount {target} read-only")
+    except kernel.SetupFailed:
+        if not os.statvfs(target).f_flag & os.ST_RDONLY:
+            raise
+
+
+def _bind_read_only(handle: int, target: str, is_dir: bool, *, writable: bool = False) -> None:
+    """Bind the opened path ``handle`` at ``target`` (made first), read-only unless ``writable`` (devices: the
+    worker's /dev mount as it is)."""
+    os.makedirs(target if is_dir else os.path.dirname(target), exist_ok=True)
+    if not is_dir:
+        open(target, "a").close()
+    kernel.mount(f"/proc/self/fd/{handle}", target, None, kernel.MS_BIND | kernel.MS_REC, None, f"bind {target}")
+    os.close(handle)
+    if not writable:
+        _remount_read_only(target)
+
+
+def _pivot_into(root: str) -> None:
+    """Make ``root`` the file system's root, the old one unmounted, and the new root read-only."""
+    os.chdir(root)
+    os.mkdir(".old")
+    kernel.pivot_root(".", ".old")
+    os.chdir("/")
+    kernel.check(kernel.libc.umount2(b"/.old", 2), "unmount the old root")  # MNT_DETACH
+    os.rmdir("/.old")
+    kernel.mount(None, "/", None, kernel.MS_REMOUNT | kernel.MS_BIND | kernel.MS_RDONLY | kernel.MS_NOSUID
+                 | kernel.MS_NODEV, None, "remount the program's root read-only")
 
 
 def _plain_folder() -> str:
