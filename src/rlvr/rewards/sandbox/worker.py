@@ -182,10 +182,11 @@ def _check_program_setup(settings: dict) -> None:
     if pid == 0:
         try:
             if settings["namespaced"]:
-                kernel.drop_capabilities(settings["program_uid"])
+                kernel.drop_capabilities(settings["program_uid"], settings["last_capability"])
             else:
                 kernel.check(kernel.libc.prctl(kernel.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "set no_new_privs")
-            kernel.install_seccomp()
+            if settings["seccomp"] is not None:
+                kernel.install_seccomp(settings["seccomp"])
         except (kernel.SetupFailed, OSError) as failure:
             sys.stderr.write(f"SETUP-FAILED {failure}\n")
             os._exit(1)
@@ -390,11 +391,14 @@ def _template_ended(state: dict) -> bool:
 
 def main(argv: list[str]) -> None:
     mode, hide, keep, paths = argv[1], json.loads(argv[2]), json.loads(argv[3]), json.loads(argv[4])
-    state = {"program_uid": 0, "namespaced": mode == "namespaces", "paths": paths, "seccomp": True}
+    state = {"program_uid": 0, "namespaced": mode == "namespaces", "paths": paths, "seccomp": None,
+             "last_capability": kernel.last_capability()}
     try:
+        state["seccomp"] = kernel.compile_seccomp()
         if state["namespaced"]:
             state["program_uid"] = _enter_namespaces()
             _isolate_files(hide, keep)
+            worker_program.build_program_root(paths)
             _start_pid_namespace()
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # PID 1 keeps no handler a program could reach
         _check_program_setup(state)
@@ -403,8 +407,8 @@ def main(argv: list[str]) -> None:
             sys.stderr.write(f"SETUP-FAILED {failure}\n")
             sys.stderr.flush()
             os._exit(3)
-        state["seccomp"] = False  # limits_only: the filter where libseccomp loads, knowingly less without it
-    settings = {k: state[k] for k in ("program_uid", "namespaced", "paths", "seccomp")}
+        state["seccomp"] = None  # limits_only: the filter where libseccomp loads, knowingly less without it
+    settings = {k: state[k] for k in ("program_uid", "namespaced", "paths", "seccomp", "last_capability")}
     state["template_pid"], state["template"] = worker_program.start_template(settings)
     serve(state)
 

@@ -26,6 +26,7 @@ pipe, the init (or, in ``limits_only``, the launcher) the program's wait status.
 
 import json
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -130,47 +131,64 @@ def _init(fds: dict, settings: dict) -> None:
             os._exit(0)  # the kernel now kills whatever the program left in the namespace
 
 
-def _private_folders(job: dict, settings: dict) -> str:
-    """The program's whole file system (namespaces mode), then its folder: a fresh read-only root holding only
-    what its runtime needs, bound read-only (``settings["paths"]``: the system's /usr, /lib*, /bin, /sbin,
-    /etc, the interpreter and its standard library without site-packages; a job's own extra paths, e.g. verl's
-    runner and numpy), a /proc of its PID namespace, a /dev of null, zero, full, random and urandom, and an
-    empty /tmp of ``tmp_mb`` holding its folder. Nothing else of the machine is there: no checkout, run
-    folder, dataset, HOME or other package."""
-    paths = settings["paths"]
-    system = _outermost([p for p in paths["bind"] if os.path.lexists(p)])
-    extra = [p for p in dict.fromkeys(job.get("read_only", ())) if os.path.lexists(p)]
-    handles = {p: os.open(p, os.O_PATH) for p in (*system, *extra) if not os.path.islink(p)}  # before /tmp is covered
-    devices = {name: os.open(f"/dev/{name}", os.O_PATH) for name in ("null", "zero", "full", "random", "urandom")}
-    root = WORK_ROOT  # the new root is built on a tmpfs over /tmp, then made /
-    kernel.mount("tmpfs", root, "tmpfs", kernel.MS_NOSUID | kernel.MS_NODEV, "size=1m,mode=0755", "the program's root")
-    for path in system:
+PROGRAM_ROOT = "/tmp/.program-root"  # in the worker's own /tmp: the programs' root, built once
+
+
+def build_program_root(paths: dict) -> None:
+    """At the worker's set-up (namespaces mode): the file system every program gets, at :data:`PROGRAM_ROOT`, a
+    read-only tmpfs holding only what a runtime needs, bound read-only (``paths["bind"]``: the system's /usr,
+    /lib*, /bin, /sbin, /etc, the interpreter and its standard library), every package folder in them left
+    empty (``paths["cover"]``: site-packages, dist-packages), a /dev of null, zero, full, random and urandom,
+    and the mount points of a program's /proc and /tmp. Nothing else of the machine is there: no checkout, run
+    folder, dataset, HOME or installed package."""
+    root = PROGRAM_ROOT
+    os.makedirs(root)
+    kernel.mount("tmpfs", root, "tmpfs", kernel.MS_NOSUID | kernel.MS_NODEV, "size=1m,mode=0755", "the programs' root")
+    for path in _outermost([p for p in paths["bind"] if os.path.lexists(p)]):
         if os.path.islink(path):  # e.g. /bin -> usr/bin on a merged /usr: kept as the link
             os.makedirs(os.path.dirname(root + path), exist_ok=True)
             os.symlink(os.readlink(path), root + path)
         else:
-            _bind_read_only(handles[path], root + path, os.path.isdir(path))
-    covers = [p for p in paths["cover"] if os.path.isdir(root + p)]
-    for path in covers:  # every package folder: empty (a job's own packages are bound into it below)
-        kernel.mount("tmpfs", root + path, "tmpfs", kernel.MS_NOSUID | kernel.MS_NODEV, "size=64k", f"cover {path}")
-    for path in extra:  # a job's own paths (verl's runner and numpy), inside a cover or not
-        _bind_read_only(handles[path], root + path, os.path.isdir(path))
-    for path in covers:
-        _remount_read_only(root + path)
+            _bind_read_only(os.open(path, os.O_PATH), root + path, os.path.isdir(path))
+    for path in paths["cover"]:
+        if os.path.isdir(root + path):
+            kernel.mount("tmpfs", root + path, "tmpfs", kernel.MS_NOSUID | kernel.MS_NODEV | kernel.MS_RDONLY,
+                         "size=4k", f"cover {path}")
+    for name in ("null", "zero", "full", "random", "urandom"):
+        _bind_read_only(os.open(f"/dev/{name}", os.O_PATH), f"{root}/dev/{name}", False, writable=True)
     os.makedirs(root + "/proc")
+    os.makedirs(root + "/tmp")
+    _remount_read_only(root)
+
+
+def _private_folders(job: dict, settings: dict) -> str:
+    """In the program's mount namespace: a /proc of its PID namespace and an empty /tmp of ``tmp_mb`` (its folder
+    in it) inside the programs' root (:func:`build_program_root`), a job's own read-only paths (verl's runner
+    and numpy) bound in, then that root made the program's (``chroot``: the program keeps no capability and no
+    descriptor outside it, and seccomp refuses chroot, mount and pivot_root)."""
+    root = PROGRAM_ROOT
     kernel.mount("proc", root + "/proc", "proc", kernel.MS_NOSUID | kernel.MS_NODEV | kernel.MS_NOEXEC, None,
                  "mount /proc of the program's PID namespace")
-    os.makedirs(root + "/dev")
-    for name, handle in devices.items():
-        _bind_read_only(handle, f"{root}/dev/{name}", False, writable=True)
-    os.makedirs(root + "/tmp")
     size = int(job["limits"].get("tmp_mb", 64))
     kernel.mount("tmpfs", root + "/tmp", "tmpfs", kernel.MS_NOSUID | kernel.MS_NODEV, f"size={size}m,mode=0755",
                  "a private tmpfs at /tmp")
+    extra = [p for p in dict.fromkeys(job.get("read_only", ())) if os.path.lexists(p)]
+    if extra:  # (this namespace's copy of the root, writable a moment: the shared one is not touched)
+        kernel.mount(None, root, None, kernel.MS_REMOUNT | kernel.MS_BIND | kernel.MS_NOSUID | kernel.MS_NODEV, None,
+                     "make the program's root writable for its own paths")
+        covers = [p for p in settings["paths"]["cover"] if any(e.startswith(p + "/") for e in extra)]
+        for path in covers:  # a package folder a job's paths lie in: a writable cover of this namespace's own
+            os.makedirs(root + path, exist_ok=True)
+            kernel.mount("tmpfs", root + path, "tmpfs", kernel.MS_NOSUID | kernel.MS_NODEV, "size=64k", f"cover {path}")
+        for path in extra:
+            _bind_read_only(os.open(path, os.O_PATH), root + path, os.path.isdir(path))
+        for path in [*covers, root]:
+            _remount_read_only(path if path == root else root + path)
     folder = "/tmp/work"
     os.mkdir(root + folder, 0o700)
     os.chown(root + folder, settings["program_uid"], settings["program_uid"])
-    _pivot_into(root)
+    os.chroot(root)
+    os.chdir("/")
     return folder
 
 
@@ -202,18 +220,6 @@ def _bind_read_only(handle: int, target: str, is_dir: bool, *, writable: bool = 
         _remount_read_only(target)
 
 
-def _pivot_into(root: str) -> None:
-    """Make ``root`` the file system's root, the old one unmounted, and the new root read-only."""
-    os.chdir(root)
-    os.mkdir(".old")
-    kernel.pivot_root(".", ".old")
-    os.chdir("/")
-    kernel.check(kernel.libc.umount2(b"/.old", 2), "unmount the old root")  # MNT_DETACH
-    os.rmdir("/.old")
-    kernel.mount(None, "/", None, kernel.MS_REMOUNT | kernel.MS_BIND | kernel.MS_RDONLY | kernel.MS_NOSUID
-                 | kernel.MS_NODEV, None, "remount the program's root read-only")
-
-
 def _plain_folder() -> str:
     import tempfile
 
@@ -221,8 +227,6 @@ def _plain_folder() -> str:
 
 
 def _set_limits(limits: dict) -> None:
-    import resource
-
     cpu = max(1, int(limits["cpu_s"] + 0.999))
     mb = 1024 * 1024
     for which, value in ((resource.RLIMIT_CPU, (cpu, cpu + 1)), (resource.RLIMIT_AS, limits["memory_mb"] * mb),
@@ -240,12 +244,12 @@ def _program(job: dict, fds: dict, folder: str, settings: dict) -> None:
         os.closerange(4, 65536)
         os.chdir(folder)
         if settings["namespaced"]:
-            kernel.drop_capabilities(settings["program_uid"])
+            kernel.drop_capabilities(settings["program_uid"], settings["last_capability"])
         else:
             kernel.check(kernel.libc.prctl(kernel.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "set no_new_privs")
         _set_limits(job["limits"])
-        if settings["seccomp"]:
-            kernel.install_seccomp()
+        if settings["seccomp"] is not None:
+            kernel.install_seccomp(settings["seccomp"])
     except BaseException as failure:  # noqa: BLE001  (the program never ran: say why, exit as a failure)
         os.write(2, f"SANDBOX-SETUP-FAILED {failure}\n".encode())
         os._exit(125)
