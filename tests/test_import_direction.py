@@ -326,8 +326,9 @@ def test_the_circle_finder_finds_lazy_and_indirect_circles(tmp_path):
 # module prefix -> (what of rlvr it may import, which third-party packages)
 SUBROOMS: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {
     # the code sandbox: runs generated programs in worker processes it starts; a worker must load nothing but
-    # the standard library (no torch, no reward code): the sandbox imports only itself
-    "rlvr.rewards.sandbox": (("rlvr.rewards.sandbox",), frozenset()),
+    # the standard library (no torch, no reward code): the sandbox imports only itself (the worker's own
+    # sibling files by their top-level names: it runs by path, outside rlvr)
+    "rlvr.rewards.sandbox": (("rlvr.rewards.sandbox",), frozenset({"worker_kernel", "worker_program"})),
 }
 # rooms that only the listed packages may import (besides themselves)
 IMPORTED_ONLY_BY = {
