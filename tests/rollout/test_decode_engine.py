@@ -163,7 +163,7 @@ def test_repetition_penalty_changes_a_repeated_tokens_chance_as_the_formula_says
     sampler = DeviceSampler(Sampling(1.0, repetition_penalty=2.0), "cpu")
     state = DecodeState.start(torch.tensor([[1, 0, 3]] * n), torch.tensor([[0, 1, 1]] * n), capacity=4,
                               max_new_tokens=1, seed_words=decode_engine.split_seeds(range(n), "cpu"),
-                              eos_token_ids=[9], pad_token_id=1, with_history=True)
+                              eos_token_ids=[9], pad_token_id=1)
     logits = torch.tensor([[2.0, 1.0, 0.5, -1.0]]).expand(n, -1)
     chosen, logp = sampler(logits, state.seed_words, state.step, state.history)
     expected = torch.softmax(torch.tensor([1.0, 1.0, 0.5, -2.0]), dim=-1)

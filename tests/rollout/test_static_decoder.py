@@ -62,7 +62,7 @@ def _prefilled(model, decoder, *, steps):
     cache.load_prefill(prefill.layers, torch.arange(4), 7)
     state = DecodeState.start(ids, mask, capacity=7 + steps, max_new_tokens=steps,
                               seed_words=decode_engine.split_seeds(range(4), "cpu"), eos_token_ids=[299],
-                              pad_token_id=0, with_history=True)
+                              pad_token_id=0)
     return mask, reference, cache, state
 
 

@@ -150,7 +150,7 @@ class DecodeEngine(LocalEngine):
         fresh = lambda capacity: DecodeState.start(
             prompt_ids[row_prompt], prompt_mask[row_prompt], capacity=capacity, max_new_tokens=max_new_tokens,
             seed_words=split_seeds(seeds, device), eos_token_ids=self.eos_token_ids,
-            pad_token_id=self.pad_token_id, with_history=True)
+            pad_token_id=self.pad_token_id)
         if decoder is None:
             prefill.batch_select_indices(row_prompt)
             stepper = _ModelForward(self.model, prefill, DeviceSampler(sampling, device), fresh(width + max_new_tokens))
@@ -197,15 +197,15 @@ class DecodeEngine(LocalEngine):
         larger kept one serves), the same response length, EOS count and mode, and every weight where it was."""
         ws, inputs = self._workspaces.get(n), decoder.inputs()
         needed = -(-(width + max_new_tokens) // bucket) * bucket
-        if ws is None or ws.capacity < needed or ws.max_new_tokens != max_new_tokens or ws.inputs != inputs \
-                or ws.mode != mode or ws.state.eos.shape[0] != len(self.eos_token_ids):
+        if ws is None or ws.cache.capacity < needed or ws.state.tokens.shape[1] != max_new_tokens \
+                or ws.inputs != inputs or ws.mode != mode or ws.state.eos.shape[0] != len(self.eos_token_ids):
             if ws is not None and ws.inputs != inputs:  # weights moved: every kept graph reads stale addresses
                 self._workspaces = {}
             state = fresh(needed)
             cache = decoder.new_cache(n, needed, state.ids.device)
-            ws = self._workspaces[n] = _Workspace(n, needed, max_new_tokens, mode, inputs, state, cache, {})
+            ws = self._workspaces[n] = _Workspace(mode, inputs, state, cache, {})
         else:
-            ws.state.copy_(fresh(ws.capacity))
+            ws.state.copy_(fresh(ws.cache.capacity))
         if sampling not in ws.steppers:
             runner = static_decoder.StepRunner(decoder, DeviceSampler(sampling, ws.state.ids.device), ws.state,
                                              ws.cache, mode=mode)
@@ -267,11 +267,9 @@ class _ModelForward:
 
 @dataclass
 class _Workspace:
-    """Recorded/compiled modes: the tensors the step reads and writes, kept across calls with its graphs."""
+    """Recorded/compiled modes: the tensors the step reads and writes, kept across calls with its graphs (for the
+    batch size it is kept under; its capacity is its cache's, its response length its state's)."""
 
-    batch: int
-    capacity: int
-    max_new_tokens: int
     mode: str
     inputs: list[int]  # StaticDecoder.inputs() when made: the graphs are valid while these stay
     state: DecodeState
@@ -327,29 +325,26 @@ class DecodeState:
     lengths: torch.Tensor  # [b] tokens each row produced
     done: torch.Tensor  # [b] bool: the row drew an EOS
     eos: torch.Tensor  # [E] the ids that end a response
-    history: torch.Tensor | None  # [b, C] the rows' tokens by slot, for the repetition penalty (else None)
+    history: torch.Tensor  # [b, C] the rows' tokens by slot, read by the repetition penalty
     pad_token_id: int
 
     @classmethod
     def start(cls, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, capacity: int, max_new_tokens: int,
-              seed_words: torch.Tensor, eos_token_ids: list[int], pad_token_id: int,
-              with_history: bool) -> DecodeState:
+              seed_words: torch.Tensor, eos_token_ids: list[int], pad_token_id: int) -> DecodeState:
         """The state before the first draw, for left-padded prompts ``prompt_ids`` / ``prompt_mask`` [b, P].
 
-        With the history, padding and the slots not generated yet hold the row's first prompt token, a
-        token the row already has: the repetition penalty (applied once per distinct token) sees exactly
-        the row's tokens.
+        In the history, padding and the slots not generated yet hold the row's first prompt token, a token
+        the row already has: the repetition penalty (applied once per distinct token) sees exactly the row's
+        tokens. (Kept whatever the sampling: one [b] write a step, and one state serves every sampling.)
         """
         b, width = prompt_ids.shape
         device = prompt_ids.device
         attend = torch.zeros((b, capacity), dtype=torch.bool, device=device)  # [b, C]
         attend[:, :width] = prompt_mask.bool()
-        history = None
-        if with_history:
-            pads = (prompt_mask == 0).sum(-1, keepdim=True).clamp(max=width - 1)  # [b, 1]
-            first = prompt_ids.gather(1, pads)  # [b, 1]
-            history = first.expand(-1, capacity).clone()  # [b, C]
-            history[:, :width] = torch.where(prompt_mask.bool(), prompt_ids, first)
+        pads = (prompt_mask == 0).sum(-1, keepdim=True).clamp(max=width - 1)  # [b, 1]
+        first = prompt_ids.gather(1, pads)  # [b, 1]
+        history = first.expand(-1, capacity).clone()  # [b, C]
+        history[:, :width] = torch.where(prompt_mask.bool(), prompt_ids, first)
         long = {"dtype": torch.long, "device": device}
         return cls(ids=torch.full((b,), pad_token_id, **long), position=prompt_mask.sum(-1).long() - 1,
                    slot=torch.full((1,), width - 1, **long), step=torch.zeros(1, **long), attend=attend,
@@ -374,15 +369,13 @@ class DecodeState:
         self.position += 1
         self.slot += 1
         self.step += 1
-        if self.history is not None:
-            self.history.index_copy_(1, self.slot, chosen[:, None])
+        self.history.index_copy_(1, self.slot, chosen[:, None])
 
     def select(self, rows: torch.Tensor) -> DecodeState:
         """The state of ``rows`` (indices into the batch) only: finished rows leave the batch."""
         kept = {f.name: getattr(self, f.name) for f in fields(self)}
         for name in ("ids", "position", "attend", "seed_words", "tokens", "logprobs", "lengths", "done", "history"):
-            if kept[name] is not None:
-                kept[name] = kept[name][rows]
+            kept[name] = kept[name][rows]
         return DecodeState(**kept)
 
     def copy_(self, other: DecodeState) -> None:
@@ -430,13 +423,8 @@ class DeviceSampler:
         self.warpers = LogitsProcessorList(warpers)
         self.lanes = lane_constants(device)  # made here: creating it in a captured step copies from the host
 
-    @property
-    def needs_history(self) -> bool:
-        """The repetition penalty reads every row's tokens so far (``history``)."""
-        return self.penalty is not None
-
     def __call__(self, logits: torch.Tensor, seed_words: torch.Tensor, position: torch.Tensor,
-                 history: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                 history: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(chosen [b], log softmax(logits / T)[chosen] [b] float32).
 
         Args:
@@ -444,7 +432,7 @@ class DeviceSampler:
             seed_words: [b, 2] int64 each row's seed (:func:`split_seeds`).
             position: 1-element int64, the response position drawn (the counter of every row's stream).
             history: [b, W] int64 each row's tokens so far, padded with a token the row has
-                (repetition penalty only).
+                (read by the repetition penalty only).
         """
         logits = logits.float()  # [b, V]
         scaled = logits / self.temperature if self.temperature not in (0, 1) else logits

@@ -236,19 +236,19 @@ class StaticDecoder:
                 projection.refresh()
         self.head.refresh()
 
+    def _projection_tensors(self) -> list[torch.Tensor]:
+        return [t for p in (*(p for layer in self.layers for p in layer.values()), self.head) for t in p.tensors()]
+
     def owned(self) -> list[torch.Tensor]:
         """The weights this decoder holds itself (stacked or cast copies; a weight used as it is is the model's)."""
         model = {p.data_ptr() for p in self.model.parameters()}
-        own = [t for projections in self.layers for p in projections.values() for t in p.tensors()]
-        return [t for t in (*own, *self.head.tensors()) if t.data_ptr() not in model]
+        return [t for t in self._projection_tensors() if t.data_ptr() not in model]
 
     def inputs(self) -> list[int]:
         """The addresses of every tensor a step reads besides its state and cache: the model's own parameters
         and buffers (embedding, norms, rotary frequencies) and the projections' weights. A captured step is
         valid while these stay where they were."""
-        own = [t for projections in self.layers for p in projections.values() for t in p.tensors()]
-        model = [t for t in (*self.model.parameters(), *self.model.buffers())]
-        return [t.data_ptr() for t in (*model, *own, *self.head.tensors())]
+        return [t.data_ptr() for t in (*self.model.parameters(), *self.model.buffers(), *self._projection_tensors())]
 
     def new_cache(self, batch: int, capacity: int, device) -> StaticCache:
         shape = (batch, self.kv_heads, capacity, self.head_dim)

@@ -13,6 +13,7 @@ run without isolation unless ``mode="limits_only"`` was asked for.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -135,7 +136,7 @@ def program_paths() -> dict[str, list[str]]:
 
     stdlib = os.path.realpath(os.path.dirname(os.__file__))  # the base interpreter's, also from a venv
     interpreter = {os.path.realpath(sys.executable)}
-    library, libdir = sysconfig_var("LDLIBRARY"), sysconfig_var("LIBDIR")
+    library, libdir = _sysconfig_var("LDLIBRARY"), _sysconfig_var("LIBDIR")
     if library.endswith(".so") or ".so." in library:  # a shared libpython the interpreter loads
         interpreter.add(os.path.realpath(os.path.join(libdir, library)))
     bind = [p for p in (*SYSTEM_PATHS, stdlib, *sorted(interpreter)) if os.path.lexists(p)]
@@ -146,14 +147,16 @@ def program_paths() -> dict[str, list[str]]:
     return {"bind": bind, "cover": cover}
 
 
-def sysconfig_var(name: str) -> str:
+def _sysconfig_var(name: str) -> str:
     import sysconfig
 
     return str(sysconfig.get_config_var(name) or "")
 
 
+@functools.cache
 def package_paths(name: str) -> list[str]:
-    """An installed package's folder (and a wheel's ``<name>.libs`` beside it), found without importing it."""
+    """An installed package's folder (and a wheel's ``<name>.libs`` beside it), found without importing it (once:
+    every verl job asks)."""
     import importlib.util
 
     spec = importlib.util.find_spec(name)
