@@ -181,6 +181,9 @@ def test_a_program_cannot_hold_memory_its_limits_do_not_count(user):
     lines = hoarder["stdout"].splitlines()
     assert lines[0].startswith("memfd -1 held MiB 0"), hoarder
     assert int(lines[-1].split()[-1]) <= 64 and alive
+    (small,), _ = run_programs(user, {"source": MEMORY, "limits": {"cpu_s": 8, "wall_s": 20, "memory_mb": 512,
+                                                                   "tmp_mb": 8}})
+    assert int(small["stdout"].splitlines()[-1].split()[-1]) <= 8  # SandboxLimits.tmp_mb sizes the private /tmp
 
 
 NESTED = r"""
