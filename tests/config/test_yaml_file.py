@@ -78,6 +78,21 @@ def test_environment_variables_in_values_are_expanded(tmp_path, monkeypatch):
     assert cfg.data.system_prompt == "costs $5, keep ${RLVR_TEST_ROOT} and ${\\frac12}"
 
 
+def test_a_default_may_hold_variables_and_braces_as_in_a_shell(tmp_path, monkeypatch, capsys):
+    """``${A:-${B}}`` was read up to the first ``}``: the run went into a folder literally named ``${B}``."""
+    monkeypatch.setenv("RLVR_TEST_ROOT", str(tmp_path))
+    monkeypatch.delenv("RLVR_TEST_UNSET", raising=False)
+    path = tmp_path / "c.yaml"
+    path.write_text("output_dir: ${RLVR_TEST_UNSET:-${RLVR_TEST_ROOT}}/runs\n"
+                    "run_name: ${RLVR_TEST_UNSET:-${RLVR_TEST_UNSET:-inner}}\n"
+                    "system_prompt: ${RLVR_TEST_UNSET:-\\frac{1}{2}} and $${RLVR_TEST_UNSET:-${RLVR_TEST_ROOT}}\n")
+    cfg = load_config(str(path), [])
+    assert cfg.run.output_dir == f"{tmp_path}/runs" and cfg.run.run_name == "inner"
+    assert cfg.data.system_prompt == "\\frac{1}{2} and ${RLVR_TEST_UNSET:-${RLVR_TEST_ROOT}}"
+    message = _dry_run(tmp_path, capsys, "model: tiny-random\noutput_dir: ${RLVR_TEST_UNSET:-${RLVR_TEST_UNSET}}\n")
+    assert "c.yaml:2: ${RLVR_TEST_UNSET} is not set in the environment" in message
+
+
 def test_an_unset_environment_variable_is_an_error_not_literal_text(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("RLVR_TEST_UNSET", raising=False)
     message = _dry_run(tmp_path, capsys, "model: tiny-random\noutput_dir: ${RLVR_TEST_UNSET}/runs\n")

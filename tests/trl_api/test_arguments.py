@@ -45,6 +45,26 @@ def test_a_loaded_model_and_its_tokenizer_are_used_as_given(tmp_path):
     assert trainer.model is model and trainer.processing_class is tokenizer
 
 
+def test_a_float16_model_on_the_cpu_trains_in_float32_with_a_line(tmp_path, caplog):
+    """TRL users load with dtype=torch.float16; on a CPU rlvr converts (it was an autocast traceback), says so,
+    and trains: the weights move (float16 master weights would round a small step away)."""
+    import torch
+
+    model, tokenizer = tiny_random_model_and_tokenizer(seed=5)
+    model.half()
+    before = model.lm_head.weight.detach().float().clone()
+    trainer = _trainer(model=model, processing_class=tokenizer,
+                       args=GRPOConfig(output_dir=str(tmp_path / "run"), max_steps=1, report_to="none",
+                                       num_generations=4, per_device_train_batch_size=4, max_completion_length=8,
+                                       learning_rate=1e-4, save_strategy="no"),
+                       reward_funcs=lambda completions, **kw: [float(len(c) % 2) for c in completions])
+    with caplog.at_level("WARNING", logger="rlvr.models.loading"):
+        trainer.train()
+    assert "the model's weights are float16 and this run is on the CPU: converted to float32" in caplog.text
+    assert {p.dtype for p in trainer.model.parameters()} == {torch.float32}
+    assert not torch.equal(trainer.model.lm_head.weight.detach(), before)
+
+
 @pytest.mark.parametrize("argument", ["reward_processing_classes", "quantization_config", "tools", "rollout_func",
                                       "environment_factory"])
 def test_what_rlvr_has_no_counterpart_for_is_refused_with_the_reason(argument):

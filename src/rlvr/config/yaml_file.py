@@ -11,7 +11,8 @@ file that silently means something else is worse than one refused:
 - **Unique keys.** A key given twice in one mapping is an error naming both lines (PyYAML keeps the
   last). A merge (``<<: *base``) may still be overridden by the mapping's own keys.
 - **Environment variables.** ``${NAME}`` in a string is replaced by the variable's value, ``${NAME:-text}``
-  by its value or ``text`` when it is unset; an unset ``${NAME}`` is an error. ``$${NAME}`` is the
+  by its value or ``text`` when it is unset (``text`` may hold balanced braces and variables:
+  ``${A:-${B:-x}}``); an unset ``${NAME}`` is an error. ``$${NAME}`` is the
   literal text ``${NAME}``; ``$NAME`` without braces, and ``${...}`` holding something other than a
   name, are left as written (a price, LaTeX). Variables are read from the environment rlvr started in,
   not from the file's own ``env:`` mapping.
@@ -33,8 +34,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 MAX_FILE_BYTES = 1 << 20  # 1 MiB: a config with long prompts in it is tens of kB
 MAX_EXPANDED = 4 << 20  # values + characters after aliases are expanded (a file without aliases: < 2 MiB)
 MERGE_TAG = "tag:yaml.org,2002:merge"
-# $${NAME} (kept literal), ${NAME} or ${NAME:-default}
-_VARIABLE = re.compile(r"\$(\$?)\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # of a variable: ${NAME}, ${NAME:-default}, $${NAME} (literal)
 
 
 @dataclass(frozen=True)
@@ -73,19 +73,52 @@ ConfigLoader.add_constructor("tag:yaml.org,2002:str", ConfigLoader.construct_exp
 
 
 def expand_variables(text: str, where: str) -> str:
-    """``text`` with ``${NAME}`` / ``${NAME:-default}`` replaced from the environment (module docstring)."""
-    def value(match: re.Match) -> str:
-        escaped, name, default = match.groups()
-        if escaped:
-            return match.group(0)[1:]
-        if name in os.environ:
-            return os.environ[name]
-        if default is not None:
-            return default
-        raise ValueError(f"{where}: ${{{name}}} is not set in the environment; set {name}, write "
-                         f"${{{name}:-default}} for a default, or $${{{name}}} for the literal text")
+    """``text`` with ``${NAME}`` / ``${NAME:-default}`` replaced from the environment (module docstring); a
+    default may hold braces and variables of its own (``${A:-${B:-x}}``, as in a shell), expanded only when used."""
+    if "${" not in text:
+        return text
+    out, start = [], 0
+    while (at := text.find("${", start)) >= 0:
+        escaped = at > start and text[at - 1] == "$"
+        name = _NAME.match(text, at + 2)
+        end = _reference_end(text, at + 2 + len(name.group(0))) if name else None
+        if end is None:  # ${...} holding no name, or never closed: left as written (a price, LaTeX)
+            out.append(text[start:at + 2])
+            start = at + 2
+            continue
+        out.append(text[start:at - 1] if escaped else text[start:at])
+        if escaped:  # $${...}: the literal text ${...}
+            out.append(text[at:end])
+        else:
+            body = text[at + 2 + len(name.group(0)):end - 1]  # "" or ":-default"
+            out.append(_value(name.group(0), body[2:] if body else None, where))
+        start = end
+    out.append(text[start:])
+    return "".join(out)
 
-    return _VARIABLE.sub(value, text) if "${" in text else text
+
+def _reference_end(text: str, after_name: int) -> int | None:
+    """Where ``${NAME}`` / ``${NAME:-default}`` ends (one past its ``}``, braces in the default balanced); None
+    when the name is followed by anything else, or the reference never closes."""
+    if text.startswith("}", after_name):
+        return after_name + 1
+    if not text.startswith(":-", after_name):
+        return None
+    depth = 1
+    for index in range(after_name + 2, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[index], 0)
+        if depth == 0:
+            return index + 1
+    return None
+
+
+def _value(name: str, default: str | None, where: str) -> str:
+    if name in os.environ:
+        return os.environ[name]
+    if default is not None:
+        return expand_variables(default, where)
+    raise ValueError(f"{where}: ${{{name}}} is not set in the environment; set {name}, write "
+                     f"${{{name}:-default}} for a default, or $${{{name}}} for the literal text")
 
 
 def read_config_file(path: str) -> ConfigFile:

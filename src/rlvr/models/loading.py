@@ -150,6 +150,17 @@ def _prepare_for_rollouts(model: PreTrainedModel, tokenizer: PreTrainedTokenizer
         )
 
 
+def train_in_float32_on_cpu(model: torch.nn.Module, device: torch.device) -> None:
+    """A float16 model on a CPU converted to float32 in place, with a line: CPU autocast and CPU kernels do not
+    train float16 weights (TRL's bf16/fp16 mixed precision is a GPU feature), and float16 master weights would
+    round a small update away (a 1e-6 step is below float16's resolution at 1.0)."""
+    if device.type != "cpu" or not any(p.dtype == torch.float16 for p in model.parameters()):
+        return
+    logger.warning("the model's weights are float16 and this run is on the CPU: converted to float32 (load it "
+                   "with dtype=torch.float32, or torch.bfloat16 for half the memory)")
+    model.float()
+
+
 def load_policy(
     name_or_path: str | os.PathLike,
     *,

@@ -35,6 +35,7 @@ import signal
 from collections import Counter
 from dataclasses import dataclass, field
 
+from rlvr.rewards.code_rows import check_function_tests, check_verification_info
 from rlvr.rewards.math_rewards import completion_text
 from rlvr.rewards.open_r1 import completion_content
 from rlvr.rewards.sandbox import SANDBOX_MODES, Job, Outcome, SandboxLimits, shared_pool
@@ -132,6 +133,7 @@ class CodeReward:
     binary: bool = False
     outcomes: OutcomeCounts = field(default_factory=OutcomeCounts, compare=False, repr=False)
     required_columns = ("verification_info",)
+    check_rows = staticmethod(check_verification_info)  # when the data loads (rlvr.rewards.code_rows)
 
     @property
     def __name__(self) -> str:
@@ -207,6 +209,7 @@ class CodeCheckReward:
     outcomes: OutcomeCounts = field(default_factory=OutcomeCounts, compare=False, repr=False)
     __name__ = "code_check_reward"
     required_columns = ("test", "entry_point")
+    check_rows = staticmethod(check_function_tests)  # when the data loads (rlvr.rewards.code_rows)
 
     def __call__(self, completions, test=None, entry_point=None, code_prompt=None, **kwargs) -> list[float | None]:
         if test is None or entry_point is None:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from rlvr.dependencies import MissingDependency
 from rlvr.rewards.code_rewards import extract_code
+from rlvr.rewards.code_rows import check_verl_ground_truth
 from rlvr.rewards.math_rewards import completion_text
 from rlvr.rewards.sandbox import Job, SandboxLimits, shared_pool
 
@@ -103,6 +104,11 @@ class VerlCodeReward:
     def __init__(self, sandbox: str = "namespaces"):
         self.sandbox = sandbox
         verl_runner_path()  # a missing verl stops the run at set-up, not at the first step
+
+    @staticmethod
+    def check_rows(rows: list[dict]) -> None:
+        """When the data loads: the ground truth of each of verl's code rows parses (rlvr.rewards.code_rows)."""
+        check_verl_ground_truth(rows, VERL_CODE_SOURCES)
 
     def __call__(self, completions, data_source=None, reward_model=None, **kwargs) -> list[float | None]:
         if data_source is None or reward_model is None:

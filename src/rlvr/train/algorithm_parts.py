@@ -11,7 +11,9 @@ directory is found); from the Python API the callable itself (``build_config({"p
 in the config, the object in ``cfg.python.algorithm_parts``). The config only checks the spec's form (it must
 not import torch); :func:`load_algorithm_parts`, called by ``compile_plan`` at start-up and by ``--dry-run``,
 imports each, checks that it takes its family's arguments, and registers it in its family's registry under the
-spec, so the step calls it as it calls a built-in (docs/extending.md).
+spec, so the step calls it as it calls a built-in (docs/extending.md) — wrapped, so that what it returns is checked
+where it returns and its own exception is reported as its own (rlvr.train.algorithm_part_checks, which also
+probes each part once on a synthetic batch). Every failure is an :class:`AlgorithmPartError` (a ValueError).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from rlvr.core.advantages import register_advantage
 from rlvr.core.losses import register_aggregation, register_policy_loss
 from rlvr.core.names import is_function_spec
 from rlvr.core.user_code import load_user_function
+from rlvr.train.algorithm_part_checks import AlgorithmPartError, checked
 
 
 @dataclass(frozen=True)
@@ -47,23 +50,26 @@ FAMILIES = {
 
 
 def load_algorithm_parts(*, advantage_estimator: str, policy_loss: str, aggregation: str,
-                         objects: dict[str, Callable]) -> None:
+                         objects: dict[str, Callable]) -> dict[str, str]:
     """Load, check and register each of the three options that names a user's function (a no-op for the
-    registered names). ``objects``: the Python API's callables by their label (``cfg.python.algorithm_parts``).
-    ValueError/TypeError in one line naming the option, the spec and the fix."""
+    registered names); the user's parts, option -> spec. ``objects``: the Python API's callables by their label
+    (``cfg.python.algorithm_parts``). ValueError in one line naming the option, the spec and the fix."""
+    user_parts = {}
     for option, spec in (("advantage_estimator", advantage_estimator), ("policy_loss", policy_loss),
                          ("loss_type", aggregation)):
         if is_function_spec(spec):
             family = FAMILIES[option]
             fn = objects.get(spec) or load_function(spec, option)
             check_signature(fn, family, spec)
-            family.register(spec)(fn)
+            family.register(spec)(checked(fn, option, spec, family.signature))
+            user_parts[option] = spec
+    return user_parts
 
 
 def check_signature(fn: Callable, family: Family, spec: str) -> None:
-    """TypeError unless ``fn`` can be called with its family's positional arguments."""
+    """AlgorithmPartError unless ``fn`` can be called with its family's positional arguments."""
     if not callable(fn):
-        raise TypeError(f"{family.option}={spec} is a {type(fn).__name__}, not a function; expected "
+        raise AlgorithmPartError(f"{family.option}={spec} is a {type(fn).__name__}, not a function; expected "
                         f"{family.signature}")
     try:
         signature = inspect.signature(fn)
@@ -72,7 +78,7 @@ def check_signature(fn: Callable, family: Family, spec: str) -> None:
     try:
         signature.bind(*range(family.arguments))
     except TypeError:
-        raise TypeError(f"{family.option}={spec} takes {getattr(fn, '__name__', 'fn')}{signature}, expected "
+        raise AlgorithmPartError(f"{family.option}={spec} takes {getattr(fn, '__name__', 'fn')}{signature}, expected "
                         f"{family.signature} ({family.arguments} positional arguments)") from None
 
 

@@ -26,7 +26,7 @@ Which reward decides "correct" is the reward functions' business (``Rewarder.cor
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rlvr.config import ExperimentConfig
 from rlvr.config.batch import BatchShape
@@ -34,6 +34,7 @@ from rlvr.core.advantages import AdvantageSettings
 from rlvr.core.losses import LossSettings
 from rlvr.rollout import engine_class
 from rlvr.rollout.sampling import Sampling
+from rlvr.train.algorithm_part_checks import probe_algorithm_parts
 from rlvr.train.algorithm_parts import load_algorithm_parts
 from rlvr.train.tagrpo import LogprobPrompts
 
@@ -135,11 +136,11 @@ def compile_plan(cfg: ExperimentConfig, *, world_size: int = 1) -> StepPlan:
     """The decisions of :class:`StepPlan` for a validated config, on ``world_size`` processes."""
     a, d, t, r = cfg.algorithm, cfg.dagrpo, cfg.tagrpo, cfg.rollout
     # a researcher's own estimator, loss or aggregation (path/file.py:fn): loaded, checked, registered
-    load_algorithm_parts(advantage_estimator=a.advantage_estimator, policy_loss=a.policy_loss,
-                         aggregation=a.aggregation, objects=dict(cfg.python.algorithm_parts))
+    user_parts = load_algorithm_parts(advantage_estimator=a.advantage_estimator, policy_loss=a.policy_loss,
+                                      aggregation=a.aggregation, objects=dict(cfg.python.algorithm_parts))
     batch = cfg.batch_shape(world_size)
     autocast = autocast_dtype(cfg)
-    return StepPlan(
+    plan = StepPlan(
         mode=step_kind(cfg),
         batch=batch,
         autocast=autocast,
@@ -174,6 +175,10 @@ def compile_plan(cfg: ExperimentConfig, *, world_size: int = 1) -> StepPlan:
         diversity_every=t.diversity_steps, diversity_groups=t.diversity_groups,
         num_completions_to_log=cfg.run.num_completions_to_log,
     )
+    # each of them called once on a synthetic batch: one that cannot run stops here, before the model loads
+    probe_algorithm_parts(replace(plan.advantages.settings, estimator=a.advantage_estimator), plan.update.loss,
+                          group_size=r.num_generations, user_parts=user_parts)
+    return plan
 
 
 def autocast_dtype(cfg: ExperimentConfig) -> str | None:

@@ -181,9 +181,7 @@ class Rewarder:
             if first_step and calls and errors[name] == calls:
                 raise RewardFunctionFailed(
                     f"step {step}: reward function {name!r} failed at every call of the first step "
-                    f"({self._cause(name)}); the run would learn nothing. Fix the function (it must "
-                    "accept `prompts`, `completions` and the dataset's columns as keyword lists, "
-                    "and return one float or None per completion), or remove it from reward_funcs")
+                    f"({self._cause(name)}); the run would learn nothing. {self._advice(name, first=True)}")
             window_calls = sum(c for c, _ in self._window)
             window_errors = sum(e[name] for _, e in self._window)
             if window_calls and window_errors / window_calls > self.max_error_frac:
@@ -191,7 +189,21 @@ class Rewarder:
                     f"step {step}: reward function {name!r} failed at {window_errors:.0f} of its "
                     f"{window_calls:.0f} calls over the last {len(self._window)} steps (more than "
                     f"max_reward_error_frac={self.max_error_frac}); last failure: {self._cause(name)}. "
-                    "Fix the function, or raise max_reward_error_frac (1 never stops)")
+                    f"{self._advice(name)}, or raise max_reward_error_frac (1 never stops)")
+
+    def _advice(self, name: str, *, first: bool = False) -> str:
+        """What to fix: the user's function, or — for rlvr's, TRL's and verl's own rewards, which score model
+        output without raising — the dataset's rows or the environment the cause names."""
+        fn = self.funcs[self.names.index(name)]
+        fn = getattr(fn, "compute_score", fn)  # a verl compute_score wrapped in rlvr's VerlScore: the user's
+        module = getattr(fn, "__module__", None) or type(fn).__module__
+        if module.split(".")[0] in ("rlvr", "trl", "verl"):
+            return (f"It is {module.split('.')[0]}'s built-in reward: the cause is in the dataset's rows or the machine (see the "
+                    "cause above); fix those" + (", or remove it from reward_funcs" if first else ""))
+        if first:
+            return ("Fix the function (it must accept `prompts`, `completions` and the dataset's columns as keyword "
+                    "lists, and return one float or None per completion), or remove it from reward_funcs")
+        return "Fix the function"
 
     def _cause(self, name: str) -> str:
         return self.last_failure.get(name, "the failure happened on another rank: see its log")

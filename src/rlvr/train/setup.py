@@ -52,7 +52,7 @@ from rlvr.models import apply_lora, copy_for_reference, load_policy
 from rlvr.models.activation_checkpointing import enable_activation_checkpointing
 from rlvr.models.cache import rlvr_cache_dir
 from rlvr.models.embedding import require_embedding_packages
-from rlvr.models.loading import given_policy, position_limit, warn_unapplied_dropout
+from rlvr.models.loading import given_policy, position_limit, train_in_float32_on_cpu, warn_unapplied_dropout
 from rlvr.models.reference import AdapterOffReference
 from rlvr.parallel.runtime import DistContext
 from rlvr.parallel.setup import wrap_policy
@@ -353,6 +353,7 @@ def build_models(cfg: ExperimentConfig, plan: StepPlan, dist: DistContext) -> Mo
     if not m.disable_dropout and dist.is_main:
         warn_unapplied_dropout(policy)
     device = resolve_device(m.device, local_rank=dist.local_rank if dist.enabled else None)
+    train_in_float32_on_cpu(policy, device)
     policy.to(device).eval()
     reference = None
     if plan.update.needs_reference:  # (a copy made before checkpointing wraps the policy's layers)
@@ -431,6 +432,11 @@ def check_reward_functions(cfg: ExperimentConfig, rows: list[dict]) -> list[str]
         if missing:
             raise ValueError(f"reward function {name} needs the dataset column(s) {missing}, which {cfg.data.data} "
                              f"lacks (it has {sorted(columns)}); use data with them, or another reward function")
+        if hasattr(fn, "check_rows"):  # a built-in's check of the values it reads (a code reward's tests)
+            try:
+                fn.check_rows([reward_columns(row) for row in rows])
+            except ValueError as error:
+                raise ValueError(f"reward function {name} cannot score {cfg.data.data}: {error}") from None
     return names
 
 
