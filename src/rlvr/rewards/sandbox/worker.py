@@ -182,7 +182,8 @@ def _check_program_setup(settings: dict) -> None:
     if pid == 0:
         try:
             if settings["namespaced"]:
-                kernel.drop_capabilities(settings["program_uid"], settings["last_capability"])
+                kernel.empty_bounding_set(settings["last_capability"])  # (the template's step)
+                kernel.drop_capabilities(settings["program_uid"])
             else:
                 kernel.check(kernel.libc.prctl(kernel.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "set no_new_privs")
             if settings["seccomp"] is not None:
@@ -219,7 +220,7 @@ def run_job(job: dict, state: dict) -> dict:
         for name in ("stdout", "stderr", "result", "status"):
             os.close(pipes[name][0])
         state["template"].recv(16)
-        return _sandbox_failure("the job's launcher failed", started)
+        return _sandbox_failure("the template could not start the job", started)
     (init_pid,) = struct.unpack(">q", head)
     outputs = _collect(init_pid, {name: pipes[name][0] for name in ("stdout", "stderr", "result")}, job)
     if outputs["status"] is None or not state["namespaced"]:  # past its limits: the init, and with it the
@@ -228,7 +229,7 @@ def run_job(job: dict, state: dict) -> dict:
     status = struct.unpack(">i", tail)[0] if tail is not None else None
     for name in ("stdout", "stderr", "result", "status"):
         os.close(pipes[name][0])
-    state["template"].recv(16)  # "done": the launcher reaped, nothing of the job left (b"": the template died)
+    state["template"].recv(16)  # "done": the init reaped, nothing of the job left (b"": the template died)
     if status is None and not (outputs["timed_out"] or outputs["output_truncated"]):  # its set-up failed, not it
         why = outputs["stderr"].decode("utf-8", "replace").strip().splitlines()
         return _sandbox_failure(f"the program's process could not be set up: {why[-1] if why else 'no message'}",

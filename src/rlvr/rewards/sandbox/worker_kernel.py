@@ -68,20 +68,30 @@ def unshare(flags: int, what: str) -> None:
     check(libc.unshare(flags), what)
 
 
+def setns(fd: int, nstype: int, what: str) -> None:
+    check(libc.setns(fd, nstype), what)
+
+
 def last_capability() -> int:
     """The highest capability number this kernel has."""
     with open("/proc/sys/kernel/cap_last_cap") as f:
         return int(f.read())
 
 
-def drop_capabilities(program_uid: int, last: int) -> None:
-    """Become ``program_uid`` (when not 0) keeping no capability, with none to gain (an empty bounding set, no
-    new privileges); ``last``: :func:`last_capability`. When rlvr does not run as root, a program runs as root of
-    the user namespace: with its capabilities it could unmount the covers over the hidden folders or remount a
-    read-only mount writable."""
-    for cap in range(last + 1):  # needs CAP_SETPCAP: before the uid changes
+def empty_bounding_set(last: int) -> None:
+    """No capability to gain by exec, ever (an empty bounding set, no new privileges), for this process and every
+    process it forks; ``last``: :func:`last_capability`. The capabilities it holds stay (its children can still
+    mount and unshare): the template does this once, so a program's process does not (41 prctl calls)."""
+    for cap in range(last + 1):  # needs CAP_SETPCAP
         check(libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), "drop the capability bounding set")
     check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "set no_new_privs")
+
+
+def drop_capabilities(program_uid: int) -> None:
+    """Become ``program_uid`` (when not 0) keeping no capability; with :func:`empty_bounding_set` done in an
+    ancestor, it has none to gain either. When rlvr does not run as root, a program runs as root of the user
+    namespace: with its capabilities it could unmount the covers over the hidden folders or remount a read-only
+    mount writable."""
     if program_uid:
         os.setresgid(program_uid, program_uid, program_uid)
         os.setresuid(program_uid, program_uid, program_uid)

@@ -5,9 +5,9 @@ Process tree of one worker (``namespaces`` mode; the worker's set-up is in ``wor
 
     worker (PID 1 of the worker's PID namespace: reads jobs, collects outputs, holds every job's text)
      └ template (forked right after set-up, before any job: its memory never held a job or a reply)
-        └ launcher (one per job: new PID, mount and IPC namespaces for its child)
-           └ init (PID 1 of the job's PID namespace: a /proc of its own and a private /tmp, then it waits)
-              └ program (drops every capability, its limits, the seccomp filter; then the program runs)
+        └ init (one per job: PID 1 of a new PID namespace; new mount and IPC namespaces, a /proc of its own
+           │    and a private /tmp, then it waits)
+           └ program (drops every capability, its limits, the seccomp filter; then the program runs)
 
 So a program starts from memory no other job was ever in (the template's), in a PID namespace of its own
 (it sees and can signal only its own processes; the worker, the template and the other jobs are not
@@ -16,14 +16,17 @@ and no kernel keyring, new namespace or uncounted memory to reach (``worker_kern
 When its init exits, the kernel kills every process of the namespace: nothing the program started
 survives it, in any session. The job's text reaches the program's process by a pipe, read there.
 
-In ``limits_only`` mode the launcher makes no namespace and the init is the program's process itself (a
-new session, its process group killed after it, as before).
+The template makes each init PID 1 of a new namespace by ``unshare(CLONE_NEWPID)`` before the fork and
+``setns`` back to its own after it (no launcher process between them: one fork of a Python process less per
+program). In ``limits_only`` mode no namespace is made and the init is the program's process itself (a new
+session, its process group killed after it, as before).
 
 The template gets each job's descriptors (job text, stdin, stdout, stderr, result, status) from the worker
-over a Unix socket (``SCM_RIGHTS``) with no job content; the launcher writes the init's pid on the status
-pipe, the init (or, in ``limits_only``, the launcher) the program's wait status.
+over a Unix socket (``SCM_RIGHTS``) with no job content; the template writes the init's pid on the status
+pipe, the init (or, in ``limits_only``, the template) the program's wait status.
 """
 
+import gc
 import json
 import os
 import resource
@@ -59,42 +62,72 @@ def start_template(settings: dict) -> tuple[int, socket.socket]:
 
 def _template(sock: socket.socket, settings: dict) -> None:
     kernel.libc.prctl(kernel.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    _program_state()
+    gc.freeze()  # the template's objects are never collected again: forks do not copy their pages to scan them
+    own_pid_namespace = None
+    if settings["namespaced"]:
+        kernel.empty_bounding_set(settings["last_capability"])  # once, for every program it will start
+        own_pid_namespace = os.open("/proc/self/ns/pid", os.O_RDONLY)  # to come back to after each job's
     while True:
         message, fds, _, _ = socket.recv_fds(sock, 4096, len(FDS))
         if not message:
             return  # the worker is gone
         if message.startswith(b"preload "):  # a module the runners import (e.g. numpy), once, not per job
             __import__(message[len(b"preload "):].decode())
+            sys.stdout.flush()  # (what an import printed goes to the worker's streams now, never into a program's)
+            sys.stderr.flush()
+            gc.freeze()
             continue
-        launcher = os.fork()
-        if launcher == 0:
-            sock.close()
-            _launch(dict(zip(FDS, fds)), settings)
-        for fd in fds:
-            os.close(fd)
-        os.waitpid(launcher, 0)
+        _start_job(dict(zip(FDS, fds)), settings, own_pid_namespace)
         sock.send(b"done")  # every process of the job is gone (the worker replies only then)
 
 
-def _launch(fds: dict, settings: dict) -> None:
-    """The launcher: new namespaces for its child (namespaces mode), the child's pid on the status pipe."""
+def _program_state() -> None:
+    """What every program starts with, made once in the template (each program's process would spend ~0.7 ms on
+    it): the minimal environment (clearing os.environ key by key is slow), SIGINT's default action, and the
+    standard streams on descriptors 0, 1 and 2 (a program's process makes its job's pipes those descriptors
+    before the program runs; the template never reads or writes them)."""
+    os.environ.clear()
+    os.environ.update(MINIMAL_ENV)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    for name, fd, mode in (("stdin", 0, "r"), ("stdout", 1, "w"), ("stderr", 2, "w")):
+        setattr(sys, name, open(fd, mode, closefd=False, encoding="utf-8", errors="replace"))  # noqa: SIM115  (the program's streams)
+        setattr(sys, f"__{name}__", getattr(sys, name))
+
+
+def _start_job(fds: dict, settings: dict, own_pid_namespace: int | None) -> None:
+    """Fork the job's init (namespaces mode: PID 1 of a new PID namespace, which then makes its own mount and IPC
+    namespaces; limits_only: the program's process), write its pid on the status pipe, and wait for it."""
+    go_read, go = os.pipe()  # the child waits for its pid to be on the status pipe before it writes there
     try:
-        if settings["namespaced"]:
-            kernel.unshare(kernel.CLONE_NEWPID | kernel.CLONE_NEWNS | kernel.CLONE_NEWIPC,
-                           "unshare(PID, mount, IPC namespaces) for a program")
+        if settings["namespaced"]:  # the next child is PID 1 of a new namespace
+            kernel.unshare(kernel.CLONE_NEWPID, "unshare(PID namespace) for a program")
         child = os.fork()
         if child == 0:
+            for fd in (go, *([own_pid_namespace] if own_pid_namespace is not None else [])):
+                os.close(fd)  # (the template's namespace: nothing of the job holds it)
+            if os.read(go_read, 1) != b"1":  # the template ended before it wrote the pid: nothing to run for
+                os._exit(1)
+            os.close(go_read)
             _init(fds, settings)
-    except BaseException:  # noqa: BLE001  (the worker reads no pid: the job is a sandbox failure)
-        traceback.print_exc()
-        os._exit(1)
-    for name in FDS[:-1]:  # the launcher only reports
+    except kernel.SetupFailed as failure:  # the worker reads no pid: the job is a sandbox failure
+        os.write(fds["stderr"], f"SANDBOX-SETUP-FAILED {failure}\n".encode())
+        for fd in (*fds.values(), go_read, go):
+            os.close(fd)
+        return
+    if settings["namespaced"]:  # this process's later children: in its own namespace again (if it cannot, the
+        # template ends: its next children would not be PID 1 of a namespace; the pool replaces the worker)
+        kernel.setns(own_pid_namespace, kernel.CLONE_NEWPID, "return to the template's PID namespace")
+    os.close(go_read)
+    for name in FDS[:-1]:  # the template only reports
         os.close(fds[name])
     os.write(fds["status"], struct.pack(">q", child))
+    os.write(go, b"1")
+    os.close(go)
     _, status = os.waitpid(child, 0)
     if not settings["namespaced"]:  # the child was the program itself
         os.write(fds["status"], struct.pack(">i", status))
-    os._exit(0)
+    os.close(fds["status"])
 
 
 # ---- a job's init and program --------------------------------------------------------------------------------
@@ -107,8 +140,11 @@ def _read_all(fd: int) -> bytes:
 
 
 def _init(fds: dict, settings: dict) -> None:
-    """PID 1 of the job's namespace (namespaces mode): its /proc and /tmp, then the program, waited for."""
+    """PID 1 of the job's namespace (namespaces mode): mount and IPC namespaces of its own, its /proc and /tmp,
+    then the program, waited for. In limits_only mode: the program's process itself."""
     try:
+        if settings["namespaced"]:
+            kernel.unshare(kernel.CLONE_NEWNS | kernel.CLONE_NEWIPC, "unshare(mount, IPC namespaces) for a program")
         job = json.loads(_read_all(fds["job"]))
         os.close(fds["job"])
         folder = _private_folders(job, settings) if settings["namespaced"] else _plain_folder()
@@ -244,7 +280,7 @@ def _program(job: dict, fds: dict, folder: str, settings: dict) -> None:
         os.closerange(4, 65536)
         os.chdir(folder)
         if settings["namespaced"]:
-            kernel.drop_capabilities(settings["program_uid"], settings["last_capability"])
+            kernel.drop_capabilities(settings["program_uid"])  # (the template emptied the bounding set)
         else:
             kernel.check(kernel.libc.prctl(kernel.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "set no_new_privs")
         _set_limits(job["limits"])
@@ -253,12 +289,7 @@ def _program(job: dict, fds: dict, folder: str, settings: dict) -> None:
     except BaseException as failure:  # noqa: BLE001  (the program never ran: say why, exit as a failure)
         os.write(2, f"SANDBOX-SETUP-FAILED {failure}\n".encode())
         os._exit(125)
-    os.environ.clear()
-    os.environ.update(MINIMAL_ENV, HOME=folder, TMPDIR=folder, PWD=folder)
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    for name, fd, mode in (("stdin", 0, "r"), ("stdout", 1, "w"), ("stderr", 2, "w")):
-        setattr(sys, name, open(fd, mode, closefd=False, encoding="utf-8", errors="replace"))  # noqa: SIM115  (the program's streams)
-        setattr(sys, f"__{name}__", getattr(sys, name))
+    os.environ.update(HOME=folder, TMPDIR=folder, PWD=folder)  # (the template's environment: MINIMAL_ENV)
     sys.argv = ["<program>"]
     sys.path[:0] = [folder]
     nonce = job.pop("nonce")
