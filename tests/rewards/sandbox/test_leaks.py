@@ -272,6 +272,39 @@ def test_a_program_can_neither_signal_its_worker_nor_leave_files_or_a_full_tmp_f
     assert correct["stdout"] == "42\n" and correct["exit_code"] == 0 and alive
 
 
+CLASSIC = {
+    "fork bomb": "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
+    "loop": "while True:\n    pass\n",
+    "sleep": "import time\ntime.sleep(60)\n",
+    "memory": "chunks = []\nwhile True:\n    chunks.append(bytes(64 << 20))\n",
+    "print": "import sys\nline = 'x' * 65535 + '\\n'\nfor _ in range(16384):\n    sys.stdout.write(line)\n",
+    "escape": ("import os\nfor path in ['/etc/rlvr-escaped', '/tmp/../rlvr-escaped', '/usr/lib/rlvr-escaped']:\n"
+               "    try:\n        open(path, 'w').write('x')\n        print('WROTE', path)\n"
+               "    except OSError:\n        pass\n"),
+    "network": "import socket\nsocket.create_connection(('1.1.1.1', 53), timeout=1)\nprint('CONNECTED')\n",
+    "orphan": ("import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(60)\n"
+               "    os._exit(0)\nprint('left one behind')\n"),
+}
+
+
+@USERS
+def test_the_classic_attacks_are_contained_as_either_user(user):
+    """The attacks test_hostile_programs.py runs in-process (as the test's own user), here as both users in one
+    worker: each a failure or harmless, the worker alive, and a correct program after them all passes."""
+    limits = {"cpu_s": 1, "wall_s": 3, "memory_mb": 512, "processes": 16, "output_bytes": 1 << 16}
+    outcomes, alive = run_programs(user, *({"source": source, "limits": limits} for source in CLASSIC.values()),
+                                   {"source": "print(6 * 7)\n"})
+    got = dict(zip([*CLASSIC, "correct"], outcomes))
+    for name in ("fork bomb", "loop", "sleep", "memory", "print", "network"):
+        assert got[name]["exit_code"] != 0 and got[name]["sandbox_error"] is None, (name, got[name])
+    assert got["sleep"]["timed_out"] and got["print"]["output_truncated"]
+    assert "MemoryError" in got["memory"]["stderr"]
+    assert "WROTE" not in got["escape"]["stdout"] and "CONNECTED" not in got["network"]["stdout"]
+    assert not any(os.path.exists(path) for path in ("/etc/rlvr-escaped", "/rlvr-escaped", "/usr/lib/rlvr-escaped"))
+    assert got["orphan"]["wall_s"] < 3  # its sleeping grandchild did not hold the job to the wall limit
+    assert got["correct"]["stdout"] == "42\n" and got["correct"]["exit_code"] == 0 and alive
+
+
 def test_a_worker_that_dies_under_a_program_scores_it_as_a_crash_and_is_never_used_again(caplog):
     """Whatever kills a worker while its program runs (no program can now: the tests above), the program scores
     as a crashing one (0.0 from a code reward, not None: it must not escape its penalty), the pool says so,
