@@ -92,3 +92,25 @@ def test_a_round_for_another_step_and_an_engine_error_are_raised():
     with pytest.raises(ConnectionError, match="server gone"):
         rollouts.wait()
     rollouts.close()
+
+
+def test_responses_with_tool_calls_come_back_from_a_checkpoint_whole():
+    """A round sampled ahead with tools: its tool masks and what the calls did (turns included) survive the JSON."""
+    import json
+
+    from rlvr.rollout.completion import ToolUse
+
+    use = ToolUse(calls=1, failures=0, seconds=0.5, turns=(("assistant", "```python\n1\n```"), ("tool", "1")))
+    rollouts, gen, _ = make(ahead=True)
+    gen.sample = lambda requests: [Completion([i, 7, 8], [-0.5, 0.0, -0.1], False, tool_mask=(1, 0, 1), tool_use=use)
+                                   for i in requests[0]]
+    rollouts.round(1, seed=5)
+    rollouts.start(2, seed=6)
+    rollouts.wait()
+    saved = json.loads(json.dumps(rollouts.saved_completions()))  # as the checkpoint writes and reads it
+    resumed, _, _ = make(ahead=True)
+    resumed.restore(saved)
+    assert resumed.pending.result() == rollouts.pending.result()
+    assert resumed.pending.result()[0].tool_use == use and resumed.pending.result()[0].tool_mask == (1, 0, 1)
+    rollouts.close()
+    resumed.close()

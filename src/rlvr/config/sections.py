@@ -27,6 +27,7 @@ from rlvr.rewards.sandbox import SANDBOX_MODES
 from rlvr.rollout.names import ROLLOUT_ENGINES
 
 MAX_SEED = 2**63 - 1  # torch.manual_seed overflows past 2**64 - 1; 63 bits fit every int64 seed (vLLM, generators)
+TOOLS = ("python",)
 DEFAULT_DATA = "rg:chain_sum:size=1000:seed=0:min_terms=2:max_terms=2:min_digits=1:max_digits=1"
 
 
@@ -141,6 +142,14 @@ class RolloutConfig:
     async_generation: bool = _f(False, "one-step-off-policy rollouts (rollout_engine=vllm): step t+1's responses are "
                                        "generated while step t updates, from the weights step t started from; the "
                                        "importance-sampling correction accounts for the lag (docs/training.md)")
+    tools: str | None = _f(None, "python: the model may run Python while it answers (a ```python block runs in the "
+                                 "code sandbox, its output shown in an ```output block, then generation resumes; "
+                                 "variables persist within a response); the tool results' tokens are context, never "
+                                 "trained on (docs/training.md, 'Tools'); null: no tools")
+    max_tool_calling_iterations: int | None = _f(None, "with tools: rounds of tool calls per response at most (TRL's "
+                                                       "name); null: until the model stops calling or the completion "
+                                                       "budget is spent")
+    tool_output_chars: int = _f(1024, "with tools: a tool result is cut to this many characters (head and tail kept)")
 
     def __post_init__(self) -> None:
         if self.prompts_per_step is not None and self.prompts_per_step < 1:
@@ -167,6 +176,15 @@ class RolloutConfig:
             _fail("rollout_engine", self.rollout_engine, f"choose one of {sorted(ROLLOUT_ENGINES)}")
         if self.max_rollout_batch_size < 1:
             _fail("max_rollout_batch_size", self.max_rollout_batch_size, "use a positive number of sequences such as 64")
+        if self.tools is not None and self.tools not in TOOLS:
+            _fail("tools", self.tools, f"choose one of {TOOLS} (the built-in sandboxed Python tool), or null; a "
+                                       "function of yours as a tool is not supported yet")
+        if self.max_tool_calling_iterations is not None and (isinstance(self.max_tool_calling_iterations, bool)
+                                                             or self.max_tool_calling_iterations < 1):
+            _fail("max_tool_calling_iterations", self.max_tool_calling_iterations,
+                  "use a positive number of rounds such as 4, or null (no limit)")
+        if self.tool_output_chars < 16:
+            _fail("tool_output_chars", self.tool_output_chars, "use at least 16 characters, such as 1024")
 
 
 @dataclass(frozen=True)

@@ -120,7 +120,7 @@ NOT_IMPLEMENTED: dict[str, tuple[Any, str | None]] = {
     "ref_model_mixup_alpha": (0.6, None), "ref_model_sync_steps": (512, None),
     "top_entropy_quantile": (1.0, None), "use_adaptive_entropy": (False, "entropy_coef"),
     "entropy_coef_min": (0.0, None), "entropy_coef_max": (1.0, None), "entropy_coef_delta": (0.005, None),
-    "entropy_target": (0.2, None), "max_tool_calling_iterations": (None, None),
+    "entropy_target": (0.2, None),
     "off_policy_mask_threshold": (None, None), "log_multimodal": (True, None), "log_unique_prompts": (False, None),
     "log_completions_hub_repo": (None, None), "use_transformers_continuous_batching": (False, "rollout_engine"),
     "transformers_continuous_batching_config": (None, None), "use_transformers_paged": (False, "rollout_engine"),

@@ -111,6 +111,7 @@ class Experience:
     group_ids: torch.Tensor  # [N] long
     prompt_ids: list[list[int]]  # the prompts the policy scores the responses on
     response_ids: list[list[int]]
+    tool_masks: list[tuple[int, ...] | None]  # per token: 1 the model's, 0 a tool result's (None: all the model's)
     sampling_logprobs: list[list[float]]
     truncated: torch.Tensor  # [N] bool
     rewards: torch.Tensor  # [N] float32
@@ -128,7 +129,7 @@ class Experience:
     def from_groups(cls, groups: list[Group], prompts: LogprobPrompts | None = None) -> Experience:
         """Flatten groups; ``prompts``: TA-GRPO's choice of prompt (q_0 or the sampled q_j) for each log-prob
         pass (``train/tagrpo.py``; None: no rephrasings, every response is scored on the q_0 it came from)."""
-        group_ids, policy, responses, sampled, truncated, rewards, scores, anchor = ([] for _ in range(8))
+        group_ids, policy, responses, sampled, truncated, rewards, scores, anchor, tools = ([] for _ in range(9))
         pools, variants, behaviour, reference, rewarded, generation = [], [], [], [], [], []
         for group in groups:
             group_scores = group.scores if group.scores is not None else group.rewards
@@ -147,6 +148,7 @@ class Experience:
                 reference.append(on_reference)
                 generation.append(sampled_from)
                 responses.append(completion.token_ids)
+                tools.append(completion.tool_mask)
                 sampled.append(completion.logprobs)
                 truncated.append(completion.truncated)
                 rewards.append(reward)
@@ -158,6 +160,7 @@ class Experience:
             group_ids=torch.tensor(group_ids, dtype=torch.long),
             prompt_ids=policy,
             response_ids=responses,
+            tool_masks=tools,
             sampling_logprobs=sampled,
             truncated=torch.tensor(truncated, dtype=torch.bool),
             rewards=torch.tensor(rewards, dtype=torch.float32),
@@ -175,6 +178,22 @@ class Experience:
 
     def __len__(self) -> int:
         return len(self.response_ids)
+
+    def model_tokens(self, i: int) -> int:
+        """Response ``i``'s tokens the model wrote (a tool result's are not trained on)."""
+        mask = self.tool_masks[i]
+        return len(self.response_ids[i]) if mask is None else sum(mask)
+
+    def model_token_mask(self, rows: list[int], width: int) -> torch.Tensor:
+        """[len(rows), width] bool: True at the tokens the model wrote (tool results and padding: False)."""
+        out = torch.zeros((len(rows), width), dtype=torch.bool)
+        for k, i in enumerate(rows):
+            mask = self.tool_masks[i]
+            if mask is None:
+                out[k, : len(self.response_ids[i])] = True
+            else:
+                out[k, : len(mask)] = torch.tensor(mask, dtype=torch.bool)
+        return out
 
     def subset(self, keep: torch.Tensor) -> Experience:
         """The responses where ``keep`` [N] bool is True, every per-response field filtered alike."""

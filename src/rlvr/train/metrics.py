@@ -127,7 +127,7 @@ def rollout_metrics(rollout, reward_names: list[str], *, tagrpo: bool = False) -
     own = [g.on_policy for g in groups]
     scored = [[i for i in idx if g.is_rewarded(i)] for g, idx in zip(groups, own)]
     rewards = [g.rewards[i] for g, idx in zip(groups, scored) for i in idx]
-    lengths = [len(g.completions[i].token_ids) for g, idx in zip(groups, own) for i in idx]
+    lengths = [model_tokens(g.completions[i]) for g, idx in zip(groups, own) for i in idx]
     truncated = [g.completions[i].truncated for g, idx in zip(groups, own) for i in idx]
     flags = [[g.correct[i] for i in idx] for g, idx in zip(groups, own)]
     per_group = [[g.rewards[i] for i in idx] for g, idx in zip(groups, scored) if idx]
@@ -151,9 +151,25 @@ def rollout_metrics(rollout, reward_names: list[str], *, tagrpo: bool = False) -
     metrics.update({k: v for k, v in rollout.reward_counts.items() if not k.startswith(LOGGED_METRIC_PREFIX)})
     metrics.update(logged_metric_means(rollout.reward_counts))  # reward functions' log_metric values
     metrics.update(dagrpo_rollout_metrics(rollout.dagrpo_counts))
+    metrics.update(tool_metrics([g.completions[i] for g, idx in zip(groups, own) for i in idx]))
     if tagrpo:
         metrics.update(tagrpo_rollout_metrics(groups))
     return metrics
+
+
+def tool_metrics(completions: list) -> dict[str, float]:
+    """tools/ over the step's sampled responses (a run with tools: rlvr.rollout.tool_loop; none otherwise). TRL's
+    two: calls per completion, failed calls per call (0 with no call)."""
+    uses = [c.tool_use for c in completions if c.tool_use is not None]
+    if not uses:
+        return {}
+    calls = sum(u.calls for u in uses)
+    called = [u for u in uses if u.calls]
+    return {"tools/call_frequency": calls / len(uses),
+            "tools/failure_frequency": sum(u.failures for u in uses) / calls if calls else 0.0,
+            "tools/seconds_mean": statistics.fmean(u.seconds for u in called) if called else 0.0,
+            "tools/cut_by_call_limit_frac": statistics.fmean(u.cut_by_call_limit for u in uses),
+            "tools/result_dropped_frac": statistics.fmean(u.result_dropped for u in uses)}
 
 
 def tagrpo_rollout_metrics(groups: list[Group]) -> dict[str, float]:
@@ -203,7 +219,8 @@ def dagrpo_rollout_metrics(counts: Counter | None) -> dict[str, float]:
 
 
 def sample_records(step: int, groups: list[Group], advantages: torch.Tensor | None, count: int | None) -> list[dict]:
-    """``count`` responses spread evenly over the step's groups (None: all), for samples.jsonl."""
+    """``count`` responses spread evenly over the step's groups (None: all), for samples.jsonl; in a run with
+    tools, each with its ``turns`` (the model's and the tools') and its calls."""
     flat = [(g, i) for g in groups for i in range(len(g.texts))]
     count = len(flat) if count is None else count
     if not flat or count <= 0:
@@ -225,8 +242,23 @@ def sample_records(step: int, groups: list[Group], advantages: torch.Tensor | No
             "anchor": group.completions[i].is_anchor,  # DaGRPO: an expert solution, not a sample
             "variant": group.variant_of(i),  # TA-GRPO: 0 = the original question, j = rephrasing j
             **_extras(group, i),
+            **_turns(group.completions[i]),
         })
     return records
+
+
+def _turns(completion) -> dict:
+    """With tools: the response's turns and its calls (none for a response of a run without tools, or an anchor)."""
+    use = completion.tool_use
+    if use is None:
+        return {}
+    return {"turns": [{"role": role, "text": text} for role, text in use.turns], "tool_calls": use.calls,
+            "tool_failures": use.failures}
+
+
+def model_tokens(completion) -> int:
+    """The tokens the model wrote (a tool result's are not: rlvr.rollout.tool_loop)."""
+    return len(completion.token_ids) if completion.tool_mask is None else sum(completion.tool_mask)
 
 
 def _extras(group: Group, i: int) -> dict:
@@ -251,6 +283,8 @@ TRL_METRICS: dict[str, tuple[str, str]] = {
     "completions/mean_terminated_length": ("tokens of the completions that ended (0 if none), mean", "-"),
     "completions/min_terminated_length": ("same, min", "-"),
     "completions/max_terminated_length": ("same, max", "-"),
+    "tools/call_frequency": ("tool calls per completion (with tools)", "tools/call_frequency"),
+    "tools/failure_frequency": ("failed tool calls per tool call", "tools/failure_frequency"),
     "num_tokens": ("prompt + completion tokens seen so far", "-"),
     "entropy": ("policy entropy on the trained tokens, micro-batch means averaged", "train/entropy"),
     "kl": ("k3 KL to the reference (x ratio with use_bias_correction_kl), micro-batch means averaged; beta > 0",
@@ -360,8 +394,8 @@ def trl_update_metrics(sums: dict[str, float], *, with_kl: bool, loss: float | N
 def trl_rollout_metrics(groups, reward_names: list[str], *, scale_rewards: str) -> dict[str, float | None]:
     """TRL's completion and reward metrics over the step's generated groups (``Group.policy_samples``)."""
     own = [(g, i) for g in groups for i in g.on_policy]
-    lengths = [len(g.completions[i].token_ids) for g, i in own]
-    ended = [len(g.completions[i].token_ids) for g, i in own if not g.completions[i].truncated]
+    lengths = [model_tokens(g.completions[i]) for g, i in own]  # (TRL: tool results' tokens not counted)
+    ended = [model_tokens(g.completions[i]) for g, i in own if not g.completions[i].truncated]
     scored = [g.rewards[i] for g, i in own if g.is_rewarded(i)]
     metrics: dict[str, float | None] = {
         "completions/mean_length": statistics.fmean(lengths) if lengths else None,
@@ -380,6 +414,8 @@ def trl_rollout_metrics(groups, reward_names: list[str], *, scale_rewards: str) 
                   and g.reward_parts[name][i] is not None]
         metrics[f"rewards/{name}/mean"] = statistics.fmean(values) if values else None
         metrics[f"rewards/{name}/std"] = _std(values) if values else None
+    tools = tool_metrics([g.completions[i] for g, i in own])  # TRL logs its two with tools
+    metrics.update({key: tools[key] for key in ("tools/call_frequency", "tools/failure_frequency") if key in tools})
     return metrics
 
 

@@ -51,6 +51,16 @@ class RolloutSettings:
     max_rounds: int  # generation rounds per step at most (1 without dynamic sampling)
     seed: int
     autocast: str | None  # StepPlan.autocast: generate as the update computes
+    tools: ToolSettings | None = None  # tools=...: multi-turn responses with tool results (rlvr.rollout.tool_loop)
+
+
+@dataclass(frozen=True)
+class ToolSettings:
+    """The tools a response may call and their limits (``tools``, TRL's ``max_tool_calling_iterations``)."""
+
+    names: tuple[str, ...]  # the built-in tools (``python``: rlvr.rewards.sandbox.notebook)
+    max_iterations: int | None  # rounds of calls at most (None: no limit)
+    output_chars: int  # a result is cut to this many characters
 
 
 @dataclass(frozen=True)
@@ -152,7 +162,7 @@ def compile_plan(cfg: ExperimentConfig, *, world_size: int = 1) -> StepPlan:
                               repetition_penalty=r.repetition_penalty),
             dynamic_sampling=a.dynamic_sampling,
             max_rounds=a.max_num_gen_batches if a.dynamic_sampling else 1, seed=cfg.run.seed,
-            autocast=autocast,
+            autocast=autocast, tools=tool_settings(cfg),
         ),
         engine=engine_plan(cfg),
         prompts=LogprobPrompts.for_ratio_anchor(t.ratio_anchor) if t.enabled else None,
@@ -179,6 +189,15 @@ def compile_plan(cfg: ExperimentConfig, *, world_size: int = 1) -> StepPlan:
     probe_algorithm_parts(replace(plan.advantages.settings, estimator=a.advantage_estimator), plan.update.loss,
                           group_size=r.num_generations, user_parts=user_parts)
     return plan
+
+
+def tool_settings(cfg: ExperimentConfig) -> ToolSettings | None:
+    """The run's tools (None: single-turn responses)."""
+    r = cfg.rollout
+    if r.tools is None:
+        return None
+    return ToolSettings(names=(r.tools,), max_iterations=r.max_tool_calling_iterations,
+                        output_chars=r.tool_output_chars)
 
 
 def autocast_dtype(cfg: ExperimentConfig) -> str | None:

@@ -42,12 +42,12 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from rlvr.data import PromptSampler
 from rlvr.data.prompts import PromptBuilder
 from rlvr.parallel.runtime import autocast, full_weights
-from rlvr.rollout.completion import Completion
+from rlvr.rollout.completion import Completion, ToolUse
 from rlvr.train.experience import Group
 from rlvr.train.plan import RolloutSettings
 
@@ -219,6 +219,11 @@ class RoundRequests:
     seeding: dict  # row_seeds=[...] or generator_seed=...
 
 
+def _tool_use(saved: dict) -> ToolUse:
+    """A response's ToolUse from its JSON (turns as lists again tuples)."""
+    return ToolUse(**{**saved, "turns": tuple(tuple(turn) for turn in saved.get("turns", ()))})
+
+
 def generation_seed(seed: int, step: int, round_: int) -> int:
     """The seed of one generation round of a step."""
     return (seed * 1_000_003 + step * 1_009 + round_) % (2**63)
@@ -303,15 +308,19 @@ class Rollouts:
         p = self.pending
         if p is None:
             return None
-        return {"step": p.step, "completions": [[c.token_ids, c.logprobs, c.truncated] for c in p.result()]}
+        return {"step": p.step, "completions": [
+            [c.token_ids, c.logprobs, c.truncated, *([] if c.tool_use is None else [c.tool_mask, asdict(c.tool_use)])]
+            for c in p.result()]}  # (with tools: the tool mask and what the calls did too)
 
     def restore(self, saved: dict | None) -> None:
         """Take back what :meth:`saved_completions` wrote (at resume; the sampler is restored by the caller)."""
         if saved is None:
             self.pending = None
             return
-        completions = [Completion(list(ids), [float(x) for x in lps], bool(truncated))
-                       for ids, lps, truncated in saved["completions"]]
+        completions = [Completion(list(ids), [float(x) for x in lps], bool(truncated),
+                                  tool_mask=tuple(tools[0]) if tools and tools[0] is not None else None,
+                                  tool_use=_tool_use(tools[1]) if tools and tools[1] is not None else None)
+                       for ids, lps, truncated, *tools in saved["completions"]]
         self.pending = Pending(int(saved["step"]), None, None, None, completions=completions)
 
     def close(self) -> None:

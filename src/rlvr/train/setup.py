@@ -58,11 +58,14 @@ from rlvr.parallel.runtime import DistContext
 from rlvr.parallel.setup import wrap_policy
 from rlvr.rewards import CodeSettings, bind_code_settings, is_code_reward, resolve_reward
 from rlvr.rewards.combine import logged_names
+from rlvr.rewards.sandbox import shared_pool
+from rlvr.rewards.sandbox.notebook import PythonNotebook
 from rlvr.rollout import engine_class
+from rlvr.rollout.tool_loop import MarkdownPython, ToolLoop, notebook_runner
 from rlvr.run.trackers import require_trackers
 from rlvr.train.evaluation import TrainingEval, training_overlap
 from rlvr.train.memory_bound import check_update_memory
-from rlvr.train.plan import EnginePlan, RunLength, StepPlan, step_kind
+from rlvr.train.plan import EnginePlan, RunLength, StepPlan, ToolSettings, step_kind
 from rlvr.train.rewarding import Rewarder, reward_columns
 from rlvr.train.sft import sft_rows
 
@@ -181,9 +184,11 @@ def chat_rows(rows: list[dict], cfg: ExperimentConfig) -> list[dict]:
     return as_chat(rows, cfg.data.system_prompt) if open_r1_chat(cfg) else rows
 
 
-def prompt_format(cfg: ExperimentConfig, tokenizer, rows: list[dict], *, log: bool = False) -> PromptFormat:
+def prompt_format(cfg: ExperimentConfig, tokenizer, rows: list[dict], *, log: bool = False,
+                  tools: ToolSettings | None = None) -> PromptFormat:
     """How the run's prompts become tokens, decided once: the chat template, or raw text for plain-string
-    questions (preset=trl, as TRL feeds them; or a tokenizer without a chat template, a base model)."""
+    questions (preset=trl, as TRL feeds them; or a tokenizer without a chat template, a base model); with
+    ``tools`` (the plan's), a system prompt saying how to call them unless the run has one."""
     templated = has_chat_template(tokenizer)
     raw = cfg.run.preset == "trl" or not templated
     if not templated:
@@ -199,8 +204,29 @@ def prompt_format(cfg: ExperimentConfig, tokenizer, rows: list[dict], *, log: bo
             logger.info("the tokenizer of %s has no chat template: plain-string questions go to the model as raw "
                         "text, as TRL feeds them", cfg.model.model)
     system = None if open_r1_chat(cfg) else cfg.data.system_prompt  # open-r1's chat already holds it
+    if tools is not None and system is None and not open_r1_chat(cfg):
+        if raw:  # (no system message to hold it: the user's prompts must say how to call the tool)
+            if log:
+                logger.warning("tools=%s with prompts fed as raw text: no tool instruction is added; say in your "
+                               "prompts or `instruction` how to call it (%s)", ",".join(tools.names),
+                               MarkdownPython.instruction)
+        else:
+            system = MarkdownPython.instruction  # how to call the tool (docs/training.md, "Tools")
     return PromptFormat(system_prompt=system, instruction=cfg.data.instruction,
                         chat_template_kwargs=cfg.data.chat_template_kwargs, raw_strings=raw)
+
+
+def with_tools(engine, tools: ToolSettings | None, tokenizer, cfg: ExperimentConfig):
+    """``engine`` wrapped in the tool loop when the run has tools (rlvr.rollout.tool_loop), else itself; the
+    python tool's cells run as code rewards' programs do (``code_sandbox``), whose pool starts now (a machine
+    that cannot isolate is refused at start-up)."""
+    if tools is None:
+        return engine
+    sandbox = code_settings(cfg).sandbox
+    notebook = PythonNotebook(sandbox, output_chars=tools.output_chars)
+    shared_pool(sandbox)
+    return ToolLoop(engine, tokenizer, {"python": notebook_runner(notebook.run_cells)}, tool_format=MarkdownPython(),
+                    max_tool_calling_iterations=tools.max_iterations)
 
 
 def read_rephrasings_file(path: str | Path) -> dict[str, list[str]]:
@@ -389,8 +415,12 @@ def build_rewarder(cfg: ExperimentConfig, *, max_steps: int, tokenizer) -> Rewar
 def _reward_specs(cfg: ExperimentConfig) -> list:
     """The reward specs, code rewards built with the run's sandbox and extraction (starting the sandbox: a machine
     that cannot isolate programs stops here, before the model loads)."""
-    code = CodeSettings(sandbox=cfg.reward.code_sandbox, extraction=cfg.reward.code_extraction)
-    return [bind_code_settings(cfg.python.reward(spec), code) for spec in cfg.reward.reward_funcs]
+    return [bind_code_settings(cfg.python.reward(spec), code_settings(cfg)) for spec in cfg.reward.reward_funcs]
+
+
+def code_settings(cfg: ExperimentConfig) -> CodeSettings:
+    """How model-written code runs: code rewards' programs and the python tool's cells alike."""
+    return CodeSettings(sandbox=cfg.reward.code_sandbox, extraction=cfg.reward.code_extraction)
 
 
 def build_training_eval(cfg: ExperimentConfig, plan: StepPlan, length: RunLength,

@@ -139,11 +139,13 @@ class Trainer:
         engine, options = setup.engine_spec(cfg, self.plan.engine, is_main=self.dist.is_main)  # rlvr|hf|vllm|server
         self.engine = build_engine(engine, self.policy, pad_token_id=self.tokenizer.pad_token_id,
                                    eos_token_ids=eos_token_ids(self.policy, self.tokenizer), **options)
+        self.engine = setup.with_tools(self.engine, self.plan.rollout.tools, self.tokenizer, cfg)  # tools: multi-turn
         self.dist.barrier()  # vllm_mode=server: rank 0 has pushed the weights (version 1) before any rank samples
 
     def _set_up_rollout(self, cfg: ExperimentConfig) -> None:
         """The prompts (format, length limits), their order, and the rollout phase that samples them."""
-        self.prompt_format = setup.prompt_format(cfg, self.tokenizer, self.rows, log=self.dist.is_main)  # template or raw
+        self.prompt_format = setup.prompt_format(cfg, self.tokenizer, self.rows, log=self.dist.is_main,  # template
+                                                 tools=self.plan.rollout.tools)  # or raw
         self.prompts = PromptBuilder(self.tokenizer, self.prompt_format, rephrased=self.plan.rollout.rephrased)
         self.length_limits = apply_length_limits(  # before anything is generated
             self.rows, truncation=self.run.truncation, max_prompt_length=self.run.max_prompt_length,

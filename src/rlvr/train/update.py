@@ -264,7 +264,7 @@ class PolicyUpdate:
         mini = [i for share in batch.shares for i in share]
         # global denominators: the mini-batch's tokens; TRL's dapo: the step's tokens / optimiser steps per pass
         counted = range(len(exp)) if s.loss.aggregation == "dapo" else mini
-        num_tokens = float(sum(len(exp.response_ids[i]) for i in counted if keep[i]))
+        num_tokens = float(sum(exp.model_tokens(i) for i in counted if keep[i]))  # (tool results: not trained)
         if s.loss.aggregation == "dapo":
             num_tokens /= s.num_minibatches
         plans = [length_buckets(share, [len(exp.response_ids[i]) for i in share], micro,
@@ -313,7 +313,8 @@ class PolicyUpdate:
             logprobs, entropy = response_logprobs(self.model, collated, temperature=s.temperature, with_entropy=True,
                                       entropy_grad=s.loss.entropy_coef > 0, head_chunk=s.head_chunk)
         device = logprobs.device
-        mask = (collated.response_mask & keep[rows].unsqueeze(-1)).to(device)  # [n, T]
+        own = exp.model_token_mask(rows, width)  # [n, T]: the model's tokens (a tool's result: context only)
+        mask = (own & keep[rows].unsqueeze(-1)).to(device)  # [n, T]
         old = pad_rows([batch.old[i] for i in rows], width).to(device) if batch.old is not None else logprobs.detach()
         ref = pad_rows([batch.ref[i] for i in rows], width).to(device) if batch.ref is not None else None
         anchor = exp.is_anchor[rows]  # [n] on the host: no sync to ask whether any row is an anchor
@@ -331,7 +332,7 @@ class PolicyUpdate:
         return LossInputs(
             logprobs=logprobs, entropy=entropy, old=old, ref=ref, advantages=batch.advantages[rows].to(device),
             mask=mask, is_anchor=anchor if has_anchor else None, is_weights=weights, correction=correction,
-            sampled=sampled, shown=collated.response_mask.to(device) & ~anchor.unsqueeze(-1),
+            sampled=sampled, shown=own.to(device) & ~anchor.unsqueeze(-1),
             on_own_prompt=exp.on_own_prompt[rows].unsqueeze(-1).to(device))
 
     def _backward(self, x: LossInputs, *, num_tokens: float,

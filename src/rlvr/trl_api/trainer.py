@@ -42,7 +42,8 @@ EVAL_KEYS = ("eval_strategy", "eval_steps", "do_eval", "eval_on_start", "per_dev
 _REFUSED = {
     "reward_processing_classes": "rlvr has no reward models; give reward functions",
     "quantization_config": "rlvr does not load quantised models (dtype=bfloat16 halves the memory)",
-    "tools": "rlvr has no tool calling", "rollout_func": "rlvr samples with its own engines (rollout_engine)",
+    "tools": ("functions as tools are not supported yet; rlvr's sandboxed Python tool is the option "
+              "tools=python of `rlvr train` (docs/training.md, 'Tools')"), "rollout_func": "rlvr samples with its own engines (rollout_engine)",
     "environment_factory": "rlvr has no environments",
 }
 

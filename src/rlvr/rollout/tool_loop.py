@@ -1,0 +1,263 @@
+"""Multi-turn rollouts with tools: any rollout engine wrapped so that a response is model turns and tool results.
+
+    response = turn_1 · result_1 · turn_2 · result_2 · … · turn_k          tool_mask: 1 · 0 · 1 · 0 · … · 1
+
+:class:`ToolLoop` keeps the engine contract (``rlvr.rollout.engine``), so every engine gets tools the same way
+(rlvr's decoder, transformers' ``generate``, vLLM colocated or served): it generates every row's first turn; in
+each row whose turn holds a tool call, the turn is cut right after the call (what the model wrote after it is
+dropped: a causal model's earlier tokens and their log-probs do not depend on it), the call runs, its result is
+tokenized and appended, and the row is generated again from prompt + response so far (token ids concatenated,
+never re-tokenized), until no row calls a tool, ``max_tool_calling_iterations`` rounds of calls ran, or the
+completion budget is spent. TRL 1.16's loop (``GRPOTrainer._tool_call_loop``) is the model: a result that would
+push the response past ``max_completion_length`` is dropped and the row ends with its turn as the model wrote it; the next turn is
+generated with the whole remaining budget and cut to each row's own; a tool result's tokens carry log-prob 0.0
+and ``tool_mask`` 0 (the loss, the ratio, the KL, the entropy and the length counts see only the model's tokens:
+``rlvr.train.update``). A row that still calls a tool at the limit keeps its last turn as written (counted).
+
+The format says what a call is and how a result is shown (:class:`MarkdownPython`: a ```` ```python ```` block,
+answered by an ```` ```output ```` block, as in ToRL and ReTool for base and instruct models alike). The tools
+are run by the caller's runner (``rlvr.rewards.sandbox.notebook`` for ``python``): one batch per round, so the
+sandbox runs the calls of a round in parallel. Rows waiting for a tool do wait for the round (the engines take
+whole batches); the rows without a call are not generated again.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from rlvr.rollout.completion import Completion, ToolUse
+from rlvr.rollout.sampling import Sampling
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One call of a tool: its name and arguments, with the row's earlier calls (a notebook's state)."""
+
+    name: str
+    arguments: dict
+    history: tuple[dict, ...] = ()  # the arguments of this row's earlier calls to the same tool, in order
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    text: str  # what the model is shown (already cut to the tool's output budget)
+    failed: bool = False  # an error, a timeout, a crash, an unknown tool (TRL's tools/failure_frequency)
+
+
+# a tool's runner: the results of a round's calls to it, in order (the sandbox runs them in parallel)
+ToolRunner = Callable[[list[ToolCall]], list[ToolResult]]
+
+
+def notebook_runner(run_cells: Callable[[list[tuple[list[str], str]]], list[tuple[str, bool]]]) -> ToolRunner:
+    """The runner of a tool taking ``code`` whose calls see the row's earlier cells (the built-in ``python`` tool:
+    ``rlvr.rewards.sandbox.notebook.PythonNotebook.run_cells``)."""
+    def run(calls: list[ToolCall]) -> list[ToolResult]:
+        requests = [([str(earlier.get("code", "")) for earlier in call.history], str(call.arguments.get("code", "")))
+                    for call in calls]
+        return [ToolResult(text, failed) for text, failed in run_cells(requests)]
+    return run
+
+
+class MarkdownPython:
+    """A call is the first complete ```` ```python ```` block of a turn; its result follows as an ```` ```output ````
+    block (ToRL's format): ``…```python\\nprint(2**100)\\n```\\n```output\\n1267650600228229401496703205376\\n```\\n…``."""
+
+    tool_names = ("python",)
+    instruction = ("You may run Python code: write it in a ```python block, and its output will be shown in an "
+                   "```output block right after it; then continue your reasoning.")
+    _BLOCK = re.compile(r"```python[ \t]*\n(.*?)```", re.DOTALL)
+
+    def find_call(self, text: str) -> tuple[int, ToolCall] | None:
+        """(the end of the call in ``text``, the call) for the first complete python block, or None."""
+        match = self._BLOCK.search(text)
+        if match is None:
+            return None
+        return match.end(), ToolCall("python", {"code": match.group(1)})
+
+    def render(self, text_before: str, result: ToolResult) -> str:
+        """The result as the model is shown it, after the call (a newline first where the fence left none)."""
+        body = result.text if result.text.endswith("\n") or not result.text else result.text + "\n"
+        return ("" if text_before.endswith("\n") else "\n") + f"```output\n{body}```\n"
+
+
+TOOL_FORMATS = {"markdown": MarkdownPython}
+
+
+@dataclass
+class _Row:
+    prompt: list[int]
+    tokens: list[int]
+    logprobs: list[float]
+    mask: list[int]
+    truncated: bool
+    calls: list[ToolCall] = field(default_factory=list)
+    turn_start: int = 0  # where the latest model turn starts in ``tokens``
+    pending: tuple | None = None  # what a cut set aside: (tokens, log-probs, truncated), put back if not run
+    failures: int = 0
+    seconds: float = 0.0
+    cut_by_call_limit: bool = False
+    result_dropped: bool = False
+
+
+class ToolLoop:
+    """``engine`` with tools (module docstring). Its abilities and ``sync_weights`` are the engine's.
+
+    Args:
+        engine: any rollout engine.
+        tokenizer: decodes turns to find calls, encodes results.
+        tools: each tool's runner by name (:data:`ToolRunner`); a call of another name fails with a line.
+        tool_format: a format (:data:`TOOL_FORMATS`).
+        max_tool_calling_iterations: rounds of calls at most (None: until no row calls; TRL's option).
+    """
+
+    def __init__(self, engine, tokenizer, tools: dict[str, ToolRunner], *, tool_format: MarkdownPython,
+                 max_tool_calling_iterations: int | None = None):
+        self.engine, self.tokenizer, self.tools = engine, tokenizer, dict(tools)
+        self.format = tool_format
+        self.max_iterations = max_tool_calling_iterations
+
+    def __getattr__(self, name: str):  # the engine's abilities, eos_token_ids, sleep/wake, ...
+        return getattr(self.engine, name)
+
+    def sync_weights(self) -> None:
+        self.engine.sync_weights()
+
+    def generate(self, prompts: list[list[int]], *, max_new_tokens: int, sampling: Sampling,
+                 generator_seed: int | None = None, row_seeds: list[int] | None = None) -> list[Completion]:
+        first = self.engine.generate(prompts, max_new_tokens=max_new_tokens, sampling=sampling,
+                                     generator_seed=generator_seed, row_seeds=row_seeds)
+        rows = [_Row(list(p), list(c.token_ids), list(c.logprobs), [1] * len(c.token_ids), c.truncated)
+                for p, c in zip(prompts, first)]
+        waiting = [i for i, row in enumerate(rows) if self._cut_at_call(row)]
+        iteration = 0
+        while waiting:
+            if self.max_iterations is not None and iteration >= self.max_iterations:
+                for i in waiting:  # the call is not run: the turn stays as the model wrote it
+                    self._uncut(rows[i])
+                    rows[i].calls.pop()
+                    rows[i].cut_by_call_limit = True
+                break
+            iteration += 1
+            waiting = self._run_round(rows, waiting, max_new_tokens)
+            if not waiting:
+                break
+            budget = max(max_new_tokens - len(rows[i].tokens) for i in waiting)
+            seeds = ({"row_seeds": [turn_seed(row_seeds[i], iteration) for i in waiting]} if row_seeds is not None
+                     else {"generator_seed": None if generator_seed is None else turn_seed(generator_seed, iteration)})
+            turns = self.engine.generate([rows[i].prompt + rows[i].tokens for i in waiting], max_new_tokens=budget,
+                                         sampling=sampling, **seeds)
+            for i, turn in zip(waiting, turns):
+                self._append_turn(rows[i], turn, max_new_tokens)
+            waiting = [i for i in waiting if self._cut_at_call(rows[i])]
+        return [self._completion(row) for row in rows]
+
+    def _completion(self, row: _Row) -> Completion:
+        mask = tuple(row.mask) if row.calls else None
+        done = Completion(row.tokens, row.logprobs, row.truncated, tool_mask=mask)
+        use = ToolUse(len(row.calls), row.failures, row.seconds, row.cut_by_call_limit, row.result_dropped,
+                      turns=tuple((t["role"], t["text"]) for t in turns(self.tokenizer, done)))
+        return replace(done, tool_use=use)
+
+    # ---- one row ----------------------------------------------------------------------------------------------
+
+    def _cut_at_call(self, row: _Row) -> bool:
+        """Whether the row's latest turn calls a tool; if so its tokens after the call are set aside (kept on the
+        row, to be put back if the call is never run) and the call recorded."""
+        turn = row.tokens[row.turn_start:]
+        text = self.tokenizer.decode(turn, skip_special_tokens=False)
+        found = self.format.find_call(text)
+        if found is None:
+            return False
+        end, call = found
+        keep = _tokens_covering(self.tokenizer, turn, end)
+        row.pending = (row.tokens[row.turn_start + keep:], row.logprobs[row.turn_start + keep:], row.truncated)
+        del row.tokens[row.turn_start + keep:], row.logprobs[row.turn_start + keep:], row.mask[row.turn_start + keep:]
+        row.truncated = False
+        history = tuple(c.arguments for c in row.calls if c.name == call.name)
+        row.calls.append(replace(call, history=history))
+        return True
+
+    def _uncut(self, row: _Row) -> None:
+        tokens, logprobs, truncated = row.pending
+        row.tokens += tokens
+        row.logprobs += logprobs
+        row.mask += [1] * len(tokens)
+        row.truncated = truncated
+
+    def _run_round(self, rows: list[_Row], waiting: list[int], max_new_tokens: int) -> list[int]:
+        """Run the waiting rows' calls; append each result (or drop it past the budget); the rows to continue."""
+        started = time.monotonic()
+        results = self._run_tools([rows[i].calls[-1] for i in waiting])
+        seconds = time.monotonic() - started
+        going = []
+        for i, result in zip(waiting, results):
+            row = rows[i]
+            row.seconds += seconds
+            row.failures += result.failed
+            before = self.tokenizer.decode(row.tokens[row.turn_start:], skip_special_tokens=False)
+            shown = self.tokenizer.encode(self.format.render(before, result), add_special_tokens=False)
+            if len(row.tokens) + len(shown) >= max_new_tokens:  # no room for the result and a next turn
+                row.result_dropped = True
+                self._uncut(row)  # (TRL's rollback: the response ends with the turn as the model wrote it)
+                continue
+            row.tokens += shown
+            row.logprobs += [0.0] * len(shown)
+            row.mask += [0] * len(shown)
+            row.turn_start = len(row.tokens)
+            going.append(i)
+        return going
+
+    def _run_tools(self, calls: list[ToolCall]) -> list[ToolResult]:
+        """Each call's result, in order: the calls to each tool in one batch."""
+        results: list[ToolResult | None] = [None] * len(calls)
+        for name in dict.fromkeys(call.name for call in calls):
+            mine = [i for i, call in enumerate(calls) if call.name == name]
+            if name not in self.tools:
+                for i in mine:
+                    results[i] = ToolResult(f"Error: no tool named {name!r} (tools: {', '.join(self.tools)})",
+                                            failed=True)
+                continue
+            for i, result in zip(mine, self.tools[name]([calls[i] for i in mine])):
+                results[i] = result
+        return results
+
+    def _append_turn(self, row: _Row, turn: Completion, max_new_tokens: int) -> None:
+        room = max_new_tokens - len(row.tokens)
+        tokens, logprobs = list(turn.token_ids[:room]), list(turn.logprobs[:room])
+        row.tokens += tokens
+        row.logprobs += logprobs
+        row.mask += [1] * len(tokens)
+        row.truncated = turn.truncated or len(turn.token_ids) > room
+
+
+def turns(tokenizer, completion: Completion) -> list[dict]:
+    """A response's turns, for samples.jsonl: ``{"role": "assistant" | "tool", "text": ...}`` from its tool mask."""
+    mask = completion.tool_mask or (1,) * len(completion.token_ids)
+    out, start = [], 0
+    for end in range(1, len(mask) + 1):
+        if end == len(mask) or mask[end] != mask[start]:
+            out.append({"role": "assistant" if mask[start] else "tool",
+                        "text": tokenizer.decode(list(completion.token_ids[start:end]), skip_special_tokens=True)})
+            start = end
+    return out
+
+
+def _tokens_covering(tokenizer, tokens: Sequence[int], end: int) -> int:
+    """The fewest leading ``tokens`` whose text reaches character ``end`` of their decoded text (binary search;
+    a token whose bytes are split by the boundary is kept whole)."""
+    low, high = 0, len(tokens)
+    while low < high:
+        middle = (low + high) // 2
+        if len(tokenizer.decode(tokens[:middle], skip_special_tokens=False).rstrip("\ufffd")) >= end:
+            high = middle
+        else:
+            low = middle + 1
+    return low
+
+
+def turn_seed(seed: int, turn: int) -> int:
+    """A row's seed for its ``turn``-th continuation (63 bits; turn 0 is the row's own seed)."""
+    return (seed * 0x9E3779B97F4A7C15 + turn * 0xBF58476D1CE4E5B9) % (1 << 63)

@@ -1,0 +1,128 @@
+"""Multi-turn rollouts (rlvr.rollout.tool_loop): a scripted engine writes the turns, so the response, its tool mask,
+its log-probs and the prompts each turn was generated from are checked against a hand-worked example."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlvr.models.tiny import tiny_byte_tokenizer
+from rlvr.rollout.completion import Completion
+from rlvr.rollout.sampling import Sampling
+from rlvr.rollout.tool_loop import MarkdownPython, ToolLoop, ToolResult
+
+TOKENIZER = tiny_byte_tokenizer()
+EOS = TOKENIZER.convert_tokens_to_ids("<|im_end|>")
+
+
+def ids(text: str) -> list[int]:
+    return TOKENIZER.encode(text, add_special_tokens=False)
+
+
+def text(tokens) -> str:
+    return TOKENIZER.decode(list(tokens), skip_special_tokens=False)
+
+
+class Scripted:
+    """An engine whose turn n of a row is ``script[row_key][n]`` (the row keyed by its prompt's first character),
+    each token's log-prob -0.5; it records every prompt it was asked to continue."""
+
+    supports_row_seeds = True
+
+    def __init__(self, script: dict[str, list[str]]):
+        self.script, self.calls = script, []
+        self.eos_token_ids = [EOS]
+
+    def generate(self, prompts, *, max_new_tokens, sampling, generator_seed=None, row_seeds=None):
+        self.calls.append(([text(p) for p in prompts], max_new_tokens, row_seeds))
+        out = []
+        for prompt in prompts:
+            whole = text(prompt)
+            turn = self.script[whole[0]][whole.count("```output")]
+            tokens = ids(turn)
+            if turn.endswith("<END>"):
+                tokens = ids(turn[: -len("<END>")]) + [EOS]
+            truncated = len(tokens) > max_new_tokens
+            tokens = tokens[:max_new_tokens]
+            out.append(Completion(tokens, [-0.5] * len(tokens), truncated))
+        return out
+
+    def sync_weights(self):
+        pass
+
+
+def echo_runner(log):
+    """A tool runner that runs nothing: it shows what it was asked (the code, and the earlier cells' count)."""
+    def run(calls):
+        log.append(calls)
+        return [ToolResult(f"ran {call.arguments['code'].strip()} after {len(call.history)}") for call in calls]
+    return run
+
+
+def loop(engine, log, **options):
+    return ToolLoop(engine, TOKENIZER, {"python": echo_runner(log)}, tool_format=MarkdownPython(), **options)
+
+
+SAMPLING = Sampling(temperature=1.0)
+
+
+def test_a_call_is_cut_run_shown_and_generation_resumes_with_a_mask_over_the_result():
+    engine = Scripted({
+        "A": ["Compute.\n```python\nprint(6*7)\n```\nI guess 41<END>", "So the answer is 42.<END>"],
+        "B": ["No tool needed: 3.<END>"],
+    })
+    log = []
+    out = loop(engine, log).generate([ids("A?"), ids("B?")], max_new_tokens=200, sampling=SAMPLING, row_seeds=[7, 8])
+    call = "Compute.\n```python\nprint(6*7)\n```"
+    shown = "\n```output\nran print(6*7) after 0\n```\n"
+    # the model's words after the call are gone; the result follows the call; the next turn follows the result
+    assert text(out[0].token_ids) == call + shown + "So the answer is 42.<|im_end|>"
+    assert list(out[0].tool_mask) == [1] * len(ids(call)) + [0] * len(ids(shown)) + [1] * (len(ids("So the answer is 42.")) + 1)
+    assert list(out[0].logprobs) == [-0.5] * len(ids(call)) + [0.0] * len(ids(shown)) + [-0.5] * (len(ids("So the answer is 42.")) + 1)
+    assert not out[0].truncated
+    # a row without a call is untouched, and not generated again; the second turn continues prompt + response
+    assert text(out[1].token_ids) == "No tool needed: 3.<|im_end|>" and out[1].tool_mask is None
+    assert out[1].tool_use.calls == 0 and out[0].tool_use.calls == 1 and out[0].tool_use.failures == 0
+    (first, _, _), (second_prompts, budget, seeds) = engine.calls
+    assert first == ["A?", "B?"]
+    assert second_prompts == ["A?" + call + shown]
+    assert budget == 200 - len(ids(call + shown)) and seeds != [7]
+    assert [c.arguments["code"] for c in log[0]] == ["print(6*7)\n"]
+
+
+def test_a_later_call_sees_the_earlier_cells_and_the_call_limit_keeps_the_last_turn_as_written():
+    turns = ["```python\nx = 1\n```<END>", "```python\nx += 1\n```<END>", "```python\nprint(x)\n```\ntail<END>", "done<END>"]
+    log = []
+    out = loop(Scripted({"A": turns}), log).generate([ids("A")], max_new_tokens=500, sampling=SAMPLING,
+                                                    row_seeds=[1])
+    assert [len(call.history) for round_ in log for call in round_] == [0, 1, 2]
+    assert text(out[0].token_ids).endswith("ran print(x) after 2\n```\ndone<|im_end|>")
+    log.clear()
+    limited = loop(Scripted({"A": turns}), log, max_tool_calling_iterations=2)
+    out = limited.generate([ids("A")], max_new_tokens=500, sampling=SAMPLING, row_seeds=[1])
+    assert len(log) == 2  # the third call is not run: its turn is kept whole, the model's tokens all trained on
+    assert text(out[0].token_ids).endswith("```python\nprint(x)\n```\ntail<|im_end|>")
+    assert out[0].tool_mask[-len(ids("```python\nprint(x)\n```\ntail")) - 1:] == (1,) * (len(ids("```python\nprint(x)\n```\ntail")) + 1)
+    assert out[0].tool_use.calls == 2 and out[0].tool_use.cut_by_call_limit
+
+
+CALL, SHOWN = "```python\nprint(1)\n```", "\n```output\nran print(1) after 0\n```\n"
+
+
+@pytest.mark.parametrize(("room", "expected_end"), [(0, CALL + "<|im_end|>"), (8, SHOWN + "final an")])
+def test_the_completion_budget_drops_a_result_that_does_not_fit_and_cuts_the_next_turn(room, expected_end):
+    """No room after call + result: the result is dropped, the response ends with the turn as written (TRL's
+    rollback);
+    8 tokens of room: it is shown, and the next turn is cut at the budget (truncated)."""
+    budget = len(ids(CALL + SHOWN)) + room
+    engine = Scripted({"A": [CALL + "<END>", "final answer is 1<END>"]})
+    looped = loop(engine, [])
+    (out,) = looped.generate([ids("A")], max_new_tokens=budget, sampling=SAMPLING, row_seeds=[3])
+    assert text(out.token_ids).endswith(expected_end) and len(out.token_ids) <= budget
+    assert out.truncated == (room > 0)
+    assert out.tool_use.result_dropped == (room == 0) and out.tool_use.calls == 1
+
+
+def test_the_engines_abilities_and_weights_are_the_engines():
+    engine = Scripted({"A": ["x<END>"]})
+    looped = loop(engine, [])
+    assert looped.supports_row_seeds is True and looped.eos_token_ids == [EOS]
