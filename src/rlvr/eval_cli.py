@@ -95,6 +95,11 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
                         **_from_config(RewardConfig, "answer_extraction", default=DEFAULT_EXTRACTION))
     parser.add_argument("--code-sandbox", "--code_sandbox", choices=SANDBOX_MODES,
                         **_from_config(RewardConfig, "code_sandbox"))
+    parser.add_argument("--tools", choices=["python"], default=None,
+                        help="python: the model may run Python while it answers, in the code sandbox (as `rlvr train "
+                             "tools=python`; docs/training.md, 'Tools')")
+    parser.add_argument("--max-tool-calling-iterations", "--max_tool_calling_iterations", type=int, default=None,
+                        help="with --tools: rounds of tool calls per response at most (default: no limit)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -259,7 +264,8 @@ def _run(args: argparse.Namespace) -> None:
         max_completion_length=args.max_completion_length, instruction=None if args.no_instruction else args.instruction,
         system_prompt=args.system_prompt, greedy=args.greedy, answer_extraction=args.answer_extraction, seed=args.seed,
         batch_size=args.batch_size, diversity=args.diversity, limit=args.limit, model_name=model_path,
-        chat_template_kwargs=args.chat_template_kwargs, log_samples=args.log_samples, code_sandbox=args.code_sandbox)
+        chat_template_kwargs=args.chat_template_kwargs, log_samples=args.log_samples, code_sandbox=args.code_sandbox,
+        tools=args.tools, max_tool_calling_iterations=args.max_tool_calling_iterations)
     # The resume check again before the model loads (evaluate repeats it with what loading decides: the
     # dtype under "auto", raw strings for a tokenizer without a chat template).
     dtype = parse_dtype(args.dtype)

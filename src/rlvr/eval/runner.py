@@ -49,8 +49,10 @@ from rlvr.models import eos_token_ids
 from rlvr.models.embedding import require_embedding_packages
 from rlvr.models.loading import position_limit
 from rlvr.rewards import DEFAULT_EXTRACTION, EXTRACTION_MODES, SANDBOX_MODES, VerifierPool, extract_answer
+from rlvr.rewards.sandbox.notebook import OUTPUT_CHARS, PythonNotebook
 from rlvr.rollout.decode_engine import DecodeEngine
 from rlvr.rollout.sampling import GREEDY, Sampling
+from rlvr.rollout.tool_loop import MarkdownPython, ToolLoop, notebook_runner
 
 VERIFIER_WORKERS = 2
 VERIFIER_TIMEOUT_S = 5.0
@@ -137,6 +139,9 @@ class EvalSettings:
     raw_strings: bool = False
     log_samples: bool = False
     code_sandbox: str = "namespaces"
+    tools: str | None = None  # "python": the sandboxed Python tool during generation, as in training
+    max_tool_calling_iterations: int | None = None
+    tool_output_chars: int = OUTPUT_CHARS
 
     def __post_init__(self) -> None:
         _positive_int(self.n, "n")
@@ -159,13 +164,21 @@ class EvalSettings:
             raise ValueError(f"answer_extraction must be one of {EXTRACTION_MODES}, got {self.answer_extraction!r}")
         if self.code_sandbox not in SANDBOX_MODES:
             raise ValueError(f"code_sandbox must be one of {SANDBOX_MODES}, got {self.code_sandbox!r}")
+        if self.tools not in (None, "python"):
+            raise ValueError(f"tools must be 'python' (the sandboxed Python tool) or None, got {self.tools!r}")
+        if self.max_tool_calling_iterations is not None:
+            _positive_int(self.max_tool_calling_iterations, "max_tool_calling_iterations")
         object.__setattr__(self, "ks", tuple(sorted(set(self.ks))))
         if self.chat_template_kwargs is not None:
             object.__setattr__(self, "chat_template_kwargs", dict(self.chat_template_kwargs))
 
     def prompt_format(self) -> PromptFormat:
-        """The prompt format these settings ask for (as training builds it)."""
-        return PromptFormat(system_prompt=self.system_prompt, instruction=self.instruction,
+        """The prompt format these settings ask for (as training builds it: with tools and no system prompt of
+        the user's, a system prompt saying how to call them, where the chat template can hold it)."""
+        system = self.system_prompt
+        if self.tools is not None and system is None and not self.raw_strings:
+            system = MarkdownPython.instruction
+        return PromptFormat(system_prompt=system, instruction=self.instruction,
                             chat_template_kwargs=self.chat_template_kwargs, raw_strings=self.raw_strings)
 
 
@@ -203,7 +216,13 @@ def result_settings(settings: EvalSettings, *, dtype: str) -> dict:
               "system_prompt": s.system_prompt, "greedy": s.greedy, "answer_extraction": s.answer_extraction,
               "diversity": s.diversity}
     header |= {"chat_template_kwargs": dict(s.chat_template_kwargs)} if s.chat_template_kwargs else {}
-    return header | ({"raw_strings": True} if s.raw_strings else {})
+    return header | ({"raw_strings": True} if s.raw_strings else {}) | _tool_settings(s)
+
+
+def _tool_settings(s: EvalSettings) -> dict:
+    """The tool settings, only when tools are on (files written before them resume)."""
+    return ({"tools": s.tools, "max_tool_calling_iterations": s.max_tool_calling_iterations,
+             "tool_output_chars": s.tool_output_chars} if s.tools is not None else {})
 
 
 def output_settings(settings: EvalSettings) -> dict:
@@ -212,7 +231,8 @@ def output_settings(settings: EvalSettings) -> dict:
     block = {"n": s.n, "k": list(s.ks), "temperature": s.temperature, "top_p": s.top_p,
              "max_completion_length": s.max_completion_length, "seed": s.seed, "instruction": s.instruction,
              "system_prompt": s.system_prompt, "greedy": s.greedy, "answer_extraction": s.answer_extraction}
-    return block | ({"chat_template_kwargs": dict(s.chat_template_kwargs)} if s.chat_template_kwargs else {})
+    return (block | ({"chat_template_kwargs": dict(s.chat_template_kwargs)} if s.chat_template_kwargs else {})
+            | _tool_settings(s))
 
 
 def problem_fingerprint(row: dict) -> str:
@@ -256,6 +276,11 @@ class _ChunkEvaluator:
         self.format = prompt_format
         self.engine = DecodeEngine(model, pad_token_id=tokenizer.pad_token_id,
                                    eos_token_ids=eos_token_ids(model, tokenizer), max_batch_size=settings.batch_size)
+        if settings.tools is not None:  # multi-turn responses, the cells run in the sandbox (as in training)
+            notebook = PythonNotebook(settings.code_sandbox, output_chars=settings.tool_output_chars)
+            self.engine = ToolLoop(self.engine, tokenizer, {"python": notebook_runner(notebook.run_cells)},
+                                   tool_format=MarkdownPython(),
+                                   max_tool_calling_iterations=settings.max_tool_calling_iterations)
         self.device = str(next(model.parameters()).device)
 
     def prompt_ids(self, row: dict) -> list[int]:

@@ -37,6 +37,9 @@ class TrainingEval:
     answer_extraction: str
     seed: int
     model_name: str
+    tools: str | None = None  # the run's tools: its evaluations answer with them too
+    max_tool_calling_iterations: int | None = None
+    tool_output_chars: int = 1024
 
     def due(self, step: int) -> bool:
         return bool(self.every) and (step % self.every == 0 or step == self.max_steps)
@@ -49,6 +52,8 @@ class TrainingEval:
             system_prompt=self.prompt_format.system_prompt, answer_extraction=self.answer_extraction, seed=self.seed,
             limit=self.limit, model_name=f"{self.model_name} (step {step})",
             chat_template_kwargs=self.prompt_format.chat_template_kwargs, raw_strings=self.prompt_format.raw_strings,
+            tools=self.tools, max_tool_calling_iterations=self.max_tool_calling_iterations,
+            tool_output_chars=self.tool_output_chars,
         )
 
     def run(self, policy, tokenizer, output_dir: Path, step: int) -> dict[str, float]:

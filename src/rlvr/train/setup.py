@@ -436,6 +436,9 @@ def build_training_eval(cfg: ExperimentConfig, plan: StepPlan, length: RunLength
         max_completion_length=e.eval_max_completion_length or plan.rollout.max_completion_length,
         limit=e.eval_limit, prompt_format=prompt_format,
         answer_extraction=cfg.reward.answer_extraction, seed=cfg.run.seed, model_name=cfg.model.model,
+        **({} if plan.rollout.tools is None else {  # the run's tools: its evaluations answer with them too
+            "tools": plan.rollout.tools.names[0], "max_tool_calling_iterations": plan.rollout.tools.max_iterations,
+            "tool_output_chars": plan.rollout.tools.output_chars}),
     )
 
 
