@@ -325,3 +325,50 @@ def test_a_training_checkpoint_loads_in_vllm_as_a_hugging_face_folder(tmp_path):
     # the trained weights, not the base's: one step at lr 1e-2 moved them
     base = AutoModelForCausalLM.from_pretrained(model_dir)
     assert any(not torch.equal(a, b) for a, b in zip(hf.state_dict().values(), base.state_dict().values()))
+
+
+class _FirstTurnCalls:
+    """vLLM's first turn of each row, followed by a python cell as if the model had written it (a random model
+    writes none); later turns are vLLM's own."""
+
+    CELL = "\n```python\nprint(6 * 7)\n```"
+
+    def __init__(self, engine):
+        self.engine, self.turns = engine, 0
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+    def generate(self, prompts, **kwargs):
+        out = self.engine.generate(prompts, **kwargs)
+        self.turns += 1
+        if self.turns > 1:
+            return out
+        cell = tiny_byte_tokenizer().encode(self.CELL, add_special_tokens=False)
+        from rlvr.rollout import Completion
+
+        return [Completion([t for t in c.token_ids if t != EOS] + cell, [*c.logprobs[: len(c.token_ids) - (
+            c.token_ids[-1] == EOS)], *[0.0] * len(cell)], False) for c in out]
+
+
+@needs_vllm
+def test_multi_turn_rollouts_with_the_python_tool_on_vllm(engine, policy):
+    """The tool loop over vLLM (issue 49): the cell ran in the sandbox, its output is in the response under
+    tool_mask 0, and vLLM's second turn was generated from the whole context: its log-probs are the trainer's on
+    prompt + first turn + result."""
+    from rlvr.rewards.sandbox.notebook import PythonNotebook
+    from rlvr.rollout.tool_loop import MarkdownPython, ToolLoop, notebook_runner
+
+    tokenizer = tiny_byte_tokenizer()
+    looped = ToolLoop(_FirstTurnCalls(engine), tokenizer, {"python": notebook_runner(PythonNotebook().run_cells)},
+                      tool_format=MarkdownPython())
+    out = looped.generate([list(p) for p in SHORT_PROMPTS], max_new_tokens=120, sampling=Sampling(1.0),
+                          generator_seed=5)
+    for prompt, completion in zip(SHORT_PROMPTS, out):
+        text = tokenizer.decode(completion.token_ids)
+        assert "```python\nprint(6 * 7)\n```\n```output\n42\n```\n" in text and completion.tool_use.calls == 1
+        mask = torch.tensor(completion.tool_mask, dtype=torch.bool)
+        trainer = torch.as_tensor(trainer_logprobs(policy, [prompt], [completion], temperature=1.0)[0])
+        second = torch.zeros_like(mask)
+        second[int((~mask).nonzero().max()) + 1:] = True  # the turn after the result: vLLM's own tokens
+        torch.testing.assert_close(torch.tensor(completion.logprobs)[second], trainer[second], **TOL)

@@ -48,7 +48,7 @@ from rlvr.data.prompts import has_chat_template
 from rlvr.data.rephrase import RuleRephraser, rephrase_rows
 from rlvr.data.rows import as_chat, select_prompt_column
 from rlvr.dependencies import require
-from rlvr.models import apply_lora, copy_for_reference, load_policy
+from rlvr.models import apply_lora, copy_for_reference, eos_token_ids, load_policy
 from rlvr.models.activation_checkpointing import enable_activation_checkpointing
 from rlvr.models.cache import rlvr_cache_dir
 from rlvr.models.embedding import require_embedding_packages
@@ -60,12 +60,12 @@ from rlvr.rewards import CodeSettings, bind_code_settings, is_code_reward, resol
 from rlvr.rewards.combine import logged_names
 from rlvr.rewards.sandbox import shared_pool
 from rlvr.rewards.sandbox.notebook import PythonNotebook
-from rlvr.rollout import engine_class
+from rlvr.rollout import build_engine, engine_class
 from rlvr.rollout.tool_loop import MarkdownPython, ToolLoop, notebook_runner
 from rlvr.run.trackers import require_trackers
 from rlvr.train.evaluation import TrainingEval, training_overlap
 from rlvr.train.memory_bound import check_update_memory
-from rlvr.train.plan import EnginePlan, RunLength, StepPlan, ToolSettings, step_kind
+from rlvr.train.plan import EnginePlan, RunLength, StepPlan, ToolSettings, step_kind, tool_settings
 from rlvr.train.rewarding import Rewarder, reward_columns
 from rlvr.train.sft import sft_rows
 
@@ -184,11 +184,11 @@ def chat_rows(rows: list[dict], cfg: ExperimentConfig) -> list[dict]:
     return as_chat(rows, cfg.data.system_prompt) if open_r1_chat(cfg) else rows
 
 
-def prompt_format(cfg: ExperimentConfig, tokenizer, rows: list[dict], *, log: bool = False,
-                  tools: ToolSettings | None = None) -> PromptFormat:
+def prompt_format(cfg: ExperimentConfig, tokenizer, rows: list[dict], *, log: bool = False) -> PromptFormat:
     """How the run's prompts become tokens, decided once: the chat template, or raw text for plain-string
-    questions (preset=trl, as TRL feeds them; or a tokenizer without a chat template, a base model); with
-    ``tools`` (the plan's), a system prompt saying how to call them unless the run has one."""
+    questions (preset=trl, as TRL feeds them; or a tokenizer without a chat template, a base model); with tools
+    (the plan's ``tool_settings``), a system prompt saying how to call them unless the run has one."""
+    tools = tool_settings(cfg)
     templated = has_chat_template(tokenizer)
     raw = cfg.run.preset == "trl" or not templated
     if not templated:
@@ -214,6 +214,14 @@ def prompt_format(cfg: ExperimentConfig, tokenizer, rows: list[dict], *, log: bo
             system = MarkdownPython.instruction  # how to call the tool (docs/training.md, "Tools")
     return PromptFormat(system_prompt=system, instruction=cfg.data.instruction,
                         chat_template_kwargs=cfg.data.chat_template_kwargs, raw_strings=raw)
+
+
+def rollout_engine(cfg: ExperimentConfig, plan: StepPlan, policy, tokenizer, *, is_main: bool):
+    """The run's rollout engine (``engine_spec``'s kind and options), in the tool loop when the run has tools."""
+    engine, options = engine_spec(cfg, plan.engine, is_main=is_main)
+    built = build_engine(engine, policy, pad_token_id=tokenizer.pad_token_id,
+                         eos_token_ids=eos_token_ids(policy, tokenizer), **options)
+    return with_tools(built, plan.rollout.tools, tokenizer, cfg)
 
 
 def with_tools(engine, tools: ToolSettings | None, tokenizer, cfg: ExperimentConfig):

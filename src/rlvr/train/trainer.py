@@ -30,11 +30,9 @@ from rlvr.config import ExperimentConfig
 from rlvr.config.defaults_line import defaults_line
 from rlvr.data import PromptSampler
 from rlvr.data.prompts import PromptBuilder
-from rlvr.models import eos_token_ids
 from rlvr.models.embedding import require_embedding_packages
 from rlvr.parallel.runtime import full_weights
 from rlvr.parallel.setup import init_distributed, shutdown_distributed
-from rlvr.rollout import build_engine
 from rlvr.run.callbacks import Callbacks
 from rlvr.run.folder import JsonlLog, RunFolderLock
 from rlvr.run.hub import HubPush
@@ -136,16 +134,13 @@ class Trainer:
         self.ref_model, self.train_model = models.reference, models.train_model
         if self.device.type == "cpu" and self.dist.is_main:
             logger.info("CPU: %d torch threads; %s", torch.get_num_threads(), threads.applied())
-        engine, options = setup.engine_spec(cfg, self.plan.engine, is_main=self.dist.is_main)  # rlvr|hf|vllm|server
-        self.engine = build_engine(engine, self.policy, pad_token_id=self.tokenizer.pad_token_id,
-                                   eos_token_ids=eos_token_ids(self.policy, self.tokenizer), **options)
-        self.engine = setup.with_tools(self.engine, self.plan.rollout.tools, self.tokenizer, cfg)  # tools: multi-turn
+        # rlvr|hf|vllm|server, wrapped in the tool loop with tools
+        self.engine = setup.rollout_engine(cfg, self.plan, self.policy, self.tokenizer, is_main=self.dist.is_main)
         self.dist.barrier()  # vllm_mode=server: rank 0 has pushed the weights (version 1) before any rank samples
 
     def _set_up_rollout(self, cfg: ExperimentConfig) -> None:
         """The prompts (format, length limits), their order, and the rollout phase that samples them."""
-        self.prompt_format = setup.prompt_format(cfg, self.tokenizer, self.rows, log=self.dist.is_main,  # template
-                                                 tools=self.plan.rollout.tools)  # or raw
+        self.prompt_format = setup.prompt_format(cfg, self.tokenizer, self.rows, log=self.dist.is_main)  # template or raw
         self.prompts = PromptBuilder(self.tokenizer, self.prompt_format, rephrased=self.plan.rollout.rephrased)
         self.length_limits = apply_length_limits(  # before anything is generated
             self.rows, truncation=self.run.truncation, max_prompt_length=self.run.max_prompt_length,
