@@ -189,11 +189,12 @@ def run_trl(folder: Path, model_dir: Path, options: dict, fixed: FixedCompletion
 
 def run_rlvr(folder: Path, model_dir: Path, options: dict, fixed: FixedCompletions, monkeypatch) -> Run:
     """rlvr's Trainer.train() on build_config of the same options, its engine's generate replaced by ``fixed``."""
+    import rlvr.train.setup as setup_module
     import rlvr.train.trainer as trainer_module
     from rlvr.config import build_config
 
-    run, build_engine, open_trackers = Run(), trainer_module.build_engine, trainer_module.open_trackers
-    monkeypatch.setattr(trainer_module, "build_engine", lambda *a, **kw: FixedEngine(build_engine(*a, **kw), fixed))
+    run, build_engine, open_trackers = Run(), setup_module.build_engine, trainer_module.open_trackers
+    monkeypatch.setattr(setup_module, "build_engine", lambda *a, **kw: FixedEngine(build_engine(*a, **kw), fixed))
 
     def recording_trackers(*args, **kwargs):
         trackers = open_trackers(*args, **kwargs)
