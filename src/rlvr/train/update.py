@@ -313,7 +313,8 @@ class PolicyUpdate:
             logprobs, entropy = response_logprobs(self.model, collated, temperature=s.temperature, with_entropy=True,
                                       entropy_grad=s.loss.entropy_coef > 0, head_chunk=s.head_chunk)
         device = logprobs.device
-        own = exp.model_token_mask(rows, width)  # [n, T]: the model's tokens (a tool's result: context only)
+        own = (collated.response_mask if all(exp.tool_masks[i] is None for i in rows)  # no tools: every token
+               else exp.model_token_mask(rows, width))  # [n, T]: the model's tokens (a tool's result: context only)
         mask = (own & keep[rows].unsqueeze(-1)).to(device)  # [n, T]
         old = pad_rows([batch.old[i] for i in rows], width).to(device) if batch.old is not None else logprobs.detach()
         ref = pad_rows([batch.ref[i] for i in rows], width).to(device) if batch.ref is not None else None
