@@ -138,9 +138,10 @@ RLVR_ONLY = dict(dtype="auto", report_to="none")
 
 
 def run_trl(folder: Path, model_dir: Path, options: dict, fixed: FixedCompletions, monkeypatch,
-            initial: dict[str, torch.Tensor] | None = None) -> Run:
+            initial: dict[str, torch.Tensor] | None = None, *, rows: list[dict] = ROWS, rewards=(reward,),
+            tools=None, trainer_class=None) -> Run:
     """TRL's GRPOTrainer.train(), generation replaced by ``fixed``; ``initial``: trainable weights to start from
-    (LoRA's random A: rlvr's)."""
+    (LoRA's random A: rlvr's); ``trainer_class(base)``: a subclass of the fixed trainer (what a test observes)."""
     import trl.trainer.grpo_trainer as grpo
     from datasets import Dataset
     from transformers import TrainerCallback
@@ -170,9 +171,9 @@ def run_trl(folder: Path, model_dir: Path, options: dict, fixed: FixedCompletion
         peft = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"],
                           task_type="CAUSAL_LM")
     args = GRPOConfig(output_dir=str(folder), **{**COMMON, **TRL_ONLY, **options})
-    trainer = FixedGRPOTrainer(model=str(model_dir), reward_funcs=[reward], args=args, peft_config=peft,
-                               train_dataset=Dataset.from_list(ROWS),
-                               callbacks=[Recorder()])
+    cls = FixedGRPOTrainer if trainer_class is None else trainer_class(FixedGRPOTrainer)
+    trainer = cls(model=str(model_dir), reward_funcs=list(rewards), args=args, peft_config=peft,
+                  train_dataset=Dataset.from_list(rows), callbacks=[Recorder()], tools=tools)
     if initial is not None:
         with torch.no_grad():
             for name, p in trainer.model.named_parameters():
@@ -187,14 +188,17 @@ def run_trl(folder: Path, model_dir: Path, options: dict, fixed: FixedCompletion
     return run
 
 
-def run_rlvr(folder: Path, model_dir: Path, options: dict, fixed: FixedCompletions, monkeypatch) -> Run:
-    """rlvr's Trainer.train() on build_config of the same options, its engine's generate replaced by ``fixed``."""
+def run_rlvr(folder: Path, model_dir: Path, options: dict, fixed: FixedCompletions, monkeypatch, *,
+             rows: list[dict] = ROWS, rewards=(reward,), engine_class=None) -> Run:
+    """rlvr's Trainer.train() on build_config of the same options, its engine's generate replaced by ``fixed``
+    (``engine_class(engine, fixed)``: FixedEngine's place)."""
     import rlvr.train.setup as setup_module
     import rlvr.train.trainer as trainer_module
     from rlvr.config import build_config
 
     run, build_engine, open_trackers = Run(), setup_module.build_engine, trainer_module.open_trackers
-    monkeypatch.setattr(setup_module, "build_engine", lambda *a, **kw: FixedEngine(build_engine(*a, **kw), fixed))
+    engine_class = engine_class or FixedEngine
+    monkeypatch.setattr(setup_module, "build_engine", lambda *a, **kw: engine_class(build_engine(*a, **kw), fixed))
 
     def recording_trackers(*args, **kwargs):
         trackers = open_trackers(*args, **kwargs)
@@ -206,7 +210,7 @@ def run_rlvr(folder: Path, model_dir: Path, options: dict, fixed: FixedCompletio
     options = dict(options)
     if options.pop("lora", False):
         options |= dict(use_peft=True, lora_r=4, lora_alpha=8, lora_dropout=0.0, lora_target_modules=["q_proj", "v_proj"])
-    cfg = build_config({"model": str(model_dir), "data": [dict(row) for row in ROWS], "reward_funcs": [reward],
+    cfg = build_config({"model": str(model_dir), "data": [dict(row) for row in rows], "reward_funcs": list(rewards),
                         "output_dir": str(folder), **COMMON, **RLVR_ONLY, **options})
     trainer = trainer_module.Trainer(cfg)
     run.initial = trainable(trainer.policy)

@@ -59,7 +59,7 @@ def echo_runner(log):
 
 
 def loop(engine, log, **options):
-    return ToolLoop(engine, TOKENIZER, {"python": echo_runner(log)}, tool_format=MarkdownPython(), **options)
+    return ToolLoop(engine, TOKENIZER, {"python": echo_runner(log)}, tool_format=MarkdownPython(TOKENIZER), **options)
 
 
 SAMPLING = Sampling(temperature=1.0)
@@ -108,18 +108,19 @@ def test_a_later_call_sees_the_earlier_cells_and_the_call_limit_keeps_the_last_t
 CALL, SHOWN = "```python\nprint(1)\n```", "\n```output\nran print(1) after 0\n```\n"
 
 
-@pytest.mark.parametrize(("room", "expected_end"), [(0, CALL + "<|im_end|>"), (8, SHOWN + "final an")])
+@pytest.mark.parametrize(("room", "expected_end"), [(-1, CALL + "<|im_end|>"), (0, SHOWN), (8, SHOWN + "final an")])
 def test_the_completion_budget_drops_a_result_that_does_not_fit_and_cuts_the_next_turn(room, expected_end):
-    """No room after call + result: the result is dropped, the response ends with the turn as written (TRL's
-    rollback);
-    8 tokens of room: it is shown, and the next turn is cut at the budget (truncated)."""
+    """TRL's boundary: call + result one token past the budget, the result is dropped and the response ends with the
+    turn as written (TRL's rollback); filling the budget exactly, the result is kept and the response ends with it
+    (no next turn, truncated); 8 tokens of room, the next turn is cut at the budget (truncated)."""
     budget = len(ids(CALL + SHOWN)) + room
     engine = Scripted({"A": [CALL + "<END>", "final answer is 1<END>"]})
     looped = loop(engine, [])
     (out,) = looped.generate([ids("A")], max_new_tokens=budget, sampling=SAMPLING, row_seeds=[3])
     assert text(out.token_ids).endswith(expected_end) and len(out.token_ids) <= budget
-    assert out.truncated == (room > 0)
-    assert out.tool_use.result_dropped == (room == 0) and out.tool_use.calls == 1
+    assert out.truncated == (room >= 0)
+    assert out.tool_use.result_dropped == (room < 0) and out.tool_use.calls == 1
+    assert len(engine.calls) == (2 if room > 0 else 1)  # no turn is generated without room
 
 
 def test_the_engines_abilities_and_weights_are_the_engines():

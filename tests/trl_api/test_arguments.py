@@ -65,11 +65,31 @@ def test_a_float16_model_on_the_cpu_trains_in_float32_with_a_line(tmp_path, capl
     assert not torch.equal(trainer.model.lm_head.weight.detach(), before)
 
 
-@pytest.mark.parametrize("argument", ["reward_processing_classes", "quantization_config", "tools", "rollout_func",
+@pytest.mark.parametrize("argument", ["reward_processing_classes", "quantization_config", "rollout_func",
                                       "environment_factory"])
 def test_what_rlvr_has_no_counterpart_for_is_refused_with_the_reason(argument):
     with pytest.raises(ValueError, match=f"GRPOTrainer\\({argument}=...\\): not supported by rlvr: "):
         _trainer(**{argument: object()})
+
+
+def multiply(a: int, b: int) -> int:
+    """Multiply.
+
+    Args:
+        a: first
+        b: second
+    """
+    return a * b
+
+
+def test_tools_are_trls_function_tools():
+    """GRPOTrainer(tools=[fn]) is the run's function tools (tests/conformance/test_trl_tools.py trains with them
+    beside TRL); tools=[] is none, as in TRL."""
+    from rlvr.train.plan import tool_settings
+
+    trainer = _trainer(tools=[multiply])
+    assert tool_settings(trainer.cfg).functions == (multiply,)
+    assert _trainer(tools=[]).cfg.rollout.tools is None
 
 
 def test_a_missing_reward_or_dataset_or_a_dataset_dict_is_named():

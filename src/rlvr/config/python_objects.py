@@ -1,4 +1,4 @@
-"""What the Python API may give ``build_config`` that is no config value: reward callables, a researcher's own
+"""What the Python API may give ``build_config`` that is no config value: reward and tool callables, a researcher's own
 algorithm parts (an advantage estimator, a policy loss, a loss aggregation), in-memory data, a loaded model and
 its tokenizer.
 
@@ -40,6 +40,11 @@ class PythonObjects:
     data: Any = None  # a list of row dicts or a datasets.Dataset
     model: Any = None  # a loaded transformers causal LM (None: ``model`` names one to load)
     tokenizer: Any = None  # its tokenizer (``processing_class``; None: loaded from the model's name_or_path)
+    tools: tuple[tuple[str, Callable], ...] = ()  # ``tools`` given as callables, by the label the config holds
+
+    def tool(self, spec: str):
+        """The callable a ``tools`` entry stands for, or the spec itself (a name to load)."""
+        return dict(self.tools).get(spec, spec)
 
     def reward(self, spec: str):
         """The callable a ``reward_funcs`` entry stands for, or the spec itself (a name to resolve)."""
@@ -62,6 +67,19 @@ def split_python_objects(overrides: dict[str, Any]) -> tuple[dict[str, Any], Pyt
                 fn = label
             labels.append(fn)
         overrides["reward_funcs"] = labels
+    tools = []
+    given = overrides.get("tools")
+    if callable(given):
+        given = [given]
+    if isinstance(given, (list, tuple)) and any(callable(fn) for fn in given):
+        labels = []
+        for fn in given:
+            if callable(fn):
+                label = _unique(callable_label(fn), {taken for taken, _ in tools})
+                tools.append((label, fn))
+                fn = label
+            labels.append(fn)
+        overrides["tools"] = labels
     parts = []
     for option in ALGORITHM_PART_OPTIONS:
         fn = overrides.get(option)
@@ -83,7 +101,7 @@ def split_python_objects(overrides: dict[str, Any]) -> tuple[dict[str, Any], Pyt
         model = None
         if model is None and tokenizer is not None and overrides.get("model") is None:
             raise ValueError("processing_class without a model: give model= too")
-    return overrides, PythonObjects(tuple(rewards), tuple(parts), data, model, tokenizer)
+    return overrides, PythonObjects(tuple(rewards), tuple(parts), data, model, tokenizer, tuple(tools))
 
 
 def callable_label(fn: Callable) -> str:

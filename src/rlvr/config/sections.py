@@ -142,10 +142,15 @@ class RolloutConfig:
     async_generation: bool = _f(False, "one-step-off-policy rollouts (rollout_engine=vllm): step t+1's responses are "
                                        "generated while step t updates, from the weights step t started from; the "
                                        "importance-sampling correction accounts for the lag (docs/training.md)")
-    tools: str | None = _f(None, "python: the model may run Python while it answers (a ```python block runs in the "
-                                 "code sandbox, its output shown in an ```output block, then generation resumes; "
-                                 "variables persist within a response); the tool results' tokens are context, never "
-                                 "trained on (docs/training.md, 'Tools'); null: no tools")
+    tools: list[str] | None = _f(None, "python: the model may run Python while it answers (a ```python block runs in "
+                                       "the code sandbox, its output shown in an ```output block, then generation "
+                                       "resumes; variables persist within a response); or functions as tools, TRL's "
+                                       "way (file.py:fn, module:fn, package.module.fn; from Python the callables): the "
+                                       "prompt lists them through the chat template, the model's calls run in this "
+                                       "process; the tool results' tokens are context, never trained on "
+                                       "(docs/training.md, 'Tools'); null: no tools")
+    tool_timeout: float = _f(60.0, "with function tools: seconds a call may take; past it the call fails (its result "
+                                   "says so)")
     max_tool_calling_iterations: int | None = _f(None, "with tools: rounds of tool calls per response at most (TRL's "
                                                        "name); null: until the model stops calling or the completion "
                                                        "budget is spent")
@@ -176,9 +181,14 @@ class RolloutConfig:
             _fail("rollout_engine", self.rollout_engine, f"choose one of {sorted(ROLLOUT_ENGINES)}")
         if self.max_rollout_batch_size < 1:
             _fail("max_rollout_batch_size", self.max_rollout_batch_size, "use a positive number of sequences such as 64")
-        if self.tools is not None and self.tools not in TOOLS:
-            _fail("tools", self.tools, f"choose one of {TOOLS} (the built-in sandboxed Python tool), or null; a "
-                                       "function of yours as a tool is not supported yet")
+        if self.tools is not None:
+            if not self.tools:
+                _fail("tools", self.tools, "name at least one tool (python, or file.py:function), or null")
+            if any(name in TOOLS for name in self.tools) and len(self.tools) > 1:
+                _fail("tools", self.tools, f"the built-in {TOOLS[0]} tool is a tool of its own (its calls are "
+                                           "```python blocks); give it alone, or give functions only")
+        if not self.tool_timeout > 0:
+            _fail("tool_timeout", self.tool_timeout, "use a positive number of seconds such as 60")
         if self.max_tool_calling_iterations is not None and (isinstance(self.max_tool_calling_iterations, bool)
                                                              or self.max_tool_calling_iterations < 1):
             _fail("max_tool_calling_iterations", self.max_tool_calling_iterations,

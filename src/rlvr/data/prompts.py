@@ -103,18 +103,20 @@ def prompt_messages(
 
 # apply_chat_template's own arguments, which render_prompt sets: not template variables
 _RENDER_ARGUMENTS = ("conversation", "tokenize", "add_generation_prompt", "return_dict", "return_tensors",
-                     "continue_final_message")
+                     "continue_final_message", "tools")
 
 
 def has_chat_template(tokenizer: Any) -> bool:
     return getattr(tokenizer, "chat_template", None) is not None
 
 
-def render_prompt(tokenizer: Any, messages: list[dict], *, chat_template_kwargs: dict | None = None) -> str:
+def render_prompt(tokenizer: Any, messages: list[dict], *, chat_template_kwargs: dict | None = None,
+                  tools: Sequence | None = None) -> str:
     """The prompt text the model sees: the tokenizer's chat template with a generation prompt.
 
     ``chat_template_kwargs`` (TRL's name): extra variables the template reads, e.g.
-    ``{"enable_thinking": False}`` for Qwen3's; None: none.
+    ``{"enable_thinking": False}`` for Qwen3's; None: none. ``tools``: functions (or JSON schemas) the template
+    lists (transformers builds a function's schema from its signature and docstring); None: none.
     """
     extra = dict(chat_template_kwargs or {})
     clash = sorted(set(extra) & set(_RENDER_ARGUMENTS))
@@ -128,6 +130,8 @@ def render_prompt(tokenizer: Any, messages: list[dict], *, chat_template_kwargs:
             "system_prompt need; give the questions as plain strings (fed as raw text, as TRL does), set "
             "chat_template to a Jinja template, or use a chat/instruct model"
         )
+    if tools:
+        extra["tools"] = list(tools)
     text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **extra)
     assert isinstance(text, str), f"apply_chat_template(tokenize=False) returned {type(text).__name__}"
     return text
@@ -138,13 +142,14 @@ class PromptFormat:
     """How every prompt of a run becomes token ids (see the module docstring).
 
     ``raw_strings``: plain-string prompts are fed as raw text (TRL's way; a tokenizer without a chat
-    template) instead of one user message through the chat template.
+    template) instead of one user message through the chat template. ``tools``: rendered into every chat prompt.
     """
 
     system_prompt: str | None = None
     instruction: str | None = AUTO_INSTRUCTION
     chat_template_kwargs: dict | None = None
     raw_strings: bool = False
+    tools: tuple = ()  # function tools the chat template lists (TRL's tools=[fn, ...]); () none
 
     def __post_init__(self) -> None:
         _check_optional_text(self.system_prompt, "system_prompt")
@@ -158,7 +163,7 @@ class PromptFormat:
         if isinstance(prompt, str) and self.raw_strings:
             return _with_instruction(prompt, instruction_for(prompt, self.instruction))
         messages = prompt_messages(prompt, system_prompt=self.system_prompt, instruction=self.instruction)
-        return render_prompt(tokenizer, messages, chat_template_kwargs=self.chat_template_kwargs)
+        return render_prompt(tokenizer, messages, chat_template_kwargs=self.chat_template_kwargs, tools=self.tools)
 
     def token_ids(self, tokenizer: Any, prompt: str | list[dict]) -> list[int]:
         """The prompt's token ids, as TRL builds them: ``tokenizer(text)`` for raw text (BOS and the like
@@ -171,7 +176,8 @@ class PromptFormat:
         if self.raw_strings:
             return len((instruction_for("", self.instruction) or "").encode("utf-8")) + 2
         messages = prompt_messages("", system_prompt=self.system_prompt, instruction=self.instruction)
-        return len(render_prompt(tokenizer, messages, chat_template_kwargs=self.chat_template_kwargs).encode("utf-8"))
+        return len(render_prompt(tokenizer, messages, chat_template_kwargs=self.chat_template_kwargs,
+                                 tools=self.tools).encode("utf-8"))
 
 
 # more characters a token than any tokenizer averages over a long text (byte-level BPE: ~4 for English)

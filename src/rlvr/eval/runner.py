@@ -279,7 +279,7 @@ class _ChunkEvaluator:
         if settings.tools is not None:  # multi-turn responses, the cells run in the sandbox (as in training)
             notebook = PythonNotebook(settings.code_sandbox, output_chars=settings.tool_output_chars)
             self.engine = ToolLoop(self.engine, tokenizer, {"python": notebook_runner(notebook.run_cells)},
-                                   tool_format=MarkdownPython(),
+                                   tool_format=MarkdownPython(tokenizer),
                                    max_tool_calling_iterations=settings.max_tool_calling_iterations)
         self.device = str(next(model.parameters()).device)
 

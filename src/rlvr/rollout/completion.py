@@ -15,6 +15,9 @@ class ToolUse:
     cut_by_call_limit: bool = False  # it still called a tool when max_tool_calling_iterations was reached
     result_dropped: bool = False  # a result did not fit the completion budget: the response ended there
     turns: tuple[tuple[str, str], ...] = ()  # (role, text): the model's turns ("assistant") and results ("tool")
+    # chat-template tools: the turns as messages (assistant messages as the template's parser reads them, with their
+    # tool_calls; tool messages), as TRL hands a tool run's completions to reward functions; () for text formats
+    messages: tuple[dict, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -9,15 +9,17 @@ dropped: a causal model's earlier tokens and their log-probs do not depend on it
 tokenized and appended, and the row is generated again from prompt + response so far (token ids concatenated,
 never re-tokenized), until no row calls a tool, ``max_tool_calling_iterations`` rounds of calls ran, or the
 completion budget is spent. TRL 1.16's loop (``GRPOTrainer._tool_call_loop``) is the model: a result that would
-push the response past ``max_completion_length`` is dropped and the row ends with its turn as the model wrote it; the next turn is
-generated with the whole remaining budget and cut to each row's own; a tool result's tokens carry log-prob 0.0
+push the response past ``max_completion_length`` is dropped and the row ends with its turn as the model wrote it
+(one that fills it exactly is kept, and the response ends with it, truncated); the next turn is generated with the whole remaining budget and cut to each row's own; a tool result's tokens carry log-prob 0.0
 and ``tool_mask`` 0 (the loss, the ratio, the KL, the entropy and the length counts see only the model's tokens:
 ``rlvr.train.update``). A row that still calls a tool at the limit keeps its last turn as written (counted).
 
-The format says what a call is and how a result is shown (:class:`MarkdownPython`: a ```` ```python ```` block,
-answered by an ```` ```output ```` block, as in ToRL and ReTool for base and instruct models alike). The tools
-are run by the caller's runner (``rlvr.rewards.sandbox.notebook`` for ``python``): one batch per round, so the
-sandbox runs the calls of a round in parallel. Rows waiting for a tool do wait for the round (the engines take
+The format says what a call is and how a result is shown: :class:`MarkdownPython` (a ```` ```python ```` block,
+answered by an ```` ```output ```` block, as in ToRL and ReTool for base and instruct models alike; the built-in
+``python`` tool), or ``rlvr.rollout.chat_tools.ChatTemplateTools`` (the chat template's tool calls and tool role, as
+TRL's ``tools=[fn, ...]``: a turn ends at its end-of-turn token and every call in it runs). The tools are run by the
+caller's runners (``rlvr.rewards.sandbox.notebook`` for ``python``, ``rlvr.rollout.function_tools`` for functions):
+one batch per runner and round, so the sandbox runs the calls of a round in parallel. Rows waiting for a tool do wait for the round (the engines take
 whole batches); the rows without a call are not generated again.
 """
 
@@ -63,12 +65,19 @@ def notebook_runner(run_cells: Callable[[list[tuple[list[str], str]]], list[tupl
 
 class MarkdownPython:
     """A call is the first complete ```` ```python ```` block of a turn; its result follows as an ```` ```output ````
-    block (ToRL's format): ``…```python\\nprint(2**100)\\n```\\n```output\\n1267650600228229401496703205376\\n```\\n…``."""
+    block (ToRL's format): ``…```python\\nprint(2**100)\\n```\\n```output\\n1267650600228229401496703205376\\n```\\n…``.
+
+    A format's contract (``ChatTemplateTools`` is the other): ``parse_turn`` says which of a turn's tokens are kept
+    and which calls it makes; ``result_ids`` gives the tokens a round's results are shown as; ``missing_tool`` the
+    result of a call to no tool."""
 
     tool_names = ("python",)
     instruction = ("You may run Python code: write it in a ```python block, and its output will be shown in an "
                    "```output block right after it; then continue your reasoning.")
     _BLOCK = re.compile(r"```python[ \t]*\n(.*?)```", re.DOTALL)
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
 
     def find_call(self, text: str) -> tuple[int, ToolCall] | None:
         """(the end of the call in ``text``, the call) for the first complete python block, or None."""
@@ -77,13 +86,38 @@ class MarkdownPython:
             return None
         return match.end(), ToolCall("python", {"code": match.group(1)})
 
+    def parse_turn(self, context: list[int], turn: list[int]) -> Turn:
+        """The turn cut right after its first call (what the model wrote after it is dropped), or kept whole."""
+        text = self.tokenizer.decode(turn, skip_special_tokens=False)
+        found = self.find_call(text)
+        if found is None:
+            return Turn(len(turn), ())
+        end, call = found
+        return Turn(_tokens_covering(self.tokenizer, turn, end), (call,))
+
     def render(self, text_before: str, result: ToolResult) -> str:
         """The result as the model is shown it, after the call (a newline first where the fence left none)."""
         body = result.text if result.text.endswith("\n") or not result.text else result.text + "\n"
         return ("" if text_before.endswith("\n") else "\n") + f"```output\n{body}```\n"
 
+    def result_ids(self, turn: list[int], calls: Sequence[ToolCall], results: Sequence[ToolResult]) -> list[int]:
+        before = self.tokenizer.decode(turn, skip_special_tokens=False)
+        return self.tokenizer.encode(self.render(before, results[0]), add_special_tokens=False)
 
-TOOL_FORMATS = {"markdown": MarkdownPython}
+    def missing_tool(self, name: str, known: Sequence[str]) -> ToolResult:
+        return ToolResult(f"Error: no tool named {name!r} (tools: {', '.join(known)})", failed=True)
+
+
+@dataclass(frozen=True)
+class Turn:
+    """What a format read in a model turn: the tokens kept, the calls it makes, the message it is (chat formats:
+    the parsed assistant message, as TRL hands it to reward functions; None: text formats)."""
+
+    keep: int
+    calls: tuple[ToolCall, ...]
+    message: dict | None = None
+
+
 
 
 @dataclass
@@ -93,9 +127,11 @@ class _Row:
     logprobs: list[float]
     mask: list[int]
     truncated: bool
-    calls: list[ToolCall] = field(default_factory=list)
+    calls: list[ToolCall] = field(default_factory=list)  # every call run (or dropped with its result)
+    waiting: tuple[ToolCall, ...] = ()  # the latest turn's calls, not run yet
     turn_start: int = 0  # where the latest model turn starts in ``tokens``
     pending: tuple | None = None  # what a cut set aside: (tokens, log-probs, truncated), put back if not run
+    messages: list[dict] = field(default_factory=list)  # chat formats: the turns as messages
     failures: int = 0
     seconds: float = 0.0
     cut_by_call_limit: bool = False
@@ -107,13 +143,14 @@ class ToolLoop:
 
     Args:
         engine: any rollout engine.
-        tokenizer: decodes turns to find calls, encodes results.
-        tools: each tool's runner by name (:data:`ToolRunner`); a call of another name fails with a line.
-        tool_format: a format (:data:`TOOL_FORMATS`).
+        tokenizer: decodes turns (samples.jsonl's turns).
+        tools: each tool's runner by name (:data:`ToolRunner`); a call of another name fails with the format's line.
+        tool_format: what a call is and how results are shown (:class:`MarkdownPython`,
+            ``rlvr.rollout.chat_tools.ChatTemplateTools``).
         max_tool_calling_iterations: rounds of calls at most (None: until no row calls; TRL's option).
     """
 
-    def __init__(self, engine, tokenizer, tools: dict[str, ToolRunner], *, tool_format: MarkdownPython,
+    def __init__(self, engine, tokenizer, tools: dict[str, ToolRunner], *, tool_format,
                  max_tool_calling_iterations: int | None = None):
         self.engine, self.tokenizer, self.tools = engine, tokenizer, dict(tools)
         self.format = tool_format
@@ -126,58 +163,72 @@ class ToolLoop:
         self.engine.sync_weights()
 
     def generate(self, prompts: list[list[int]], *, max_new_tokens: int, sampling: Sampling,
-                 generator_seed: int | None = None, row_seeds: list[int] | None = None) -> list[Completion]:
+                 generator_seed: int | None = None, row_seeds: list[int] | None = None,
+                 tools: list[dict[str, ToolRunner]] | None = None) -> list[Completion]:
+        """The engine's contract; ``tools``: per prompt, the tools its calls run (an environment's methods bound to
+        that rollout's instance; None: the loop's own for every prompt)."""
         first = self.engine.generate(prompts, max_new_tokens=max_new_tokens, sampling=sampling,
                                      generator_seed=generator_seed, row_seeds=row_seeds)
         rows = [_Row(list(p), list(c.token_ids), list(c.logprobs), [1] * len(c.token_ids), c.truncated)
                 for p, c in zip(prompts, first)]
-        waiting = [i for i, row in enumerate(rows) if self._cut_at_call(row)]
+        waiting = [i for i, row in enumerate(rows) if self._read_turn(row)]
         iteration = 0
         while waiting:
             if self.max_iterations is not None and iteration >= self.max_iterations:
-                for i in waiting:  # the call is not run: the turn stays as the model wrote it
+                for i in waiting:  # the calls are not run: the turn stays as the model wrote it
                     self._uncut(rows[i])
-                    rows[i].calls.pop()
+                    rows[i].waiting = ()
                     rows[i].cut_by_call_limit = True
                 break
             iteration += 1
-            waiting = self._run_round(rows, waiting, max_new_tokens)
+            waiting = self._run_round(rows, waiting, max_new_tokens, tools)
             if not waiting:
                 break
-            budget = max(max_new_tokens - len(rows[i].tokens) for i in waiting)
-            seeds = ({"row_seeds": [turn_seed(row_seeds[i], iteration) for i in waiting]} if row_seeds is not None
-                     else {"generator_seed": None if generator_seed is None else turn_seed(generator_seed, iteration)})
-            turns = self.engine.generate([rows[i].prompt + rows[i].tokens for i in waiting], max_new_tokens=budget,
-                                         sampling=sampling, **seeds)
-            for i, turn in zip(waiting, turns):
-                self._append_turn(rows[i], turn, max_new_tokens)
-            waiting = [i for i in waiting if self._cut_at_call(rows[i])]
+            going = [i for i in waiting if len(rows[i].tokens) < max_new_tokens]
+            for i in waiting:  # no room left after the result: the response ends with it (TRL's cut to 0 tokens)
+                if len(rows[i].tokens) >= max_new_tokens:
+                    rows[i].truncated = True
+            if going:
+                budget = max(max_new_tokens - len(rows[i].tokens) for i in going)
+                seeds = ({"row_seeds": [turn_seed(row_seeds[i], iteration) for i in going]} if row_seeds is not None
+                         else {"generator_seed": None if generator_seed is None
+                               else turn_seed(generator_seed, iteration)})
+                turns_ = self.engine.generate([rows[i].prompt + rows[i].tokens for i in going], max_new_tokens=budget,
+                                              sampling=sampling, **seeds)
+                for i, turn in zip(going, turns_):
+                    self._append_turn(rows[i], turn, max_new_tokens)
+            waiting = [i for i in going if self._read_turn(rows[i])]
         return [self._completion(row) for row in rows]
 
     def _completion(self, row: _Row) -> Completion:
         mask = tuple(row.mask) if row.calls else None
         done = Completion(row.tokens, row.logprobs, row.truncated, tool_mask=mask)
         use = ToolUse(len(row.calls), row.failures, row.seconds, row.cut_by_call_limit, row.result_dropped,
-                      turns=tuple((t["role"], t["text"]) for t in turns(self.tokenizer, done)))
+                      turns=tuple((t["role"], t["text"]) for t in turns(self.tokenizer, done)),
+                      messages=tuple(row.messages))
         return replace(done, tool_use=use)
 
     # ---- one row ----------------------------------------------------------------------------------------------
 
-    def _cut_at_call(self, row: _Row) -> bool:
-        """Whether the row's latest turn calls a tool; if so its tokens after the call are set aside (kept on the
-        row, to be put back if the call is never run) and the call recorded."""
+    def _read_turn(self, row: _Row) -> bool:
+        """Whether the row's latest turn calls a tool; if so its tokens after the calls are set aside (kept on the
+        row, to be put back if the calls are never run) and the calls recorded as waiting."""
         turn = row.tokens[row.turn_start:]
-        text = self.tokenizer.decode(turn, skip_special_tokens=False)
-        found = self.format.find_call(text)
-        if found is None:
+        read = self.format.parse_turn(row.prompt + row.tokens[:row.turn_start], turn) if turn else Turn(0, ())
+        if read.message is not None:
+            row.messages.append(read.message)
+        if not read.calls:
             return False
-        end, call = found
-        keep = _tokens_covering(self.tokenizer, turn, end)
-        row.pending = (row.tokens[row.turn_start + keep:], row.logprobs[row.turn_start + keep:], row.truncated)
-        del row.tokens[row.turn_start + keep:], row.logprobs[row.turn_start + keep:], row.mask[row.turn_start + keep:]
+        keep = row.turn_start + read.keep
+        row.pending = (row.tokens[keep:], row.logprobs[keep:], row.truncated)
+        del row.tokens[keep:], row.logprobs[keep:], row.mask[keep:]
         row.truncated = False
-        history = tuple(c.arguments for c in row.calls if c.name == call.name)
-        row.calls.append(replace(call, history=history))
+        earlier = list(row.calls)
+        waiting = []
+        for call in read.calls:  # each call sees the row's earlier calls of its tool (a notebook's cells)
+            waiting.append(replace(call, history=tuple(c.arguments for c in earlier if c.name == call.name)))
+            earlier.append(call)
+        row.waiting = tuple(waiting)
         return True
 
     def _uncut(self, row: _Row) -> None:
@@ -187,22 +238,29 @@ class ToolLoop:
         row.mask += [1] * len(tokens)
         row.truncated = truncated
 
-    def _run_round(self, rows: list[_Row], waiting: list[int], max_new_tokens: int) -> list[int]:
-        """Run the waiting rows' calls; append each result (or drop it past the budget); the rows to continue."""
+    def _run_round(self, rows: list[_Row], waiting: list[int], max_new_tokens: int,
+                   bound: list[dict[str, ToolRunner]] | None) -> list[int]:
+        """Run the waiting rows' calls; append their results (or drop them past the budget); the rows to continue."""
         started = time.monotonic()
-        results = self._run_tools([rows[i].calls[-1] for i in waiting])
+        calls = [(i, call) for i in waiting for call in rows[i].waiting]
+        results = self._run_tools(calls, bound)
         seconds = time.monotonic() - started
-        going = []
-        for i, result in zip(waiting, results):
+        going, at = [], 0
+        for i in waiting:
             row = rows[i]
+            mine = results[at:at + len(row.waiting)]
+            at += len(row.waiting)
+            row.calls += row.waiting
             row.seconds += seconds
-            row.failures += result.failed
-            before = self.tokenizer.decode(row.tokens[row.turn_start:], skip_special_tokens=False)
-            shown = self.tokenizer.encode(self.format.render(before, result), add_special_tokens=False)
-            if len(row.tokens) + len(shown) >= max_new_tokens:  # no room for the result and a next turn
-                row.result_dropped = True
-                self._uncut(row)  # (TRL's rollback: the response ends with the turn as the model wrote it)
+            row.failures += sum(result.failed for result in mine)
+            shown = self.format.result_ids(row.tokens[row.turn_start:], row.waiting, mine)
+            row.waiting = ()
+            if len(row.tokens) + len(shown) > max_new_tokens:  # past the budget: TRL's rollback, the response
+                row.result_dropped = True  # ends with the turn as the model wrote it
+                self._uncut(row)
                 continue
+            row.messages += [{"role": "tool", "name": call.name, "content": result.text}
+                             for call, result in zip(row.calls[-len(mine):], mine)] if row.messages else []
             row.tokens += shown
             row.logprobs += [0.0] * len(shown)
             row.mask += [0] * len(shown)
@@ -210,18 +268,20 @@ class ToolLoop:
             going.append(i)
         return going
 
-    def _run_tools(self, calls: list[ToolCall]) -> list[ToolResult]:
-        """Each call's result, in order: the calls to each tool in one batch."""
+    def _run_tools(self, calls: list[tuple[int, ToolCall]], bound) -> list[ToolResult]:
+        """Each call's result, in order: the calls to each runner in one batch."""
         results: list[ToolResult | None] = [None] * len(calls)
-        for name in dict.fromkeys(call.name for call in calls):
-            mine = [i for i, call in enumerate(calls) if call.name == name]
-            if name not in self.tools:
-                for i in mine:
-                    results[i] = ToolResult(f"Error: no tool named {name!r} (tools: {', '.join(self.tools)})",
-                                            failed=True)
+        batches: dict[int, tuple[ToolRunner, list[int]]] = {}
+        for k, (row, call) in enumerate(calls):
+            tools = self.tools if bound is None else bound[row]
+            runner = tools.get(call.name)
+            if runner is None:
+                results[k] = self.format.missing_tool(call.name, list(tools))
                 continue
-            for i, result in zip(mine, self.tools[name]([calls[i] for i in mine])):
-                results[i] = result
+            batches.setdefault(id(runner), (runner, []))[1].append(k)
+        for runner, mine in batches.values():
+            for k, result in zip(mine, runner([calls[k][1] for k in mine])):
+                results[k] = result
         return results
 
     def _append_turn(self, row: _Row, turn: Completion, max_new_tokens: int) -> None:

@@ -58,9 +58,16 @@ class RolloutSettings:
 class ToolSettings:
     """The tools a response may call and their limits (``tools``, TRL's ``max_tool_calling_iterations``)."""
 
-    names: tuple[str, ...]  # the built-in tools (``python``: rlvr.rewards.sandbox.notebook)
+    names: tuple[str, ...]  # the names the model calls: ``python`` (built-in) or the functions' names
     max_iterations: int | None  # rounds of calls at most (None: no limit)
-    output_chars: int  # a result is cut to this many characters
+    output_chars: int  # a result is cut to this many characters (the python tool)
+    functions: tuple = ()  # function tools (TRL's ``tools=[fn, ...]``: rlvr.rollout.chat_tools); () for python
+    timeout: float = 60.0  # seconds a function tool's call may take
+
+    @property
+    def builtin(self) -> bool:
+        """The built-in sandboxed python tool (```python blocks), not functions through the chat template."""
+        return not self.functions
 
 
 @dataclass(frozen=True)
@@ -192,12 +199,32 @@ def compile_plan(cfg: ExperimentConfig, *, world_size: int = 1) -> StepPlan:
 
 
 def tool_settings(cfg: ExperimentConfig) -> ToolSettings | None:
-    """The run's tools (None: single-turn responses)."""
+    """The run's tools (None: single-turn responses): the built-in python tool, or functions loaded here."""
+    from rlvr.config.sections import TOOLS
+    from rlvr.core.user_code import load_user_function
+
     r = cfg.rollout
     if r.tools is None:
         return None
-    return ToolSettings(names=(r.tools,), max_iterations=r.max_tool_calling_iterations,
-                        output_chars=r.tool_output_chars)
+    if list(r.tools) == list(TOOLS):
+        return ToolSettings(names=tuple(TOOLS), max_iterations=r.max_tool_calling_iterations,
+                            output_chars=r.tool_output_chars)
+    functions = []
+    for spec in r.tools:
+        fn = cfg.python.tool(spec)
+        if isinstance(fn, str):
+            if fn.startswith("python:"):
+                raise ValueError(f"tools={fn} names a function of another process (a lambda or a function of "
+                                 "__main__): pass the callable itself again, or name it as path/to/file.py:function")
+            fn = load_user_function(fn, what="tools", prefix="rlvr_user_tool")
+        functions.append(fn)
+    names = [getattr(fn, "__name__", "") for fn in functions]
+    clash = sorted({name for name in names if names.count(name) > 1})
+    if clash:
+        raise ValueError(f"tools: two tools are called {clash[0]!r}; the model calls a tool by its function's name, "
+                         "so give each tool its own")
+    return ToolSettings(names=tuple(names), max_iterations=r.max_tool_calling_iterations,
+                        output_chars=r.tool_output_chars, functions=tuple(functions), timeout=r.tool_timeout)
 
 
 def autocast_dtype(cfg: ExperimentConfig) -> str | None:

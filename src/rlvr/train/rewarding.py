@@ -3,7 +3,8 @@ whose reward functions keep failing.
 
 Reward functions receive TRL GRPOTrainer's keyword arguments (``rlvr.rewards.reward_function``):
 ``prompts`` (the dataset prompt: a string or a message list), ``completions`` (strings; for
-message-list prompts, ``[{"role": "assistant", "content": ...}]``, as in TRL), ``completion_ids``
+message-list prompts, ``[{"role": "assistant", "content": ...}]``, as in TRL; with function tools the turns as TRL
+gives them: assistant messages with their ``tool_calls``, and ``tool`` messages), ``completion_ids``
 (token ids), every other dataset column as a keyword list aligned with the completions
 (:func:`reward_columns`, as TRL's ``_calculate_rewards``: a short ``solution`` read as the gold still arrives as ``solution``;
 rlvr adds ``answer``, its gold, and ``id``), ``trainer_state`` (a ``transformers.TrainerState``:
@@ -91,20 +92,25 @@ class Rewarder:
         totals, parts, stats, _ = self._reward(rows, texts, None)
         return totals, parts, stats
 
-    def _reward(self, rows: list[dict], texts: list[list[str]], ids: list[list[list[int]]] | None):
-        """``reward_texts``, with the completions' token ids (None: tokenised here) and the ``log_extra`` columns."""
+    def _reward(self, rows: list[dict], texts: list[list[str]], ids: list[list[list[int]]] | None,
+                messages: list[list[tuple]] | None = None):
+        """``reward_texts``, with the completions' token ids (None: tokenised here) and the ``log_extra`` columns;
+        ``messages``: per completion its turns as messages (chat-template tools; () none), which a chat prompt's
+        completion is then given as (TRL's ``completions`` of a tool run)."""
         if ids is None:
             encode = (lambda text: self.tokenizer(text, add_special_tokens=False)["input_ids"]) if self.tokenizer else None
             ids = [[encode(text) if encode else None for text in row_texts] for row_texts in texts]
         keys = sorted({key for row in rows for key in reward_columns(row)})
         prompts, completions = [], []
         columns: dict[str, list] = {key: [] for key in keys}
-        for row, row_texts in zip(rows, texts):
+        for r, (row, row_texts) in enumerate(zip(rows, texts)):
             conversational = isinstance(row["prompt"], list)
             row_columns = reward_columns(row)
-            for text in row_texts:
+            for k, text in enumerate(row_texts):
                 prompts.append(row["prompt"])
-                completions.append([{"role": "assistant", "content": text}] if conversational else text)
+                turns = messages[r][k] if messages is not None else ()
+                completions.append(([dict(m) for m in turns] if turns else [{"role": "assistant", "content": text}])
+                                   if conversational else text)
                 for key in keys:  # a column missing from some rows is passed as None there
                     columns[key].append(row_columns.get(key))
         failures: dict[str, str] = {}
@@ -133,7 +139,8 @@ class Rewarder:
         if step is not None:
             self.state.global_step = step - 1
         ids = [[c.token_ids for c in g.completions] for g in groups]
-        totals, parts, stats, extras = self._reward([g.row for g in groups], [g.texts for g in groups], ids)
+        messages = [[c.tool_use.messages if c.tool_use is not None else () for c in g.completions] for g in groups]
+        totals, parts, stats, extras = self._reward([g.row for g in groups], [g.texts for g in groups], ids, messages)
         start = 0
         for group in groups:
             end = start + len(group.texts)

@@ -221,7 +221,8 @@ class RoundRequests:
 
 def _tool_use(saved: dict) -> ToolUse:
     """A response's ToolUse from its JSON (turns as lists again tuples)."""
-    return ToolUse(**{**saved, "turns": tuple(tuple(turn) for turn in saved.get("turns", ()))})
+    return ToolUse(**{**saved, "turns": tuple(tuple(turn) for turn in saved.get("turns", ())),
+                      "messages": tuple(saved.get("messages", ()))})
 
 
 def generation_seed(seed: int, step: int, round_: int) -> int:

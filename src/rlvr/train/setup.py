@@ -204,7 +204,14 @@ def prompt_format(cfg: ExperimentConfig, tokenizer, rows: list[dict], *, log: bo
             logger.info("the tokenizer of %s has no chat template: plain-string questions go to the model as raw "
                         "text, as TRL feeds them", cfg.model.model)
     system = None if open_r1_chat(cfg) else cfg.data.system_prompt  # open-r1's chat already holds it
-    if tools is not None and system is None and not open_r1_chat(cfg):
+    functions = () if tools is None or tools.builtin else tools.functions
+    if functions and raw and any(isinstance(row["prompt"], str) for row in rows):
+        raise ValueError(f"tools={','.join(tools.names)}: function tools are listed and called through the chat "
+                         "template, but the prompts are plain strings fed as raw text" + (
+                             " (preset=trl, as TRL feeds a non-conversational dataset, where TRL's tools fail too)"
+                             if templated else f" (the tokenizer of {cfg.model.model} has no chat template)")
+                         + "; give the prompts as lists of messages ([{role: user, content: ...}])")
+    if tools is not None and tools.builtin and system is None and not open_r1_chat(cfg):
         if raw:  # (no system message to hold it: the user's prompts must say how to call the tool)
             if log:
                 logger.warning("tools=%s with prompts fed as raw text: no tool instruction is added; say in your "
@@ -213,7 +220,7 @@ def prompt_format(cfg: ExperimentConfig, tokenizer, rows: list[dict], *, log: bo
         else:
             system = MarkdownPython.instruction  # how to call the tool (docs/training.md, "Tools")
     return PromptFormat(system_prompt=system, instruction=cfg.data.instruction,
-                        chat_template_kwargs=cfg.data.chat_template_kwargs, raw_strings=raw)
+                        chat_template_kwargs=cfg.data.chat_template_kwargs, raw_strings=raw, tools=functions)
 
 
 def rollout_engine(cfg: ExperimentConfig, plan: StepPlan, policy, tokenizer, *, is_main: bool):
@@ -225,16 +232,25 @@ def rollout_engine(cfg: ExperimentConfig, plan: StepPlan, policy, tokenizer, *, 
 
 
 def with_tools(engine, tools: ToolSettings | None, tokenizer, cfg: ExperimentConfig):
-    """``engine`` wrapped in the tool loop when the run has tools (rlvr.rollout.tool_loop), else itself; the
-    python tool's cells run as code rewards' programs do (``code_sandbox``), whose pool starts now (a machine
-    that cannot isolate is refused at start-up)."""
+    """``engine`` wrapped in the tool loop when the run has tools (rlvr.rollout.tool_loop), else itself. The python
+    tool's cells run as code rewards' programs do (``code_sandbox``), whose pool starts now (a machine that cannot
+    isolate is refused at start-up); function tools run in this process (rlvr.rollout.function_tools), their calls
+    and results written as the chat template writes them (rlvr.rollout.chat_tools)."""
     if tools is None:
         return engine
+    if not tools.builtin:
+        from rlvr.rollout.chat_tools import ChatTemplateTools
+        from rlvr.rollout.function_tools import function_runner
+
+        runners = {name: function_runner(fn, timeout=tools.timeout) for name, fn in zip(tools.names, tools.functions)}
+        return ToolLoop(engine, tokenizer, runners, max_tool_calling_iterations=tools.max_iterations,
+                        tool_format=ChatTemplateTools(tokenizer, tools.functions,
+                                                      chat_template_kwargs=cfg.data.chat_template_kwargs))
     sandbox = code_settings(cfg).sandbox
     notebook = PythonNotebook(sandbox, output_chars=tools.output_chars)
     shared_pool(sandbox)
-    return ToolLoop(engine, tokenizer, {"python": notebook_runner(notebook.run_cells)}, tool_format=MarkdownPython(),
-                    max_tool_calling_iterations=tools.max_iterations)
+    return ToolLoop(engine, tokenizer, {"python": notebook_runner(notebook.run_cells)},
+                    tool_format=MarkdownPython(tokenizer), max_tool_calling_iterations=tools.max_iterations)
 
 
 def read_rephrasings_file(path: str | Path) -> dict[str, list[str]]:
@@ -438,6 +454,10 @@ def build_training_eval(cfg: ExperimentConfig, plan: StepPlan, length: RunLength
     if not e.enabled:
         return None
     every = length.steps_per_epoch if e.eval_strategy == "epoch" else e.eval_steps
+    if plan.rollout.tools is not None and not plan.rollout.tools.builtin:
+        raise ValueError(f"eval_data with function tools (tools={','.join(plan.rollout.tools.names)}): rlvr's pass@k "
+                         "evaluation runs the built-in python tool only; drop eval_data, or evaluate the saved model "
+                         "with your own script")
     return TrainingEval(
         datasets=tuple(e.eval_data), every=every, max_steps=length.steps, n=e.eval_n,
         ks=tuple(e.eval_k), temperature=e.eval_temperature, top_p=e.eval_top_p,

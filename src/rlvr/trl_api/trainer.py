@@ -21,8 +21,9 @@ rlvr's :class:`~rlvr.train.trainer.Trainer` is built at the first ``train()`` (o
 returns TRL's rollout metrics prefixed ``eval_`` (``eval_reward``, ``eval_rewards/<name>/mean``,
 ``eval_completions/mean_length``, ...); TRL's ``eval_loss`` is not computed. With ``eval_strategy: steps``
 it runs every ``eval_steps`` optimiser steps during training. Arguments TRL takes that rlvr has no
-counterpart for (a reward model, custom optimisers, tools, a rollout function, quantisation) are refused
-with the reason.
+counterpart for (a reward model, custom optimisers, a rollout function, quantisation) are refused
+with the reason. ``tools=[fn, ...]`` are TRL's: the chat template lists them, the model's calls run in this process
+and their results are masked out of the loss (docs/training.md, "Tools").
 """
 
 from __future__ import annotations
@@ -42,8 +43,7 @@ EVAL_KEYS = ("eval_strategy", "eval_steps", "do_eval", "eval_on_start", "per_dev
 _REFUSED = {
     "reward_processing_classes": "rlvr has no reward models; give reward functions",
     "quantization_config": "rlvr does not load quantised models (dtype=bfloat16 halves the memory)",
-    "tools": ("functions as tools are not supported yet; rlvr's sandboxed Python tool is the option "
-              "tools=python of `rlvr train` (docs/training.md, 'Tools')"), "rollout_func": "rlvr samples with its own engines (rollout_engine)",
+    "rollout_func": "rlvr samples with its own engines (rollout_engine)",
     "environment_factory": "rlvr has no environments",
 }
 
@@ -56,7 +56,7 @@ class GRPOTrainer:
                  quantization_config=None, peft_config=None, tools=None, rollout_func=None,
                  environment_factory=None):
         given = {"reward_processing_classes": reward_processing_classes, "quantization_config": quantization_config,
-                 "tools": tools, "rollout_func": rollout_func, "environment_factory": environment_factory}
+                 "rollout_func": rollout_func, "environment_factory": environment_factory}
         for name, value in given.items():
             if value is not None:
                 raise ValueError(f"GRPOTrainer({name}=...): not supported by rlvr: {_REFUSED[name]}")
@@ -75,6 +75,8 @@ class GRPOTrainer:
         self._eval = {key: overrides.pop(key) for key in EVAL_KEYS if key in overrides}
         self.eval_dataset = eval_dataset
         overrides.update(preset="trl", model=model, reward_funcs=reward_funcs)
+        if tools:  # TRL's tools=[fn, ...]: listed by the chat template, called in this process (docs/training.md)
+            overrides["tools"] = list(tools)
         overrides["data"] = _train_rows(train_dataset, overrides)
         if processing_class is not None:
             overrides["processing_class"] = processing_class
