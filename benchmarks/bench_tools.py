@@ -105,10 +105,10 @@ def main() -> None:
         "no tool calls (one turn, the same tokens)": lambda: engine.generate(
             prompts, max_new_tokens=(args.calls + 1) * args.turn_tokens, sampling=sampling, row_seeds=seeds),
         "python tool in rlvr's sandbox": lambda: ToolLoop(
-            forced, tokenizer, {"python": notebook_runner(notebook.run_cells)}, tool_format=MarkdownPython()
+            forced, tokenizer, {"python": notebook_runner(notebook.run_cells)}, tool_format=MarkdownPython(tokenizer)
         ).generate(prompts, max_new_tokens=budget, sampling=sampling, row_seeds=seeds),
         "python tool, a fresh plain subprocess per call": lambda: ToolLoop(
-            forced, tokenizer, {"python": notebook_runner(plain_runner(args.workers))}, tool_format=MarkdownPython()
+            forced, tokenizer, {"python": notebook_runner(plain_runner(args.workers))}, tool_format=MarkdownPython(tokenizer)
         ).generate(prompts, max_new_tokens=budget, sampling=sampling, row_seeds=seeds),
     }
     rows = []

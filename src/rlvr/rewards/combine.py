@@ -31,12 +31,10 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 
+from rlvr.core.event_loop import daemon_event_loop
 from rlvr.rewards.reward_function import RewardFunction as RewardFn
 
 logger = logging.getLogger(__name__)
-
-_loop: asyncio.AbstractEventLoop | None = None
-_lock = threading.Lock()
 
 MAX_ABS_REWARD = 1e12  # larger values are treated like inf: counted in <name>/nonfinite, dropped
 MAX_ABS_WEIGHT = 1e6  # so that a weighted sum of rewards can never overflow
@@ -233,10 +231,6 @@ def _finite_float(value) -> float | None:
     return number if math.isfinite(number) and abs(number) <= MAX_ABS_REWARD else None
 
 
-_loop: asyncio.AbstractEventLoop | None = None
-_lock = threading.Lock()
-
-
 def is_async_callable(fn: Callable) -> bool:
     """True when calling ``fn`` returns a coroutine: ``async def`` functions, partials of them, and
     objects whose ``__call__`` is ``async def`` (TRL's ``is_async_callable``)."""
@@ -247,13 +241,7 @@ def is_async_callable(fn: Callable) -> bool:
 
 def _event_loop() -> asyncio.AbstractEventLoop:
     """The process's reward event loop, started on first use in a daemon thread."""
-    global _loop
-    with _lock:
-        if _loop is None:
-            loop = asyncio.new_event_loop()
-            threading.Thread(target=loop.run_forever, name="rlvr-async-rewards", daemon=True).start()
-            _loop = loop
-        return _loop
+    return daemon_event_loop("rlvr-async-rewards")
 
 
 def submit(fn: Callable, kwargs: dict, timeout_s: float | None) -> concurrent.futures.Future:

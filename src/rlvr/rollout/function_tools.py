@@ -20,6 +20,7 @@ import inspect
 import threading
 from collections.abc import Callable
 
+from rlvr.core.event_loop import daemon_event_loop
 from rlvr.rollout.tool_loop import ToolCall, ToolResult, ToolRunner
 
 
@@ -67,16 +68,6 @@ def _result(value, failed: bool, timeout: float) -> ToolResult:
     return ToolResult(str({"error": str(value)}), failed=True)
 
 
-_LOOP: asyncio.AbstractEventLoop | None = None
-_LOOP_LOCK = threading.Lock()
-
-
 def _event_loop() -> asyncio.AbstractEventLoop:
     """One event loop on a daemon thread for every async tool of the process (started at the first call)."""
-    global _LOOP
-    with _LOOP_LOCK:
-        if _LOOP is None:
-            loop = asyncio.new_event_loop()
-            threading.Thread(target=loop.run_forever, name="rlvr-async-tools", daemon=True).start()
-            _LOOP = loop
-        return _LOOP
+    return daemon_event_loop("rlvr-async-tools")
