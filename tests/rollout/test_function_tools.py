@@ -128,8 +128,9 @@ def test_two_tools_of_one_name_are_refused():
 
 def test_function_tools_with_raw_string_prompts_are_refused():
     from rlvr.models.tiny import tiny_byte_tokenizer as tok
+    from rlvr.train.plan import tool_settings
     from rlvr.train.setup import prompt_format
 
     cfg = _config(tools=[multiply], preset="trl")
     with pytest.raises(ValueError, match="plain strings fed as raw text"):
-        prompt_format(cfg, tok(), [{"prompt": "What is 2 + 2?"}])
+        prompt_format(cfg, tok(), [{"prompt": "What is 2 + 2?"}], tools=tool_settings(cfg))

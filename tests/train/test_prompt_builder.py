@@ -71,14 +71,14 @@ def test_a_trl_config_feeds_strings_raw_and_open_r1_makes_them_chats():
     tokenizer = tiny_byte_tokenizer()
     rows = [{"id": "r", "prompt": "What is 2+3?", "problem": "What is 4+4?", "answer": "8"}]
     trl = build_config({"model_name_or_path": "tiny-random"})
-    assert prompt_format(trl, tokenizer, rows) == PromptFormat(instruction=None, raw_strings=True)
+    assert prompt_format(trl, tokenizer, rows, tools=None) == PromptFormat(instruction=None, raw_strings=True)
     assert question_rows(rows, trl) == rows and chat_rows(rows, trl) == rows
     open_r1 = build_config({"model_name_or_path": "tiny-random", "dataset_prompt_column": "problem",
                             "system_prompt": "Think first."})
     shaped = chat_rows(question_rows(rows, open_r1), open_r1)
     assert shaped[0]["prompt"] == [{"role": "system", "content": "Think first."},
                                    {"role": "user", "content": "What is 4+4?"}]  # open-r1's make_conversation
-    assert prompt_format(open_r1, tokenizer, shaped).system_prompt is None  # (the chat holds it already)
+    assert prompt_format(open_r1, tokenizer, shaped, tools=None).system_prompt is None  # (the chat holds it already)
     with pytest.raises(ValueError, match="dataset_prompt_column='question' is not one of its columns"):
         question_rows(rows, build_config({"dataset_prompt_column": "question"}))
 
@@ -88,14 +88,15 @@ def test_a_base_model_without_a_chat_template_gets_raw_text():
     tokenizer.chat_template = None
     rows = [{"id": "r", "prompt": "What is 2+3?", "answer": "5"}]
     cfg = build_config({"model": "tiny-random"})  # rlvr's own defaults
-    fmt = prompt_format(cfg, tokenizer, rows)
+    fmt = prompt_format(cfg, tokenizer, rows, tools=None)
     assert fmt.raw_strings and fmt.instruction == "auto"
     assert PromptBuilder(tokenizer, fmt, rephrased=False).ids(rows[0]) == tokenizer(
         f"What is 2+3?\n\n{DEFAULT_INSTRUCTION}")["input_ids"]
     with pytest.raises(ValueError, match="no chat template, but 1 prompts of .* are chats"):
-        prompt_format(cfg, tokenizer, [{"id": "c", "prompt": [{"role": "user", "content": "Q"}], "answer": "1"}])
+        prompt_format(cfg, tokenizer, [{"id": "c", "prompt": [{"role": "user", "content": "Q"}], "answer": "1"}],
+                      tools=None)
     with pytest.raises(ValueError, match="system_prompt needs a chat template"):
-        prompt_format(build_config({"system_prompt": "Be brief."}), tokenizer, rows)
+        prompt_format(build_config({"system_prompt": "Be brief."}), tokenizer, rows, tools=None)
 
 
 def test_a_rephrasing_is_asked_the_way_its_question_is():

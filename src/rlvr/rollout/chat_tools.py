@@ -32,6 +32,7 @@ class ChatTemplateTools:
     def __init__(self, tokenizer, tools: Sequence[Callable | dict], *, chat_template_kwargs: dict | None = None):
         self.tokenizer, self.tools = tokenizer, list(tools)
         self.template_kwargs = dict(chat_template_kwargs or {})
+        self._prefixes: dict[str, list[int]] = {}  # by the first call's name: the rendered assistant turn, EOS-trimmed
         check_tool_template(tokenizer)
         ensure_response_parser(tokenizer)
 
@@ -48,14 +49,17 @@ class ChatTemplateTools:
         dummy = [{"role": "user", "content": "dummy"},
                  {"role": "assistant", "content": "",
                   "tool_calls": [{"type": "function", "function": {"name": calls[0].name, "arguments": {}}}]}]
-        prefix = self.tokenizer.apply_chat_template(dummy, add_generation_prompt=False, tokenize=True,
-                                                    return_dict=False, **self.template_kwargs)
+        prefix = self._prefixes.get(calls[0].name)
+        if prefix is None:  # (the same for every round that starts with a call of this tool: rendered once)
+            prefix = self.tokenizer.apply_chat_template(dummy, add_generation_prompt=False, tokenize=True,
+                                                        return_dict=False, **self.template_kwargs)
+            ends = [i for i, token in enumerate(prefix) if token == self.tokenizer.eos_token_id]
+            if ends:  # the assistant turn ends at its EOS (a template's newline after it belongs to the tool's part)
+                prefix = prefix[:ends[-1] + 1]
+            self._prefixes[calls[0].name] = prefix = list(prefix)
         full = self.tokenizer.apply_chat_template(dummy + messages, add_generation_prompt=True, tokenize=True,
                                                   return_dict=False, **self.template_kwargs)
-        ends = [i for i, token in enumerate(prefix) if token == self.tokenizer.eos_token_id]
-        if ends:  # the assistant turn ends at its EOS (a template's newline after it belongs to the tool's part)
-            prefix = prefix[:ends[-1] + 1]
-        if list(full[:len(prefix)]) != list(prefix):
+        if list(full[:len(prefix)]) != prefix:
             raise ValueError("the chat template renders an assistant turn differently once tool messages follow it; "
                              "tool results cannot be appended as tokens (use a prefix-preserving chat template)")
         return list(full[len(prefix):])

@@ -469,11 +469,8 @@ def step_tokens(rollout) -> int:
     """Prompt + completion tokens of the step's on-policy samples (TRL's num_tokens counts these: of a response with
     tool results, the model's tokens only, as TRL's tool mask counts them)."""
     groups = [g.policy_samples for g in rollout.generated]
-    return sum(len(g.generation_prompt(i)) + _model_tokens(g.completions[i]) for g in groups for i in g.on_policy)
+    return sum(len(g.generation_prompt(i)) + model_tokens(g.completions[i]) for g in groups for i in g.on_policy)
 
-
-def _model_tokens(completion) -> int:
-    return len(completion.token_ids) if completion.tool_mask is None else sum(completion.tool_mask)
 
 
 def train_summary(history: list[dict], length, batch, runtime: float) -> dict[str, float]:

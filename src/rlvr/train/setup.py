@@ -65,7 +65,7 @@ from rlvr.rollout.tool_loop import MarkdownPython, ToolLoop, notebook_runner
 from rlvr.run.trackers import require_trackers
 from rlvr.train.evaluation import TrainingEval, training_overlap
 from rlvr.train.memory_bound import check_update_memory
-from rlvr.train.plan import EnginePlan, RunLength, StepPlan, ToolSettings, step_kind, tool_settings
+from rlvr.train.plan import EnginePlan, RunLength, StepPlan, ToolSettings, step_kind
 from rlvr.train.rewarding import Rewarder, reward_columns
 from rlvr.train.sft import sft_rows
 
@@ -184,11 +184,12 @@ def chat_rows(rows: list[dict], cfg: ExperimentConfig) -> list[dict]:
     return as_chat(rows, cfg.data.system_prompt) if open_r1_chat(cfg) else rows
 
 
-def prompt_format(cfg: ExperimentConfig, tokenizer, rows: list[dict], *, log: bool = False) -> PromptFormat:
+def prompt_format(cfg: ExperimentConfig, tokenizer, rows: list[dict], *, tools: ToolSettings | None,
+                  log: bool = False) -> PromptFormat:
     """How the run's prompts become tokens, decided once: the chat template, or raw text for plain-string
-    questions (preset=trl, as TRL feeds them; or a tokenizer without a chat template, a base model); with tools
-    (the plan's ``tool_settings``), a system prompt saying how to call them unless the run has one."""
-    tools = tool_settings(cfg)
+    questions (preset=trl, as TRL feeds them; or a tokenizer without a chat template, a base model). ``tools``: the
+    plan's (its functions listed by the chat template; the python tool: a system prompt saying how to call it unless
+    the run has one)."""
     templated = has_chat_template(tokenizer)
     raw = cfg.run.preset == "trl" or not templated
     if not templated:

@@ -140,7 +140,8 @@ class Trainer:
 
     def _set_up_rollout(self, cfg: ExperimentConfig) -> None:
         """The prompts (format, length limits), their order, and the rollout phase that samples them."""
-        self.prompt_format = setup.prompt_format(cfg, self.tokenizer, self.rows, log=self.dist.is_main)  # template or raw
+        self.prompt_format = setup.prompt_format(cfg, self.tokenizer, self.rows, tools=self.plan.rollout.tools,
+                                                 log=self.dist.is_main)  # template or raw
         self.prompts = PromptBuilder(self.tokenizer, self.prompt_format, rephrased=self.plan.rollout.rephrased)
         self.length_limits = apply_length_limits(  # before anything is generated
             self.rows, truncation=self.run.truncation, max_prompt_length=self.run.max_prompt_length,
