@@ -139,7 +139,7 @@ RLVR_ONLY = dict(dtype="auto", report_to="none")
 
 def run_trl(folder: Path, model_dir: Path, options: dict, fixed: FixedCompletions, monkeypatch,
             initial: dict[str, torch.Tensor] | None = None, *, rows: list[dict] = ROWS, rewards=(reward,),
-            tools=None, trainer_class=None) -> Run:
+            tools=None, trainer_class=None, environment_factory=None) -> Run:
     """TRL's GRPOTrainer.train(), generation replaced by ``fixed``; ``initial``: trainable weights to start from
     (LoRA's random A: rlvr's); ``trainer_class(base)``: a subclass of the fixed trainer (what a test observes)."""
     import trl.trainer.grpo_trainer as grpo
@@ -173,7 +173,8 @@ def run_trl(folder: Path, model_dir: Path, options: dict, fixed: FixedCompletion
     args = GRPOConfig(output_dir=str(folder), **{**COMMON, **TRL_ONLY, **options})
     cls = FixedGRPOTrainer if trainer_class is None else trainer_class(FixedGRPOTrainer)
     trainer = cls(model=str(model_dir), reward_funcs=list(rewards), args=args, peft_config=peft,
-                  train_dataset=Dataset.from_list(rows), callbacks=[Recorder()], tools=tools)
+                  train_dataset=Dataset.from_list(rows), callbacks=[Recorder()], tools=tools,
+                  environment_factory=environment_factory)
     if initial is not None:
         with torch.no_grad():
             for name, p in trainer.model.named_parameters():

@@ -65,8 +65,7 @@ def test_a_float16_model_on_the_cpu_trains_in_float32_with_a_line(tmp_path, capl
     assert not torch.equal(trainer.model.lm_head.weight.detach(), before)
 
 
-@pytest.mark.parametrize("argument", ["reward_processing_classes", "quantization_config", "rollout_func",
-                                      "environment_factory"])
+@pytest.mark.parametrize("argument", ["reward_processing_classes", "quantization_config", "rollout_func"])
 def test_what_rlvr_has_no_counterpart_for_is_refused_with_the_reason(argument):
     with pytest.raises(ValueError, match=f"GRPOTrainer\\({argument}=...\\): not supported by rlvr: "):
         _trainer(**{argument: object()})

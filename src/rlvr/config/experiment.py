@@ -69,6 +69,8 @@ class ExperimentConfig:
         """Checks that read options of two sections (one section's own checks live in the section)."""
         for name in SECTIONS:
             _check_finite(getattr(self, name))
+        if not self.reward.reward_funcs and self.rollout.environment_factory is None:
+            _fail("reward_funcs", self.reward.reward_funcs, "name at least one reward function, e.g. accuracy")
         self._check_batches()
         self._check_algorithm()
         self._check_rollout_modes()
@@ -113,6 +115,28 @@ class ExperimentConfig:
         if r.async_generation and v.vllm_enable_sleep_mode:
             _fail("vllm_enable_sleep_mode", True, "with async_generation vLLM generates during the update, so it cannot "
                   "sleep then; turn one of the two off")
+        if r.environment_factory is not None:
+            self._check_environments()
+
+    def _check_environments(self) -> None:
+        """What environment_factory cannot be combined with (rlvr.rollout.environments)."""
+        r, t, d, e = self.rollout, self.tagrpo, self.dagrpo, self.eval
+        refused = [  # (option, its value, it clashes, why)
+            ("async_generation", r.async_generation, r.async_generation,
+             ("an environment's state after a rollout is read by get_reward and the reward functions; sampled ahead, "
+              "it would be another step's")),
+            ("num_rephrasings", t.num_rephrasings, t.num_rephrasings > 0,
+             ("TA-GRPO rephrases the dataset's question, but each environment rollout starts from its own reset(); "
+              "use algo=grpo")),
+            ("anchors", d.anchors, d.anchors != "off",
+             ("an anchor is an expert answer to the row's prompt, which cannot have played the environment; use "
+              "anchors=off (pair masking works)")),
+            ("eval_data", e.eval_data, e.enabled,
+             "rlvr's pass@k evaluation has no environment to reset; drop eval_data (evaluate with your own loop)"),
+        ]
+        for option, value, clash, reason in refused:
+            if clash:
+                _fail(option, value, f"with environment_factory: {reason}")
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         return {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}

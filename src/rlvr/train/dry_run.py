@@ -35,6 +35,9 @@ def dry_run_report(cfg: ExperimentConfig) -> list[str]:
             else load_rows(cfg.data.data, gold=gold))
     rows = chat_rows(question_rows(rows, cfg), cfg)
     names = check_reward_functions(cfg, rows)
+    tools = plan.rollout.tools
+    if tools is not None and tools.environments is not None:  # get_reward: one more reward, named after its class
+        names += [f"{fn.__name__} (the environment's get_reward)" for fn in tools.environments.reward_functions()]
     check_optional_packages(cfg)
     length = run_length(cfg, batch, len(rows))
     check_scheduler(cfg, length.steps * length.optimizer_steps_per_step)

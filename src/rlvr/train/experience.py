@@ -31,6 +31,17 @@ from rlvr.train.tagrpo import SAMPLED, LogprobPrompts, logprob_prompt
 
 
 @dataclass
+class Observed:
+    """An environment group's responses (``environment_factory``, rlvr.rollout.environments): per response, the
+    prompt it was sampled from (the row's, with its reset observation appended), the observation, and its instance
+    (None once the round is over: instances stay on their rank)."""
+
+    prompt_ids: list[list[int]]
+    observations: list[str | None]
+    instances: list | None
+
+
+@dataclass
 class Group:
     """One prompt and its responses: the unit of group-relative advantages.
 
@@ -54,6 +65,8 @@ class Group:
     rewarded: list[bool] | None = None  # per response: some reward function gave a value (None: all)
     before_anchor: Group | None = None  # DaGRPO: the policy's own samples, as they were before injection
     correctness: str | None = None  # the reward function whose 1.0 means correct (Rewarder.correctness)
+    observed: Observed | None = None  # environment_factory: each response's own prompt and environment
+
 
     def snapshot(self) -> Group:
         """A copy whose per-response lists are copies (the group before it is changed in place)."""
@@ -61,7 +74,10 @@ class Group:
         return dataclasses.replace(
             self, completions=list(self.completions), texts=list(self.texts), rewards=list(self.rewards),
             reward_parts={name: list(values) for name, values in self.reward_parts.items()},
-            scores=copy(self.scores), variants=copy(self.variants), rewarded=copy(self.rewarded))
+            scores=copy(self.scores), variants=copy(self.variants), rewarded=copy(self.rewarded),
+            observed=None if self.observed is None else dataclasses.replace(
+                self.observed, prompt_ids=list(self.observed.prompt_ids), observations=list(self.observed.observations),
+                instances=copy(self.observed.instances)))
 
     @property
     def policy_samples(self) -> Group:
@@ -80,7 +96,9 @@ class Group:
         return 0 if self.variants is None else self.variants[i]
 
     def generation_prompt(self, i: int) -> list[int]:
-        """The prompt response i was sampled from (q_j)."""
+        """The prompt response i was sampled from (q_j; an environment rollout's own)."""
+        if self.observed is not None:
+            return self.observed.prompt_ids[i]
         j = self.variant_of(i)
         return self.prompt_ids if j == 0 or self.variant_prompt_ids is None else self.variant_prompt_ids[j]
 
@@ -135,8 +153,8 @@ class Experience:
             group_scores = group.scores if group.scores is not None else group.rewards
             for i, (completion, reward, score) in enumerate(zip(group.completions, group.rewards, group_scores)):
                 question, sampled_from = group.prompt_ids, group.generation_prompt(i)
-                if prompts is None:  # no rephrasings: every pass scores on q_0, the prompt it was sampled from
-                    on_policy = on_old = on_reference = question
+                if prompts is None:  # no rephrasings: every pass scores on the prompt it was sampled from (q_0;
+                    on_policy = on_old = on_reference = sampled_from  # an environment rollout's own)
                 else:
                     on_policy, on_old, on_reference = (logprob_prompt(choice, question, sampled_from)
                                                        for choice in (prompts.policy, prompts.old, prompts.reference))

@@ -243,6 +243,7 @@ def sample_records(step: int, groups: list[Group], advantages: torch.Tensor | No
             "variant": group.variant_of(i),  # TA-GRPO: 0 = the original question, j = rephrasing j
             **_extras(group, i),
             **_turns(group.completions[i]),
+            **({} if group.observed is None else {"observation": group.observed.observations[i]}),  # reset()'s
         })
     return records
 

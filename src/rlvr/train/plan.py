@@ -33,6 +33,7 @@ from rlvr.config.batch import BatchShape
 from rlvr.core.advantages import AdvantageSettings
 from rlvr.core.losses import LossSettings
 from rlvr.rollout import engine_class
+from rlvr.rollout.environments import Environments
 from rlvr.rollout.sampling import Sampling
 from rlvr.train.algorithm_part_checks import probe_algorithm_parts
 from rlvr.train.algorithm_parts import load_algorithm_parts
@@ -63,11 +64,18 @@ class ToolSettings:
     output_chars: int  # a result is cut to this many characters (the python tool)
     functions: tuple = ()  # function tools (TRL's ``tools=[fn, ...]``: rlvr.rollout.chat_tools); () for python
     timeout: float = 60.0  # seconds a function tool's call may take
+    # environment_factory: the environments, probed (rlvr.rollout.environments); None: none
+    environments: Environments | None = None
 
     @property
     def builtin(self) -> bool:
         """The built-in sandboxed python tool (```python blocks), not functions through the chat template."""
-        return not self.functions
+        return not self.functions and self.environments is None
+
+    @property
+    def listed(self) -> tuple:
+        """Every function a rollout may call, as the chat template lists them (an environment's methods included)."""
+        return tuple(self.environments.all_tools()) if self.environments is not None else self.functions
 
 
 @dataclass(frozen=True)
@@ -201,30 +209,61 @@ def compile_plan(cfg: ExperimentConfig, *, world_size: int = 1) -> StepPlan:
 def tool_settings(cfg: ExperimentConfig) -> ToolSettings | None:
     """The run's tools (None: single-turn responses): the built-in python tool, or functions loaded here."""
     from rlvr.config.sections import TOOLS
-    from rlvr.core.user_code import load_user_function
 
     r = cfg.rollout
-    if r.tools is None:
+    if r.tools is None and r.environment_factory is None:
         return None
-    if list(r.tools) == list(TOOLS):
+    if r.tools is not None and list(r.tools) == list(TOOLS):
         return ToolSettings(names=tuple(TOOLS), max_iterations=r.max_tool_calling_iterations,
                             output_chars=r.tool_output_chars)
-    functions = []
-    for spec in r.tools:
-        fn = cfg.python.tool(spec)
-        if isinstance(fn, str):
-            if fn.startswith("python:"):
-                raise ValueError(f"tools={fn} names a function of another process (a lambda or a function of "
-                                 "__main__): pass the callable itself again, or name it as path/to/file.py:function")
-            fn = load_user_function(fn, what="tools", prefix="rlvr_user_tool")
-        functions.append(fn)
+    functions = [_loaded(cfg.python.tool(spec), "tools") for spec in r.tools or ()]
     names = [getattr(fn, "__name__", "") for fn in functions]
     clash = sorted({name for name in names if names.count(name) > 1})
     if clash:
         raise ValueError(f"tools: two tools are called {clash[0]!r}; the model calls a tool by its function's name, "
                          "so give each tool its own")
+    environments = None
+    if r.environment_factory is not None:  # TRL's probe: one instance of each, made now (reset, its methods)
+        environments = Environments(environment_factories(cfg), tuple(functions), timeout=r.tool_timeout)
+        names = [fn.__name__ for fn in environments.all_tools()]
     return ToolSettings(names=tuple(names), max_iterations=r.max_tool_calling_iterations,
-                        output_chars=r.tool_output_chars, functions=tuple(functions), timeout=r.tool_timeout)
+                        output_chars=r.tool_output_chars, functions=tuple(functions), timeout=r.tool_timeout,
+                        environments=environments)
+
+
+def extra_reward_arguments(cfg: ExperimentConfig) -> tuple[str, ...]:
+    """Keyword arguments reward functions get beyond TRL's usual ones: ``environments`` with environment_factory."""
+    return ("environments",) if cfg.rollout.environment_factory is not None else ()
+
+
+def environment_factories(cfg: ExperimentConfig) -> dict:
+    """``environment_factory``'s factories: ``{None: factory}``, or ``{name: factory}`` from ``name=spec`` entries."""
+    entries = list(cfg.rollout.environment_factory)
+    named = [entry.partition("=") if "=" in entry.split(":", 1)[0] else ("", "", entry) for entry in entries]
+    if len(named) == 1 and not named[0][1]:
+        return {None: _loaded(cfg.python.environment(named[0][2]), "environment_factory")}
+    if not all(sep and name for name, sep, _ in named):
+        raise ValueError(f"environment_factory={','.join(entries)}: give one class (file.py:Class), or name each "
+                         "environment (name=file.py:Class,name2=file.py:Other; rows pick one by their 'environment' "
+                         "column)")
+    factories = {}
+    for name, _, spec in named:
+        if name in factories:
+            raise ValueError(f"environment_factory: two environments are called {name!r}; give each its own name")
+        factories[name] = _loaded(cfg.python.environment(spec), "environment_factory")
+    return factories
+
+
+def _loaded(spec, what: str):
+    """The callable ``spec`` stands for: itself, or loaded from file.py:name / module:name."""
+    from rlvr.core.user_code import load_user_function
+
+    if not isinstance(spec, str):
+        return spec
+    if spec.startswith("python:"):
+        raise ValueError(f"{what}={spec} names an object of another process (a lambda or a class or function of "
+                         "__main__): pass the object itself again, or name it as path/to/file.py:name")
+    return load_user_function(spec, what=what, prefix="rlvr_user_tool")
 
 
 def autocast_dtype(cfg: ExperimentConfig) -> str | None:

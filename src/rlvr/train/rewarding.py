@@ -93,7 +93,7 @@ class Rewarder:
         return totals, parts, stats
 
     def _reward(self, rows: list[dict], texts: list[list[str]], ids: list[list[list[int]]] | None,
-                messages: list[list[tuple]] | None = None):
+                messages: list[list[tuple]] | None = None, environments: list | None = None):
         """``reward_texts``, with the completions' token ids (None: tokenised here) and the ``log_extra`` columns;
         ``messages``: per completion its turns as messages (chat-template tools; () none), which a chat prompt's
         completion is then given as (TRL's ``completions`` of a tool run)."""
@@ -118,6 +118,8 @@ class Rewarder:
         trl_kwargs = {"completion_ids": [i for row_ids in ids for i in row_ids], "trainer_state": self.state,
                       "log_extra": lambda column, values: extras.setdefault(column, []).extend(values),
                       "log_metric": logged.log_metric}
+        if environments is not None:  # environment_factory: each completion's instance (TRL's ``environments``)
+            trl_kwargs["environments"] = environments
         totals, parts, counts = combine_rewards(self.funcs, self.weights, prompts, completions, columns,
                                                 failures=failures, timeout_s=self.timeout_s, extra_kwargs=trl_kwargs)
         self.last_failure.update(failures)
@@ -140,7 +142,11 @@ class Rewarder:
             self.state.global_step = step - 1
         ids = [[c.token_ids for c in g.completions] for g in groups]
         messages = [[c.tool_use.messages if c.tool_use is not None else () for c in g.completions] for g in groups]
-        totals, parts, stats, extras = self._reward([g.row for g in groups], [g.texts for g in groups], ids, messages)
+        environments = None
+        if any(g.observed is not None for g in groups):
+            environments = [instance for g in groups for instance in g.observed.instances]
+        totals, parts, stats, extras = self._reward([g.row for g in groups], [g.texts for g in groups], ids, messages,
+                                                    environments)
         start = 0
         for group in groups:
             end = start + len(group.texts)
@@ -268,6 +274,12 @@ def _json_value(value):
         return value
     except (TypeError, ValueError):
         return str(value)
+
+
+def reset_columns(row: dict) -> dict:
+    """What an environment's ``reset`` receives for ``row`` (rlvr.rollout.environments): its prompt and the columns
+    reward functions get (TRL passes the dataset row)."""
+    return {"prompt": row["prompt"], **reward_columns(row)}
 
 
 def reward_columns(row: dict) -> dict:

@@ -48,8 +48,9 @@ from rlvr.data import PromptSampler
 from rlvr.data.prompts import PromptBuilder
 from rlvr.parallel.runtime import autocast, full_weights
 from rlvr.rollout.completion import Completion, ToolUse
-from rlvr.train.experience import Group
+from rlvr.train.experience import Group, Observed
 from rlvr.train.plan import RolloutSettings
+from rlvr.train.rewarding import reset_columns
 
 
 class GroupIds:
@@ -88,6 +89,9 @@ class RolloutResult:
 
     def add(self, ctx, groups: list[Group], reward_counts: dict[str, float], dagrpo_counts: Counter | None) -> None:
         """End a round: gather every rank's groups (1-process order), sum counters, keep what trains."""
+        for group in groups:  # (the environments' instances stay here: rewarded, they are not needed further)
+            if group.observed is not None:
+                group.observed.instances = None
         groups, reward_counts, dagrpo_counts = gather_round(ctx, groups, reward_counts, dagrpo_counts)
         self.rounds += 1
         for key, value in reward_counts.items():
@@ -176,14 +180,31 @@ class GroupGenerator:
         prompts = [ids for i in mine for ids in variant_prompts[i] for _ in range(G)]
         seeds = [request_seed(seed, k) for i in mine for k in range(first_request[i], first_request[i + 1])]
         seeding = {"row_seeds": seeds} if self.engine.supports_row_seeds else {"generator_seed": seed + self.ctx.rank}
-        return RoundRequests(rows, variant_prompts, per_row, first_group, mine, prompts, seeding)
+        requests = RoundRequests(rows, variant_prompts, per_row, first_group, mine, prompts, seeding)
+        if s.tools is not None and s.tools.environments is not None:
+            self._start_environments(requests)
+        return requests
+
+    def _start_environments(self, requests: RoundRequests) -> None:
+        """environment_factory: each request's instance (the pool's next), ``reset`` with its row's columns, and its
+        prompt (the observation appended, that environment's tools listed) and tools (rlvr.rollout.environments)."""
+        envs, G = self.s.tools.environments, self.s.responses_per_prompt
+        rows = [requests.rows[i] for i in requests.mine for _ in range(G)]
+        names = [envs.name_of(row) for row in rows]
+        requests.instances = envs.take(names)
+        requests.observations = [envs.reset(instance, reset_columns(row))
+                                 for row, instance in zip(rows, requests.instances)]
+        requests.prompts = [self.prompts.observed(row, observation, envs.tools[name])
+                            for row, observation, name in zip(rows, requests.observations, names)]
+        requests.tools = [envs.runners(instance) for instance in requests.instances]
 
     def sample(self, requests: RoundRequests) -> list[Completion]:
         """The engine's completions for ``requests`` (may run on another thread: async generation)."""
         with full_weights(self.policy), autocast(next(self.policy.parameters()).device, self.s.autocast):
             # FSDP2: gathered whole (ranks finish at different steps); bf16=true: computed as the update computes
+            tools = {} if requests.tools is None else {"tools": requests.tools}  # (environments: per request)
             return self.engine.generate(requests.prompts, max_new_tokens=self.s.max_completion_length,
-                                        sampling=self.s.sampling, **requests.seeding)
+                                        sampling=self.s.sampling, **requests.seeding, **tools)
 
     def groups(self, requests: RoundRequests, completions: list[Completion]) -> list[Group]:
         """The completions of ``requests`` grouped with their run-wide ids."""
@@ -198,7 +219,12 @@ class GroupGenerator:
             for j in range(len(variants)):
                 members += [(j, completions[k], texts[k]) for k in range(start, start + G)]
                 start += G
-            if requests.per_row[i] == 1:
+            if requests.instances is not None:  # environments: each response on its own prompt
+                first = start - G
+                groups.append(_group(row, [requests.prompts[first]], members, group_id=group_id, pool_id=None))
+                groups[-1].observed = Observed(requests.prompts[first:start], requests.observations[first:start],
+                                               requests.instances[first:start])
+            elif requests.per_row[i] == 1:
                 groups.append(_group(row, variants, members, group_id=group_id, pool_id=None))
             else:
                 groups += [_group(row, variants, [m for m in members if m[0] == j], group_id=group_id + j,
@@ -217,6 +243,10 @@ class RoundRequests:
     mine: list[int]  # the rows this rank samples
     prompts: list[list[int]]  # this rank's requests, row-major over rows, variants, samples
     seeding: dict  # row_seeds=[...] or generator_seed=...
+    # environment_factory: per request its instance, reset's observation and tools (None: no environments)
+    instances: list | None = None
+    observations: list[str | None] | None = None
+    tools: list[dict] | None = None
 
 
 def _tool_use(saved: dict) -> ToolUse:

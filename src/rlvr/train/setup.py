@@ -65,7 +65,7 @@ from rlvr.rollout.tool_loop import MarkdownPython, ToolLoop, notebook_runner
 from rlvr.run.trackers import require_trackers
 from rlvr.train.evaluation import TrainingEval, training_overlap
 from rlvr.train.memory_bound import check_update_memory
-from rlvr.train.plan import EnginePlan, RunLength, StepPlan, ToolSettings, step_kind
+from rlvr.train.plan import EnginePlan, RunLength, StepPlan, ToolSettings, extra_reward_arguments, step_kind
 from rlvr.train.rewarding import Rewarder, reward_columns
 from rlvr.train.sft import sft_rows
 
@@ -205,7 +205,7 @@ def prompt_format(cfg: ExperimentConfig, tokenizer, rows: list[dict], *, tools: 
             logger.info("the tokenizer of %s has no chat template: plain-string questions go to the model as raw "
                         "text, as TRL feeds them", cfg.model.model)
     system = None if open_r1_chat(cfg) else cfg.data.system_prompt  # open-r1's chat already holds it
-    functions = () if tools is None or tools.builtin else tools.functions
+    functions = () if tools is None or tools.builtin else tools.listed  # (an environment's methods included)
     if functions and raw and any(isinstance(row["prompt"], str) for row in rows):
         raise ValueError(f"tools={','.join(tools.names)}: function tools are listed and called through the chat "
                          "template, but the prompts are plain strings fed as raw text" + (
@@ -243,9 +243,10 @@ def with_tools(engine, tools: ToolSettings | None, tokenizer, cfg: ExperimentCon
         from rlvr.rollout.chat_tools import ChatTemplateTools
         from rlvr.rollout.function_tools import function_runner
 
-        runners = {name: function_runner(fn, timeout=tools.timeout) for name, fn in zip(tools.names, tools.functions)}
+        # (with environments, each rollout's calls run its own instance's methods: GroupGenerator hands them over)
+        runners = {fn.__name__: function_runner(fn, timeout=tools.timeout) for fn in tools.functions}
         return ToolLoop(engine, tokenizer, runners, max_tool_calling_iterations=tools.max_iterations,
-                        tool_format=ChatTemplateTools(tokenizer, tools.functions,
+                        tool_format=ChatTemplateTools(tokenizer, tools.listed,
                                                       chat_template_kwargs=cfg.data.chat_template_kwargs))
     sandbox = code_settings(cfg).sandbox
     notebook = PythonNotebook(sandbox, output_chars=tools.output_chars)
@@ -427,11 +428,19 @@ def check_eval_overlap(cfg: ExperimentConfig, rows: list[dict]) -> None:
         training_overlap(rows, list(cfg.eval.eval_data), limit=cfg.eval.eval_limit)
 
 
-def build_rewarder(cfg: ExperimentConfig, *, max_steps: int, tokenizer) -> Rewarder:
+def build_rewarder(cfg: ExperimentConfig, *, max_steps: int, tokenizer, tools: ToolSettings | None = None) -> Rewarder:
     """The reward phase: the verifier pool, the reward functions (by name, in the preset's dialect) and their
-    weights, and the failure policy."""
+    weights, and the failure policy. ``tools``: the plan's; an environment class's ``get_reward`` is one more reward,
+    weight 1, named after the class (TRL's)."""
     r = cfg.reward
-    return Rewarder(_reward_specs(cfg), r.reward_weights,
+    specs, weights = _reward_specs(cfg), r.reward_weights
+    owned = tools.environments.reward_functions() if tools is not None and tools.environments is not None else []
+    if owned:
+        specs, weights = specs + owned, None if weights is None else [*weights, *[1.0] * len(owned)]
+    if not specs:  # (reward_funcs may be empty only with environments)
+        raise ValueError("no reward source: reward_funcs is empty and no environment of environment_factory defines "
+                         "get_reward(); give reward_funcs, or a get_reward(self) -> float method")
+    return Rewarder(specs, weights,
                     verifier_workers=r.verifier_workers, verifier_timeout=r.verifier_timeout,
                     answer_extraction=r.answer_extraction, max_reward_error_frac=r.max_reward_error_frac,
                     reward_timeout=r.reward_timeout, max_steps=max_steps, tokenizer=tokenizer, names=cfg.run.preset)
@@ -488,6 +497,7 @@ def check_reward_functions(cfg: ExperimentConfig, rows: list[dict]) -> list[str]
     funcs = [resolve_reward(spec, _NoPool(), answer_extraction=cfg.reward.answer_extraction, names=cfg.run.preset)
              for spec in _reward_specs(cfg)]
     columns = set().union(*(reward_columns(row) for row in rows))
+    columns |= set(extra_reward_arguments(cfg))  # (environments: the rollouts' instances)
     names = logged_names(funcs)
     for name, fn in zip(names, funcs):
         missing = sorted(set(needed_columns(fn)) - columns - _CALL_ARGUMENTS)

@@ -158,7 +158,8 @@ class Trainer:
 
     def _set_up_phases(self, cfg: ExperimentConfig) -> None:
         """The reward, DaGRPO and update phases, the optimiser and its schedule, and the training-time eval."""
-        self.rewarder = setup.build_rewarder(cfg, max_steps=self.max_steps, tokenizer=self.tokenizer)
+        self.rewarder = setup.build_rewarder(cfg, max_steps=self.max_steps, tokenizer=self.tokenizer,
+                                             tools=self.plan.rollout.tools)  # (environments' get_reward too)
         if self.dist.is_main:
             self.rewarder.check_golds(self.rows, cfg.data.data)  # one warning when most golds are not math
         if self.plan.diversity_every:

@@ -22,8 +22,9 @@ returns TRL's rollout metrics prefixed ``eval_`` (``eval_reward``, ``eval_reward
 ``eval_completions/mean_length``, ...); TRL's ``eval_loss`` is not computed. With ``eval_strategy: steps``
 it runs every ``eval_steps`` optimiser steps during training. Arguments TRL takes that rlvr has no
 counterpart for (a reward model, custom optimisers, a rollout function, quantisation) are refused
-with the reason. ``tools=[fn, ...]`` are TRL's: the chat template lists them, the model's calls run in this process
-and their results are masked out of the loss (docs/training.md, "Tools").
+with the reason. ``tools=[fn, ...]`` and ``environment_factory`` are TRL's: the chat template lists the tools (an
+environment's methods), the model's calls run in this process and their results are masked out of the loss
+(docs/training.md, "Tools" and "Environments").
 """
 
 from __future__ import annotations
@@ -44,7 +45,6 @@ _REFUSED = {
     "reward_processing_classes": "rlvr has no reward models; give reward functions",
     "quantization_config": "rlvr does not load quantised models (dtype=bfloat16 halves the memory)",
     "rollout_func": "rlvr samples with its own engines (rollout_engine)",
-    "environment_factory": "rlvr has no environments",
 }
 
 
@@ -56,16 +56,17 @@ class GRPOTrainer:
                  quantization_config=None, peft_config=None, tools=None, rollout_func=None,
                  environment_factory=None):
         given = {"reward_processing_classes": reward_processing_classes, "quantization_config": quantization_config,
-                 "rollout_func": rollout_func, "environment_factory": environment_factory}
+                 "rollout_func": rollout_func}
         for name, value in given.items():
             if value is not None:
                 raise ValueError(f"GRPOTrainer({name}=...): not supported by rlvr: {_REFUSED[name]}")
         if optimizers not in ((None, None), None, [None, None]):
             raise ValueError("GRPOTrainer(optimizers=...): rlvr builds the optimiser and schedule from args (optim, "
                              "learning_rate, lr_scheduler_type, ...); a custom optimiser is not supported")
-        if reward_funcs is None or (isinstance(reward_funcs, (list, tuple)) and not reward_funcs):
+        if (reward_funcs is None or (isinstance(reward_funcs, (list, tuple)) and not reward_funcs)) \
+                and environment_factory is None:
             raise ValueError("GRPOTrainer needs reward_funcs: a function, a name (e.g. 'accuracy') or a list of them")
-        if train_dataset is None:
+        if train_dataset is None and environment_factory is None:
             raise ValueError("GRPOTrainer needs train_dataset (a datasets.Dataset or a list of row dicts)")
         if args is None:  # TRL: GRPOConfig(f"{model_name}-GRPO")
             name = model if isinstance(model, str) else getattr(model, "name_or_path", "model") or "model"
@@ -74,10 +75,13 @@ class GRPOTrainer:
         overrides = config_overrides(args)
         self._eval = {key: overrides.pop(key) for key in EVAL_KEYS if key in overrides}
         self.eval_dataset = eval_dataset
-        overrides.update(preset="trl", model=model, reward_funcs=reward_funcs)
+        overrides.update(preset="trl", model=model, reward_funcs=reward_funcs or [])
         if tools:  # TRL's tools=[fn, ...]: listed by the chat template, called in this process (docs/training.md)
             overrides["tools"] = list(tools)
-        overrides["data"] = _train_rows(train_dataset, overrides)
+        if environment_factory is not None:  # TRL's: an instance per rollout, its methods as tools (docs/training.md)
+            overrides["environment_factory"] = environment_factory
+        overrides["data"] = (_train_rows(train_dataset, overrides) if train_dataset is not None
+                             else _environment_rows(overrides))
         if processing_class is not None:
             overrides["processing_class"] = processing_class
         if peft_config is not None:
@@ -217,6 +221,23 @@ def lora_options(peft_config) -> dict:
         targets = ",".join(sorted(targets))
     return {"lora_r": peft_config.r, "lora_alpha": peft_config.lora_alpha, "lora_dropout": peft_config.lora_dropout,
             "lora_target_modules": targets}
+
+
+def _environment_rows(overrides: dict) -> list[dict]:
+    """No train_dataset, as TRL allows with one environment that owns the data (its ``reset`` returns the prompt):
+    one generation batch of empty user prompts, gone through again every step (TRL's placeholder dataset)."""
+    from rlvr.config import build_config
+    from rlvr.config.experiment import configured_world_size
+
+    if isinstance(overrides["environment_factory"], dict):
+        raise ValueError("A dict environment_factory (several environments) needs a train_dataset with an "
+                         "'environment' column to route each row; give one, or a single environment factory")
+    if not overrides.get("max_steps", -1) > 0:
+        raise ValueError("Without a train_dataset (the environment owns the data and returns the prompt from "
+                         "reset()), max_steps must be set to a positive value: GRPOConfig(max_steps=...)")
+    cfg = build_config({**overrides, "data": [{"prompt": ""}]})  # the batch arithmetic
+    prompts = cfg.batch_shape(configured_world_size(cfg.run.nproc)).prompts_per_step
+    return [{"prompt": [{"role": "user", "content": ""}]} for _ in range(prompts)]
 
 
 def _train_rows(data, overrides: dict):
