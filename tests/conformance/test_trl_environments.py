@@ -18,7 +18,15 @@ import itertools
 
 import pytest
 
-from .test_trl_tools import call, observed_rlvr, observed_trl, tool_model  # noqa: F401  (tool_model: a fixture)
+from .test_trl_tools import (  # noqa: F401  (a fixture)
+    ScriptedEngine,
+    ScriptedTurns,
+    assert_same_generations,
+    call,
+    observed_rlvr,
+    observed_trl,
+    tool_model,
+)
 from .test_trl_training_step import G, compare, run_rlvr, run_trl
 
 trl = pytest.importorskip("trl", reason="TRL is in the dev extra (make setup installs it)")
@@ -88,45 +96,17 @@ MIXED = [{**ROWS[0], "environment": "vault"},
 FILL = " and that is all I will say about it" * 3  # (answers of similar length: rlvr's length buckets)
 
 
-class ScriptedTurns:
+class VaultTurns(ScriptedTurns):
     """The model's turns: the first by position in the group, the next from what the last tool result said."""
 
-    def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
-        self.prompts_seen: list[list[list[int]]] = []
-
-    def __call__(self, prompt_ids: list[list[int]]) -> list[list[int]]:
-        self.prompts_seen.append([list(p) for p in prompt_ids])
-        out = []
-        for position, ids in enumerate(prompt_ids):
-            text = self.tokenizer.decode(ids, skip_special_tokens=False)
-            lamp = "lamp" in text
-            if "<tool_response>" not in text:
-                turn = ([call("switch"), call("switch") + call("switch"), "No." + FILL * 2, call("switch")] if lamp else
-                        [call("guess", code=12), call("hint"), "I give up" + FILL * 2, call("guess", code=7)])[position % G]
-            else:
-                last = text.rsplit("<tool_response>", 1)[1]
-                turn = ("Done" + FILL if "open" in last or "on" in last or text.count("<tool_response>") > 2
-                        else call("switch") if lamp else call("guess", code=int(last.split("\n")[1][-1])))
-            out.append(self.tokenizer.encode(turn, add_special_tokens=False) + [self.tokenizer.eos_token_id])
-        return out
-
-
-class ScriptedEngine:
-    def __init__(self, engine, fixed):
-        self.engine, self.fixed = engine, fixed
-
-    def __getattr__(self, name):
-        return getattr(self.engine, name)
-
-    def generate(self, prompts, *, max_new_tokens, sampling, **seeding):
-        from rlvr.rollout import Completion
-
-        out = []
-        for ids in self.fixed(prompts):
-            kept = ids[:max_new_tokens]
-            out.append(Completion(kept, [0.0] * len(kept), truncated=kept[-1] != self.fixed.tokenizer.eos_token_id))
-        return out
+    def turn(self, position: int, text: str) -> str:
+        lamp = "lamp" in text
+        if "<tool_response>" not in text:
+            return ([call("switch"), call("switch") + call("switch"), "No." + FILL * 2, call("switch")] if lamp else
+                    [call("guess", code=12), call("hint"), "I give up" + FILL * 2, call("guess", code=7)])[position % G]
+        last = text.rsplit("<tool_response>", 1)[1]
+        return ("Done" + FILL if "open" in last or "on" in last or text.count("<tool_response>") > 2
+                else call("switch") if lamp else call("guess", code=int(last.split("\n")[1][-1])))
 
 
 CASES = {
@@ -152,17 +132,12 @@ def test_trls_environments_are_rlvrs(name, tmp_path, tool_model, monkeypatch):  
     theirs, ours = [], []
     observed_rlvr(ours, monkeypatch)
     rlvr_run = run_rlvr(tmp_path / "rlvr", tool_model, {**options, "environment_factory": factory()},
-                        ScriptedTurns(tokenizer), monkeypatch, rows=case["rows"], rewards=(tries,),
+                        VaultTurns(tokenizer), monkeypatch, rows=case["rows"], rewards=(tries,),
                         engine_class=ScriptedEngine)
-    trl_run = run_trl(tmp_path / "trl", tool_model, options, ScriptedTurns(tokenizer), monkeypatch,
+    trl_run = run_trl(tmp_path / "trl", tool_model, options, VaultTurns(tokenizer), monkeypatch,
                       rows=case["rows"], rewards=(tries,), environment_factory=factory(),
                       trainer_class=observed_trl(theirs))
-    assert len(ours) == len(theirs) > 0
-    for generation, (mine, trls) in enumerate(zip(ours, theirs)):
-        for row, (a, b) in enumerate(zip(mine, trls, strict=True)):
-            assert a[0] == b[0], f"generation {generation}, row {row}: completion ids differ"
-            assert a[1] == b[1], f"generation {generation}, row {row}: tool masks differ"
-            assert a[2] == b[2], f"generation {generation}, row {row}: messages differ"
+    assert_same_generations(ours, theirs)
     compare(trl_run, rlvr_run, options.get("num_iterations", 1))
     first = trl_run.prompts[0]  # not vacuous: the rollouts of a prompt started from different observations
     assert len({tuple(p) for p in first[:G]}) == G

@@ -46,7 +46,17 @@ def fail(reason: str) -> str:
     raise ValueError(f"failed because {reason}")
 
 
-TOOLS = [multiply, fail]
+async def add(a: int, b: int) -> int:
+    """Add two integers (an async tool: TRL shows its result after the turn's other ones).
+
+    Args:
+        a: The first term.
+        b: The second term.
+    """
+    return a + b
+
+
+TOOLS = [multiply, fail, add]
 
 
 def call(name: str, **arguments) -> str:
@@ -54,10 +64,14 @@ def call(name: str, **arguments) -> str:
 
 
 # the first turn of each row of a group (by position), and the turn after k tool results (by the question); the
-# answer without a call is long enough that rlvr's length buckets keep a group in one micro-batch, as TRL's is
-FIRST = [call("multiply", a=3, b=4), "It is 12, " + "as three fours make twelve; " * 6 + "so 12.", call("multiply", a=6, b=7) + "\n" + call("divide", a=1, b=2),
+# answer without a call is long enough that rlvr's length buckets keep a group in one micro-batch, as TRL's is (and
+# 200 tokens: it fits the budget-rollback case's budget, as a real engine would cut it)
+FIRST = [call("multiply", a=3, b=4), "It is 12, " + "as three fours make twelve; " * 6 + "so it is 12" + "!" * 10, call("multiply", a=6, b=7) + "\n" + call("divide", a=1, b=2),
          "Let me check. " + call("fail", reason="no reason")]
-AFTER = {1: {"3 x 4": call("multiply", a=12, b=1), "6 * 7": "The product is 42."},
+# after 3 x 4 = 12 was shown: an async call, then a sync one (TRL shows the sync result first)
+BOTH = call("add", a=12, b=0) + "\n" + call("multiply", a=12, b=1)
+AFTER = {1: {"3 x 4": call("multiply", a=12, b=1),
+             "6 * 7": "The product is 42." + " Forty-two." * 5},
          2: {"3 x 4": "So 12.", "6 * 7": "Done: 42."}}
 
 
@@ -75,17 +89,18 @@ class ScriptedTurns:
 
     def __call__(self, prompt_ids: list[list[int]]) -> list[list[int]]:
         self.prompts_seen.append([list(p) for p in prompt_ids])
-        eos = [self.tokenizer.eos_token_id]
-        out = []
-        for position, ids in enumerate(prompt_ids):
-            text = self.tokenizer.decode(ids, skip_special_tokens=False)
-            results = text.count("<tool_response>")
-            if results == 0:
-                turn = FIRST[position % G]
-            else:
-                turn = next(t for key, t in AFTER[min(results, 2)].items() if key in text)
-            out.append(self.tokenizer.encode(turn, add_special_tokens=False) + eos)
-        return out
+        return [self.tokenizer.encode(self.turn(position, self.tokenizer.decode(ids, skip_special_tokens=False)),
+                                      add_special_tokens=False) + [self.tokenizer.eos_token_id]
+                for position, ids in enumerate(prompt_ids)]
+
+    def turn(self, position: int, text: str) -> str:
+        """The turn of the row at ``position`` of the batch, whose prompt so far is ``text``."""
+        results = text.count("<tool_response>")
+        if results == 0:
+            return FIRST[position % G]
+        if results == 1 and "3 x 4" in text and "<tool_response>\n12\n" in text:
+            return BOTH
+        return next(t for key, t in AFTER[min(results, 2)].items() if key in text)
 
 
 class ScriptedEngine:
@@ -157,6 +172,16 @@ def observed_rlvr(record: list, monkeypatch):
     monkeypatch.setattr(setup_module, "with_tools", recording)
 
 
+def assert_same_generations(ours: list, theirs: list) -> None:
+    """Each generation's completions (ids, tool mask, messages) as rlvr's and TRL's tool loops recorded them."""
+    assert len(ours) == len(theirs) > 0
+    for generation, (mine, trls) in enumerate(zip(ours, theirs)):
+        for row, (a, b) in enumerate(zip(mine, trls, strict=True)):
+            assert a[0] == b[0], f"generation {generation}, row {row}: completion ids differ"
+            assert a[1] == b[1], f"generation {generation}, row {row}: tool masks differ"
+            assert a[2] == b[2], f"generation {generation}, row {row}: messages differ"
+
+
 CASES = {  # max_completion_length: 400 holds every row's turns; 200 drops a second call's result (the rollback)
     "all-fit": dict(max_completion_length=400, max_steps=2),
     "budget-rollback": dict(max_completion_length=200, max_steps=2),
@@ -180,12 +205,7 @@ def test_trls_tool_loop_is_rlvrs(name, tmp_path, tool_model, monkeypatch):
                         monkeypatch, rows=ROWS, rewards=(reward,), engine_class=ScriptedEngine)
     trl_run = run_trl(tmp_path / "trl", tool_model, options, ScriptedTurns(tokenizer), monkeypatch, rows=ROWS,
                       rewards=(reward,), tools=TOOLS, trainer_class=observed_trl(theirs))
-    assert len(ours) == len(theirs) > 0
-    for generation, (mine, trls) in enumerate(zip(ours, theirs)):
-        for row, (a, b) in enumerate(zip(mine, trls, strict=True)):
-            assert a[0] == b[0], f"generation {generation}, row {row}: completion ids differ"
-            assert a[1] == b[1], f"generation {generation}, row {row}: tool masks differ"
-            assert a[2] == b[2], f"generation {generation}, row {row}: messages differ"
+    assert_same_generations(ours, theirs)
     k = options.get("num_iterations", 1)  # optimiser steps per generation (steps_per_generation = accumulation = 1)
     compare(trl_run, rlvr_run, k)
     generated = [line for line in trl_run.log_history if "tools/call_frequency" in line]  # (generation steps)

@@ -6,7 +6,7 @@ call still running after ``timeout`` seconds, is shown as ``str({"error": messag
 texts). A synchronous function runs on a daemon thread, one call after another in the order the calls were made
 (TRL's order), and is abandoned, not killed, when it passes the limit (Python cannot stop a thread: a tool that never
 returns keeps its thread; the run goes on). ``async def`` tools run together on one event loop of their own (a
-daemon thread, as TRL's), each with the limit.
+daemon thread, as TRL's), each with the limit; as in TRL, a turn's async results are shown after its other ones.
 
 These functions are the user's own code, trusted as the trainer is: model-written code runs only in the sandbox
 (the built-in ``python`` tool, ``rlvr.rewards.sandbox.notebook``). A tool the model should not be able to misuse
@@ -19,6 +19,7 @@ import asyncio
 import inspect
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 
 from rlvr.core.event_loop import daemon_event_loop
 from rlvr.rollout.tool_loop import ToolCall, ToolResult, ToolRunner
@@ -35,7 +36,8 @@ def function_runner(fn: Callable, *, timeout: float) -> ToolRunner:
                 return await asyncio.gather(*(one(call) for call in calls), return_exceptions=True)
 
             values = asyncio.run_coroutine_threadsafe(all_of(calls), _event_loop()).result()
-            return [_result(value, isinstance(value, BaseException), timeout) for value in values]
+            return [replace(_result(value, isinstance(value, BaseException), timeout), deferred=True)
+                    for value in values]
         return run_async
 
     def run(calls: list[ToolCall]) -> list[ToolResult]:

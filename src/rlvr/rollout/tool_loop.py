@@ -47,6 +47,7 @@ class ToolCall:
 class ToolResult:
     text: str  # what the model is shown (already cut to the tool's output budget)
     failed: bool = False  # an error, a timeout, a crash, an unknown tool (TRL's tools/failure_frequency)
+    deferred: bool = False  # an async tool's: shown after the turn's other results (TRL's order)
 
 
 # a tool's runner: the results of a round's calls to it, in order (the sandbox runs them in parallel)
@@ -253,14 +254,16 @@ class ToolLoop:
             row.calls += row.waiting
             row.seconds += seconds
             row.failures += sum(result.failed for result in mine)
-            shown = self.format.result_ids(row.tokens[row.turn_start:], row.waiting, mine)
+            # TRL's order: the results of async tools after the others, each part in call order
+            shown_pairs = sorted(zip(row.waiting, mine), key=lambda pair: pair[1].deferred)
+            shown = self.format.result_ids(row.tokens[row.turn_start:], *map(list, zip(*shown_pairs)))
             row.waiting = ()
             if len(row.tokens) + len(shown) > max_new_tokens:  # past the budget: TRL's rollback, the response
                 row.result_dropped = True  # ends with the turn as the model wrote it
                 self._uncut(row)
                 continue
             row.messages += [{"role": "tool", "name": call.name, "content": result.text}
-                             for call, result in zip(row.calls[-len(mine):], mine)] if row.messages else []
+                             for call, result in shown_pairs] if row.messages else []
             row.tokens += shown
             row.logprobs += [0.0] * len(shown)
             row.mask += [0] * len(shown)
