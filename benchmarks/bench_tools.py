@@ -1,7 +1,9 @@
 """Rollout time with the python tool: the same rollout without tool calls, with the calls run in rlvr's sandbox
-(``tools=python``), and with each call run in a fresh plain subprocess (no isolation: the floor).
+(``tools=python``; TRL's rounds, and ``tool_scheduling=rows``), and with each call run in a fresh plain subprocess
+(no isolation: the floor).
 
     python benchmarks/bench_tools.py [--model smollm2-135m] [--rows 16] [--calls 2] [--turn-tokens 48] [--repeats 2]
+                                     [--sleep 0]
 
 The model generates every turn (rlvr's engine, sampling at temperature 1, seeded); to make each response call
 the tool ``--calls`` times whatever the model wants, each turn is cut at ``--turn-tokens`` tokens and a fixed cell
@@ -37,9 +39,9 @@ CELL = "```python\nx = sum(i * i for i in range(20000))\nprint(x % 997)\n```"
 class ForcedCalls:
     """The engine, each turn cut at ``turn_tokens`` tokens and followed by :data:`CELL` until ``calls`` were made."""
 
-    def __init__(self, engine, tokenizer, *, turn_tokens: int, calls: int):
+    def __init__(self, engine, tokenizer, *, turn_tokens: int, calls: int, cell: str = CELL):
         self.engine, self.tokenizer, self.turn_tokens, self.calls = engine, tokenizer, turn_tokens, calls
-        self.cell = tokenizer.encode("\n" + CELL, add_special_tokens=False)
+        self.cell = tokenizer.encode("\n" + cell, add_special_tokens=False)
 
     def __getattr__(self, name):
         return getattr(self.engine, name)
@@ -88,6 +90,8 @@ def main() -> None:
     parser.add_argument("--turn-tokens", type=int, default=48)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--workers", type=int, default=2, help="sandbox workers = plain subprocesses in flight")
+    parser.add_argument("--sleep", type=float, default=0.0,
+                        help="each cell also sleeps a random 0..SLEEP s (a slow tool: an API, a long computation)")
     args = parser.parse_args()
     model, tokenizer = load_policy(args.model)
     engine = build_engine("rlvr", model, pad_token_id=tokenizer.pad_token_id, eos_token_ids=[tokenizer.eos_token_id])
@@ -97,15 +101,21 @@ def main() -> None:
                                          add_generation_prompt=True, tokenize=False)
     prompts = [tokenizer(text, add_special_tokens=False)["input_ids"]] * args.rows
     sampling, seeds = Sampling(temperature=1.0), list(range(args.rows))
-    notebook = PythonNotebook(output_chars=256)
+    notebook = PythonNotebook(output_chars=256, workers=args.workers)
     shared_pool("namespaces", args.workers)  # started before the clock
-    forced = ForcedCalls(engine, tokenizer, turn_tokens=args.turn_tokens, calls=args.calls)
+    cell = CELL if not args.sleep else CELL.replace("```python\n", "```python\nimport random, time\n"
+                                                     f"time.sleep(random.uniform(0, {args.sleep}))\n", 1)
+    forced = ForcedCalls(engine, tokenizer, turn_tokens=args.turn_tokens, calls=args.calls, cell=cell)
     budget = (args.calls + 1) * args.turn_tokens + args.calls * (len(forced.cell) + 64)  # turns, cells and results
     settings = {
         "no tool calls (one turn, the same tokens)": lambda: engine.generate(
             prompts, max_new_tokens=(args.calls + 1) * args.turn_tokens, sampling=sampling, row_seeds=seeds),
         "python tool in rlvr's sandbox": lambda: ToolLoop(
             forced, tokenizer, {"python": notebook_runner(notebook.run_cells)}, tool_format=MarkdownPython(tokenizer)
+        ).generate(prompts, max_new_tokens=budget, sampling=sampling, row_seeds=seeds),
+        "python tool in rlvr's sandbox, tool_scheduling=rows": lambda: ToolLoop(
+            forced, tokenizer, {"python": notebook_runner(notebook.run_cells)}, tool_format=MarkdownPython(tokenizer),
+            scheduling="rows", tool_workers=args.rows
         ).generate(prompts, max_new_tokens=budget, sampling=sampling, row_seeds=seeds),
         "python tool, a fresh plain subprocess per call": lambda: ToolLoop(
             forced, tokenizer, {"python": notebook_runner(plain_runner(args.workers))}, tool_format=MarkdownPython(tokenizer)
@@ -123,14 +133,16 @@ def main() -> None:
         rows.append((name, seconds, model_tokens, calls, failures, in_tools))  # for every round here
     base = rows[0][1]
     print(f"{args.model}, {args.rows} responses, {args.calls} calls each, turns of {args.turn_tokens} tokens, "
-          f"{args.workers} sandbox workers, best of {args.repeats}, {os.cpu_count()} CPUs\n")
+          f"{args.workers} sandbox workers, cells sleeping 0..{args.sleep:g} s, best of {args.repeats}, "
+          f"{os.cpu_count()} CPUs\n")
     print("| rollout | seconds | tokens generated | calls (failed) | seconds in tool calls | time vs no tool calls |")
     print("|---|---|---|---|---|---|")
     for name, seconds, tokens, calls, failures, in_tools in rows:
         print(f"| {name} | {seconds:.2f} | {tokens} | {calls} ({failures}) | {in_tools:.2f} | {seconds / base:.2f}x |")
-    print(f"\nin tool calls: the sandbox {rows[1][5] / max(rows[2][5], 1e-9):.2f}x a fresh plain subprocess per call; "
+    print(f"\nin tool calls: the sandbox {rows[1][5] / max(rows[3][5], 1e-9):.2f}x a fresh plain subprocess per call; "
           "the rest of the difference to one turn is the engine's: a turn re-reads prompt + response so far "
-          "(prefill) and the rounds are smaller batches")
+          "(prefill) and the rounds are smaller batches. tool_scheduling=rows against rounds: "
+          f"{rows[2][1] / rows[1][1]:.2f}x the time (its calls run while other rows generate; its batches are smaller)")
 
 
 if __name__ == "__main__":

@@ -3,12 +3,14 @@ its log-probs and the prompts each turn was generated from are checked against a
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from rlvr.models.tiny import tiny_byte_tokenizer
 from rlvr.rollout.completion import Completion
 from rlvr.rollout.sampling import Sampling
-from rlvr.rollout.tool_loop import MarkdownPython, ToolLoop, ToolResult
+from rlvr.rollout.tool_loop import MarkdownPython, ToolCall, ToolLoop, ToolResult, Turn
 
 TOKENIZER = tiny_byte_tokenizer()
 EOS = TOKENIZER.convert_tokens_to_ids("<|im_end|>")
@@ -127,3 +129,112 @@ def test_the_engines_abilities_and_weights_are_the_engines():
     engine = Scripted({"A": ["x<END>"]})
     looped = loop(engine, [])
     assert looped.supports_row_seeds is True and looped.eos_token_ids == [EOS]
+
+
+ROWS_SCRIPT = {"A": ["```python\na = 1\n```<END>", "```python\na += 1\n```<END>", "A done<END>"],
+               "B": ["no call<END>"],
+               "C": ["```python\nc = 3\n```\nignored<END>", "C done<END>"],
+               "D": ["```python\nd = 4\n```<END>", "```python\nd\n```<END>", "```python\nd * 2\n```<END>", "D<END>"]}
+
+
+def _outcome(out):
+    return [(c.token_ids, c.logprobs, c.tool_mask, c.truncated, c.tool_use.calls, c.tool_use.cut_by_call_limit)
+            for c in out]
+
+
+@pytest.mark.parametrize("limit", [None, 2])
+def test_rows_scheduling_gives_the_tokens_of_rounds_with_each_rows_seeds(limit):
+    """Each row's k-th continuation is drawn with round k's seed in both schedules, so a scripted (batch-independent)
+    engine gives the same responses, call limits and budgets, turn by turn."""
+    prompts, seeds = [ids(k + "?") for k in "ABCD"], [11, 12, 13, 14]
+    outs, asked = {}, {}
+    for scheduling in ("rounds", "rows"):
+        engine, log = Scripted(ROWS_SCRIPT), []
+        looped = loop(engine, log, scheduling=scheduling, tool_workers=4, max_tool_calling_iterations=limit)
+        outs[scheduling] = looped.generate(prompts, max_new_tokens=300, sampling=SAMPLING, row_seeds=seeds)
+        asked[scheduling] = sorted((p, s) for prompts_, _, seeds_ in engine.calls for p, s in zip(prompts_, seeds_))
+    assert _outcome(outs["rows"]) == _outcome(outs["rounds"])
+    assert asked["rows"] == asked["rounds"]  # every prompt each turn continued, with the same seed
+    assert [c.tool_use.calls for c in outs["rows"]] == ([2, 0, 1, 3] if limit is None else [2, 0, 1, 2])
+
+
+def _released_by_the_engine(scheduling: str, timeout: float) -> bool:
+    """Row A's call blocks until the engine is asked for row C's next turn (or ``timeout``): whether it was."""
+    released, outcome = threading.Event(), []
+
+    class Watching(Scripted):
+        def generate(self, prompts, **kwargs):
+            if any(text(p).startswith("C") and "```output" in text(p) for p in prompts):
+                released.set()
+            return super().generate(prompts, **kwargs)
+
+    def run(calls):
+        if any("a = 1" in call.arguments["code"] for call in calls):
+            outcome.append(released.wait(timeout=timeout))
+        return [ToolResult("ok") for _ in calls]
+
+    script = {"A": ROWS_SCRIPT["A"][:1] + ["A done<END>"], "C": ROWS_SCRIPT["C"]}
+    looped = ToolLoop(Watching(script), TOKENIZER, {"python": run}, tool_format=MarkdownPython(TOKENIZER),
+                      scheduling=scheduling, tool_workers=2)
+    out = looped.generate([ids("A?"), ids("C?")], max_new_tokens=300, sampling=SAMPLING, row_seeds=[1, 2])
+    assert [text(c.token_ids).endswith(f"{k} done<|im_end|>") for k, c in zip("AC", out)] == [True, True]
+    (released_in_time,) = outcome
+    return released_in_time
+
+
+def test_with_rows_a_slow_call_holds_back_only_its_row_and_runs_while_the_others_generate():
+    """With rows scheduling, C's fast call came back and C's next turn was generated while A's call still ran; with
+    rounds the next turns wait for every call of the round."""
+    assert _released_by_the_engine("rows", timeout=5)
+    assert not _released_by_the_engine("rounds", timeout=0.3)
+
+
+def test_rows_scheduling_needs_an_engine_that_seeds_each_row():
+    engine = Scripted({})
+    engine.supports_row_seeds = False
+    with pytest.raises(ValueError, match="tool_scheduling=rows needs an engine that seeds each row"):
+        loop(engine, [], scheduling="rows")
+
+
+class FirstTurnCalls:
+    """A first turn's first 5 tokens are a call to ``echo`` (a random model writes no call syntax); later turns
+    call nothing."""
+
+    def parse_turn(self, context, turn):
+        return Turn(min(5, len(turn)), (ToolCall("echo", {}),) if "ABC" not in text(context) else ())
+
+    def result_ids(self, turn, calls, results):
+        return ids("ABC\n")
+
+    def missing_tool(self, name, known):
+        return ToolResult("no such tool", failed=True)
+
+
+@pytest.mark.parametrize("engine_name", ["rlvr", "hf"])
+def test_every_engine_continues_after_a_result_with_the_trainers_logprobs(engine_name):
+    """rlvr's decoder and transformers' generate in the loop (vLLM: tests/rollout/test_vllm_tools.py): the model's
+    tokens after a result are sampled on the whole context, their log-probs the trainer's; the result's are 0."""
+    import torch
+
+    from rlvr.models import tiny_random_model_and_tokenizer
+    from rlvr.rollout import build_engine
+    from rlvr.train.response_logprobs import response_logprobs_no_grad
+
+    model, tokenizer = tiny_random_model_and_tokenizer(seed=4)
+    model.eval()
+    engine = build_engine(engine_name, model, pad_token_id=tokenizer.pad_token_id, eos_token_ids=[EOS])
+    looped = ToolLoop(engine, TOKENIZER, {"echo": lambda calls: [ToolResult("ABC") for _ in calls]},
+                      tool_format=FirstTurnCalls())
+    prompts = [ids("What is 2 + 2?"), ids("Name a colour.")] * 2
+    seeding = {"row_seeds": [1, 2, 3, 4]} if engine.supports_row_seeds else {"generator_seed": 5}
+    out = looped.generate(prompts, max_new_tokens=24, sampling=Sampling(0.8), **seeding)
+    shown = ids("ABC\n")
+    scored = response_logprobs_no_grad(model, prompts, [c.token_ids for c in out], pad_token_id=tokenizer.pad_token_id,
+                                       temperature=0.8, micro_batch_size=1)
+    for completion, logprobs in zip(out, scored):
+        assert completion.token_ids[5:5 + len(shown)] == shown and completion.tool_mask[5:5 + len(shown)] == (0,) * 4
+        assert len(completion.token_ids) > 5 + len(shown)  # the model went on after the result
+        model_tokens = torch.tensor(completion.tool_mask, dtype=torch.bool)
+        assert completion.logprobs[5:5 + len(shown)] == [0.0] * len(shown)
+        torch.testing.assert_close(torch.tensor(completion.logprobs)[model_tokens], logprobs[model_tokens],
+                                   rtol=1e-4, atol=1e-4)

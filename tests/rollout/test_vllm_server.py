@@ -133,6 +133,23 @@ def test_generation_equals_the_colocated_engine(client, colocated, sampling, see
         assert {c.truncated for c in ours} == {True, False} or len({tuple(c.token_ids) for c in ours}) > 1
 
 
+def test_the_tool_loop_through_the_server_is_the_colocated_ones(client, colocated):
+    """vllm_mode=server with tools: the loop cuts, appends results and resumes through the client as through the
+    colocated engine (tests/rollout/test_vllm_tools.py's format: every first turn calls), the same responses."""
+    from rlvr.rollout.tool_loop import ToolLoop, ToolResult
+    from tests.rollout.test_vllm_tools import CUT, RESULT, TOKENIZER, EveryFirstTurnCalls
+
+    def looped(engine):
+        return ToolLoop(engine, TOKENIZER, {"echo": lambda calls: [ToolResult("ABC") for _ in calls]},
+                        tool_format=EveryFirstTurnCalls(), max_tool_calling_iterations=1)
+
+    seeds = {"row_seeds": list(range(7, 7 + len(SHORT_PROMPTS) * 2))}
+    prompts = SHORT_PROMPTS * 2
+    served = looped(client).generate(prompts, max_new_tokens=24, sampling=Sampling(0.9), **seeds)
+    assert_same(served, looped(colocated).generate(prompts, max_new_tokens=24, sampling=Sampling(0.9), **seeds))
+    assert all(c.token_ids[CUT:CUT + len(RESULT)] == RESULT and 0 in c.tool_mask for c in served)
+
+
 def test_sync_weights_follows_the_policy(client, colocated, policy):
     sampling, seeds = SETTINGS[0]
     before = client.generate(PROMPTS, max_new_tokens=24, sampling=sampling, **seeds)

@@ -47,8 +47,9 @@ class ScriptedModel:
 
 
 @pytest.mark.parametrize("algo", [{}, {"algo": "dagrpo", "scorer": "steps", "score_alpha": 0.5},
-                                  {"algo": "tagrpo", "num_rephrasings": 1, "pooled": True}],
-                         ids=["grpo", "dagrpo", "tagrpo"])
+                                  {"algo": "tagrpo", "num_rephrasings": 1, "pooled": True},
+                                  {"tool_scheduling": "rows"}],
+                         ids=["grpo", "dagrpo", "tagrpo", "grpo-rows"])
 def test_a_run_with_the_python_tool_logs_its_turns_calls_and_trains_on_the_models_tokens(tmp_path, algo):
     cfg = build_config(tiny_overrides(tmp_path / "run", tools="python", max_steps=1, prompts_per_step=2,
                                       num_generations=4, max_completion_length=256,

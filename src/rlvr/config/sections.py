@@ -28,6 +28,7 @@ from rlvr.rollout.names import ROLLOUT_ENGINES
 
 MAX_SEED = 2**63 - 1  # torch.manual_seed overflows past 2**64 - 1; 63 bits fit every int64 seed (vLLM, generators)
 TOOLS = ("python",)
+TOOL_SCHEDULING = ("rounds", "rows")  # (rlvr.rollout.tool_loop.SCHEDULING)
 DEFAULT_DATA = "rg:chain_sum:size=1000:seed=0:min_terms=2:max_terms=2:min_digits=1:max_digits=1"
 
 
@@ -163,6 +164,12 @@ class RolloutConfig:
                                                        "name); null: until the model stops calling or the completion "
                                                        "budget is spent")
     tool_output_chars: int = _f(1024, "with tools: a tool result is cut to this many characters (head and tail kept)")
+    tool_scheduling: str = _f("rounds", "with tools: rounds (TRL's loop: every row's turn, then every call, then every "
+                                        "next turn) or rows (a row's calls start as soon as its turn ends and run in "
+                                        "the background; the rows whose results are back are generated while other "
+                                        "calls run, so a slow call holds back only its row; rollout_engine=rlvr or "
+                                        "vllm, which seed each row: its tokens do not depend on the timing unless the "
+                                        "engine's numerics depend on the batch)")
 
     def __post_init__(self) -> None:
         if self.prompts_per_step is not None and self.prompts_per_step < 1:
@@ -208,6 +215,8 @@ class RolloutConfig:
                                                              or self.max_tool_calling_iterations < 1):
             _fail("max_tool_calling_iterations", self.max_tool_calling_iterations,
                   "use a positive number of rounds such as 4, or null (no limit)")
+        if self.tool_scheduling not in TOOL_SCHEDULING:
+            _fail("tool_scheduling", self.tool_scheduling, f"choose one of {TOOL_SCHEDULING}")
         if self.tool_output_chars < 16:
             _fail("tool_output_chars", self.tool_output_chars, "use at least 16 characters, such as 1024")
 

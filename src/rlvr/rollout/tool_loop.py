@@ -19,8 +19,12 @@ answered by an ```` ```output ```` block, as in ToRL and ReTool for base and ins
 ``python`` tool), or ``rlvr.rollout.chat_tools.ChatTemplateTools`` (the chat template's tool calls and tool role, as
 TRL's ``tools=[fn, ...]``: a turn ends at its end-of-turn token and every call in it runs). The tools are run by the
 caller's runners (``rlvr.rewards.sandbox.notebook`` for ``python``, ``rlvr.rollout.function_tools`` for functions):
-one batch per runner and round, so the sandbox runs the calls of a round in parallel. Rows waiting for a tool do wait for the round (the engines take
-whole batches); the rows without a call are not generated again.
+one batch per runner and round, so the sandbox runs the calls of a round in parallel; the rows without a call are not
+generated again. That is TRL's loop (``scheduling=rounds``): a row whose call is slow holds back every other row's next
+turn. With ``scheduling=rows`` (engines that seed each row: rlvr's, vLLM's) a row's calls start as soon as its turn
+is read and run in the background, and whenever some finish, the rows whose results are back are generated while the
+other calls still run: tool time overlaps generation, and a slow call holds back only its own row. The engines take
+whole batches, so a row whose turn is still being generated waits for its batch.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 
 from rlvr.rollout.completion import Completion, ToolUse
@@ -50,6 +55,7 @@ class ToolResult:
     deferred: bool = False  # an async tool's: shown after the turn's other results (TRL's order)
 
 
+SCHEDULING = ("rounds", "rows")  # tool_scheduling: TRL's rounds, or each row on its own (ToolLoop)
 # a tool's runner: the results of a round's calls to it, in order (the sandbox runs them in parallel)
 ToolRunner = Callable[[list[ToolCall]], list[ToolResult]]
 
@@ -149,13 +155,24 @@ class ToolLoop:
         tool_format: what a call is and how results are shown (:class:`MarkdownPython`,
             ``rlvr.rollout.chat_tools.ChatTemplateTools``).
         max_tool_calling_iterations: rounds of calls at most (None: until no row calls; TRL's option).
+        scheduling: ``rounds`` (every row's turn, then every call, then the next turns: TRL's loop) or ``rows``
+            (a row's calls start as soon as its turn is read and run in the background; the rows whose results are
+            back are generated while the others' calls still run; with per-row seeds only, see ``generate``).
+        tool_workers: with ``rows``, rows whose calls run at once (1: one after another, as TRL calls functions).
     """
 
     def __init__(self, engine, tokenizer, tools: dict[str, ToolRunner], *, tool_format,
-                 max_tool_calling_iterations: int | None = None):
+                 max_tool_calling_iterations: int | None = None, scheduling: str = "rounds", tool_workers: int = 1):
+        if scheduling not in SCHEDULING:
+            raise ValueError(f"tool_scheduling={scheduling!r}: choose one of {SCHEDULING}")
+        if scheduling == "rows" and not engine.supports_row_seeds:
+            raise ValueError(f"tool_scheduling=rows needs an engine that seeds each row ({type(engine).__name__} "
+                             "seeds whole batches, so a row's tokens would depend on which rows were ready with it); "
+                             "use rollout_engine=rlvr or vllm, or tool_scheduling=rounds")
         self.engine, self.tokenizer, self.tools = engine, tokenizer, dict(tools)
         self.format = tool_format
         self.max_iterations = max_tool_calling_iterations
+        self.scheduling, self.tool_workers = scheduling, tool_workers
 
     def __getattr__(self, name: str):  # the engine's abilities, eos_token_ids, sleep/wake, ...
         return getattr(self.engine, name)
@@ -173,6 +190,15 @@ class ToolLoop:
         rows = [_Row(list(p), list(c.token_ids), list(c.logprobs), [1] * len(c.token_ids), c.truncated)
                 for p, c in zip(prompts, first)]
         waiting = [i for i, row in enumerate(rows) if self._read_turn(row)]
+        if self.scheduling == "rows" and row_seeds is not None:
+            self._by_rows(rows, waiting, max_new_tokens, sampling, row_seeds, tools)
+        else:
+            self._by_rounds(rows, waiting, max_new_tokens, sampling, generator_seed, row_seeds, tools)
+        return [self._completion(row) for row in rows]
+
+    def _by_rounds(self, rows: list[_Row], waiting: list[int], max_new_tokens: int, sampling: Sampling,
+                   generator_seed: int | None, row_seeds: list[int] | None, tools) -> None:
+        """TRL's loop: round k runs every waiting row's calls, then generates every continuing row's next turn."""
         iteration = 0
         while waiting:
             if self.max_iterations is not None and iteration >= self.max_iterations:
@@ -199,7 +225,51 @@ class ToolLoop:
                 for i, turn in zip(going, turns_):
                     self._append_turn(rows[i], turn, max_new_tokens)
             waiting = [i for i in going if self._read_turn(rows[i])]
-        return [self._completion(row) for row in rows]
+
+    def _by_rows(self, rows: list[_Row], waiting: list[int], max_new_tokens: int, sampling: Sampling,
+                 row_seeds: list[int], tools) -> None:
+        """``scheduling=rows``: each row's calls run in the background as soon as its turn is read; whenever some
+        finish, the rows whose results are back are generated together (in row order) while the others' calls go on.
+        A row's k-th continuation is drawn with the seed of round k, as in :meth:`_by_rounds`, so an engine whose
+        rows do not depend on their batch gives the same tokens; the call limit and the budget are per row, as the
+        rounds apply them."""
+        rounds = [0] * len(rows)  # rounds of calls each row started
+        pending: dict[Future, int] = {}
+        with ThreadPoolExecutor(max_workers=self.tool_workers, thread_name_prefix="rlvr-tool-row") as pool:
+            def start(i: int) -> None:
+                if self.max_iterations is not None and rounds[i] >= self.max_iterations:
+                    self._uncut(rows[i])  # the calls are not run: the turn stays as the model wrote it
+                    rows[i].waiting, rows[i].cut_by_call_limit = (), True
+                    return
+                rounds[i] += 1
+                pending[pool.submit(self._timed_tools, [(i, call) for call in rows[i].waiting], tools)] = i
+
+            for i in waiting:
+                start(i)
+            while pending:
+                done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+                going = []
+                for i, future in sorted((pending.pop(future), future) for future in done):
+                    results, seconds = future.result()
+                    if self._show(rows[i], results, seconds, max_new_tokens):
+                        if len(rows[i].tokens) < max_new_tokens:
+                            going.append(i)
+                        else:  # no room left after the result: the response ends with it
+                            rows[i].truncated = True
+                if going:
+                    budget = max(max_new_tokens - len(rows[i].tokens) for i in going)
+                    turns_ = self.engine.generate([rows[i].prompt + rows[i].tokens for i in going],
+                                                  max_new_tokens=budget, sampling=sampling,
+                                                  row_seeds=[turn_seed(row_seeds[i], rounds[i]) for i in going])
+                    for i, turn in zip(going, turns_):
+                        self._append_turn(rows[i], turn, max_new_tokens)
+                        if self._read_turn(rows[i]):
+                            start(i)
+
+    def _timed_tools(self, calls: list[tuple[int, ToolCall]], bound) -> tuple[list[ToolResult], float]:
+        started = time.monotonic()
+        results = self._run_tools(calls, bound)
+        return results, time.monotonic() - started
 
     def _completion(self, row: _Row) -> Completion:
         mask = tuple(row.mask) if row.calls else None
@@ -248,28 +318,33 @@ class ToolLoop:
         seconds = time.monotonic() - started
         going, at = [], 0
         for i in waiting:
-            row = rows[i]
-            mine = results[at:at + len(row.waiting)]
-            at += len(row.waiting)
-            row.calls += row.waiting
-            row.seconds += seconds
-            row.failures += sum(result.failed for result in mine)
-            # TRL's order: the results of async tools after the others, each part in call order
-            shown_pairs = sorted(zip(row.waiting, mine), key=lambda pair: pair[1].deferred)
-            shown = self.format.result_ids(row.tokens[row.turn_start:], *map(list, zip(*shown_pairs)))
-            row.waiting = ()
-            if len(row.tokens) + len(shown) > max_new_tokens:  # past the budget: TRL's rollback, the response
-                row.result_dropped = True  # ends with the turn as the model wrote it
-                self._uncut(row)
-                continue
-            row.messages += [{"role": "tool", "name": call.name, "content": result.text}
-                             for call, result in shown_pairs] if row.messages else []
-            row.tokens += shown
-            row.logprobs += [0.0] * len(shown)
-            row.mask += [0] * len(shown)
-            row.turn_start = len(row.tokens)
-            going.append(i)
+            mine = results[at:at + len(rows[i].waiting)]
+            at += len(rows[i].waiting)
+            if self._show(rows[i], mine, seconds, max_new_tokens):
+                going.append(i)
         return going
+
+    def _show(self, row: _Row, mine: list[ToolResult], seconds: float, max_new_tokens: int) -> bool:
+        """Append the row's results as its tool turn (False: past the budget, dropped: TRL's rollback, the response
+        ends with its turn as the model wrote it)."""
+        row.calls += row.waiting
+        row.seconds += seconds
+        row.failures += sum(result.failed for result in mine)
+        # TRL's order: the results of async tools after the others, each part in call order
+        shown_pairs = sorted(zip(row.waiting, mine), key=lambda pair: pair[1].deferred)
+        shown = self.format.result_ids(row.tokens[row.turn_start:], *map(list, zip(*shown_pairs)))
+        row.waiting = ()
+        if len(row.tokens) + len(shown) > max_new_tokens:
+            row.result_dropped = True
+            self._uncut(row)
+            return False
+        row.messages += [{"role": "tool", "name": call.name, "content": result.text}
+                         for call, result in shown_pairs] if row.messages else []
+        row.tokens += shown
+        row.logprobs += [0.0] * len(shown)
+        row.mask += [0] * len(shown)
+        row.turn_start = len(row.tokens)
+        return True
 
     def _run_tools(self, calls: list[tuple[int, ToolCall]], bound) -> list[ToolResult]:
         """Each call's result, in order: the calls to each runner in one batch."""

@@ -66,6 +66,7 @@ class ToolSettings:
     timeout: float = 60.0  # seconds a function tool's call may take
     # environment_factory: the environments, probed (rlvr.rollout.environments); None: none
     environments: Environments | None = None
+    scheduling: str = "rounds"  # tool_scheduling: TRL's rounds, or each row on its own (rlvr.rollout.tool_loop)
 
     @property
     def builtin(self) -> bool:
@@ -215,7 +216,7 @@ def tool_settings(cfg: ExperimentConfig) -> ToolSettings | None:
         return None
     if r.tools is not None and list(r.tools) == list(TOOLS):
         return ToolSettings(names=tuple(TOOLS), max_iterations=r.max_tool_calling_iterations,
-                            output_chars=r.tool_output_chars)
+                            output_chars=r.tool_output_chars, scheduling=r.tool_scheduling)
     functions = [_loaded(cfg.python.tool(spec), "tools") for spec in r.tools or ()]
     names = [getattr(fn, "__name__", "") for fn in functions]
     clash = sorted({name for name in names if names.count(name) > 1})
@@ -228,7 +229,7 @@ def tool_settings(cfg: ExperimentConfig) -> ToolSettings | None:
         names = [fn.__name__ for fn in environments.all_tools()]
     return ToolSettings(names=tuple(names), max_iterations=r.max_tool_calling_iterations,
                         output_chars=r.tool_output_chars, functions=tuple(functions), timeout=r.tool_timeout,
-                        environments=environments)
+                        environments=environments, scheduling=r.tool_scheduling)
 
 
 def extra_reward_arguments(cfg: ExperimentConfig) -> tuple[str, ...]:

@@ -139,6 +139,7 @@ def open_r1_chat(cfg: ExperimentConfig) -> bool:
 
 
 BUILT_IN_REWARD_PREFIXES = ("rlvr:", "open-r1:", "verl:")
+ROW_TOOL_WORKERS = 64  # tool_scheduling=rows, python tool: rows whose cells wait in the sandbox pool's queue at once
 
 
 def rows_need_gold(cfg: ExperimentConfig) -> bool:
@@ -245,14 +246,17 @@ def with_tools(engine, tools: ToolSettings | None, tokenizer, cfg: ExperimentCon
 
         # (with environments, each rollout's calls run its own instance's methods: GroupGenerator hands them over)
         runners = {fn.__name__: function_runner(fn, timeout=tools.timeout) for fn in tools.functions}
+        # (rows: one call at a time, as TRL calls functions; they still run while other rows generate)
         return ToolLoop(engine, tokenizer, runners, max_tool_calling_iterations=tools.max_iterations,
+                        scheduling=tools.scheduling, tool_workers=1,
                         tool_format=ChatTemplateTools(tokenizer, tools.listed,
                                                       chat_template_kwargs=cfg.data.chat_template_kwargs))
     sandbox = code_settings(cfg).sandbox
     notebook = PythonNotebook(sandbox, output_chars=tools.output_chars)
     shared_pool(sandbox)
     return ToolLoop(engine, tokenizer, {"python": notebook_runner(notebook.run_cells)},
-                    tool_format=MarkdownPython(tokenizer), max_tool_calling_iterations=tools.max_iterations)
+                    tool_format=MarkdownPython(tokenizer), max_tool_calling_iterations=tools.max_iterations,
+                    scheduling=tools.scheduling, tool_workers=ROW_TOOL_WORKERS)  # (the sandbox's pool runs them)
 
 
 def read_rephrasings_file(path: str | Path) -> dict[str, list[str]]:

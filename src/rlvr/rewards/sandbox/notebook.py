@@ -59,14 +59,15 @@ class PythonNotebook:
     name = "python"
 
     def __init__(self, sandbox: str = "namespaces", *, limits: SandboxLimits = TOOL_LIMITS,
-                 output_chars: int = OUTPUT_CHARS):
+                 output_chars: int = OUTPUT_CHARS, workers: int | None = None):
         self.sandbox, self.limits, self.output_chars = sandbox, limits, output_chars
+        self.workers = workers  # the sandbox pool's (None: shared_pool's default, as code rewards use)
 
     def run_cells(self, requests: list[tuple[list[str], str]]) -> list[tuple[str, bool]]:
         """For each (the trajectory's earlier cells, the new cell): (what the model is shown, whether it failed)."""
         jobs = [Job(PROGRAM.replace("__CELLS__", repr(json.dumps([*earlier, cell]))), limits=self.limits)
                 for earlier, cell in requests]
-        return [self._result(outcome) for outcome in shared_pool(self.sandbox).run_many(jobs)]
+        return [self._result(outcome) for outcome in shared_pool(self.sandbox, self.workers).run_many(jobs)]
 
     def _result(self, outcome) -> tuple[str, bool]:
         if outcome.sandbox_error:
