@@ -226,21 +226,121 @@ def test_trls_trainer_without_a_dataset_plays_the_environment_for_max_steps():
         GRPOTrainer(model="tiny-random", args=args, environment_factory={"a": Counter})
 
 
+def test_instances_are_made_reset_called_and_scored_on_one_thread():
+    """TRL does all of it on its main thread: an object bound to its thread (a sqlite connection) works anywhere."""
+    import sqlite3
+    import threading
+
+    class Ledger:
+        def __init__(self):
+            self.db = sqlite3.connect(":memory:")
+            self.threads = {threading.get_ident()}
+
+        def reset(self, **row):
+            self.db.execute("create table if not exists t (x)")
+            self.threads.add(threading.get_ident())
+
+        def add(self, x: int) -> int:
+            """Add a row.
+
+            Args:
+                x: The value.
+            """
+            self.db.execute("insert into t values (?)", (x,))
+            self.threads.add(threading.get_ident())
+            return self.db.execute("select count(*) from t").fetchone()[0]
+
+        def get_reward(self) -> float:
+            self.threads.add(threading.get_ident())
+            return float(self.db.execute("select sum(x) from t").fetchone()[0] or 0)
+
+    envs = Environments({None: Ledger}, timeout=5)
+    (ledger,) = envs.take([None])
+    envs.reset(ledger, {"prompt": "p"})
+    result = threading.Thread(target=lambda: ledger.__dict__.setdefault(
+        "out", envs.runners(ledger)["add"]([ToolCall("add", {"x": 4})])))  # (the tool loop's own thread)
+    result.start()
+    result.join()
+    assert ledger.out[0].text == "1" and not ledger.out[0].failed
+    assert envs.reward_functions()[0](environments=[ledger]) == [4.0]
+    assert len(ledger.threads) == 1 and threading.get_ident() not in ledger.threads
+
+
+def test_reset_and_the_rewards_get_the_dataset_row_as_given():
+    """TRL passes the row itself: no id or answer rlvr would add, the values as they were (an int stays an int), and
+    a row with only an environment column has no prompt in it (the prompt defaults to an empty user message)."""
+    from rlvr.data.sources import load_python_rows
+    from rlvr.train.rewarding import reset_columns, reward_columns
+
+    rows = load_python_rows([{"prompt": [{"role": "user", "content": "Go."}], "answer": 42, "start": 3},
+                             {"environment": "lamp"}], gold=False, environment=True)
+    assert reset_columns(rows[0]) == {"prompt": [{"role": "user", "content": "Go."}], "answer": 42, "start": 3}
+    assert reward_columns(rows[0]) == {"answer": 42, "start": 3}
+    assert reset_columns(rows[1]) == {"environment": "lamp"}
+    assert rows[1]["prompt"] == [{"role": "user", "content": ""}]
+
+    class Strict:
+        def reset(self, prompt, answer, start):  # (no **kwargs: TRL's row fits it exactly)
+            return f" {answer + start}"
+
+    envs = Environments({None: Strict})
+    assert envs.reset(envs.take([None])[0], reset_columns(rows[0])) == " 45"
+
+
+def test_a_factory_that_fails_is_named_with_how_it_is_called():
+    def few_tries(completions, environments):
+        return []
+
+    with pytest.raises(ValueError, match="'few_tries'.*failed to make an environment: TypeError.*called with no "
+                                         "arguments"):
+        Environments({None: few_tries})
+
+
+def _tool_template_model(folder):
+    """The tiny model with Qwen2.5's chat template as TRL ships it (tools, the tool role)."""
+    trl_templates = pytest.importorskip("trl.chat_template_utils", reason="TRL ships Qwen2.5's tool template")
+    from transformers import AutoTokenizer
+
+    from tests.helpers.tiny_model import save_tiny_model
+
+    folder = save_tiny_model(folder, max_positions=2048)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer.chat_template = trl_templates.qwen2_5_chat_template
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_trls_trainer_trains_without_a_dataset_when_the_environment_owns_the_prompt(tmp_path):
+    from rlvr import GRPOConfig, GRPOTrainer
+
+    class Maze:
+        def reset(self, **row):
+            assert row == {"prompt": [{"role": "user", "content": ""}]}  # (TRL's placeholder row)
+            return "Find the exit."
+
+        def north(self) -> str:
+            """Go north."""
+            return "a wall"
+
+        def get_reward(self) -> float:
+            return 0.5
+
+    args = GRPOConfig(output_dir=str(tmp_path / "out"), max_steps=1, per_device_train_batch_size=2,
+                      num_generations=2, max_completion_length=8, report_to="none", save_strategy="no",
+                      use_cpu=True)
+    trainer = GRPOTrainer(model=str(_tool_template_model(tmp_path / "tiny")), args=args, environment_factory=Maze)
+    trainer.train()
+    assert [line["rewards/Maze/mean"] for line in trainer.state.log_history if "rewards/Maze/mean" in line] == [0.5]
+
+
 def test_a_run_from_the_command_line_resets_each_rollout_and_rewards_it_from_its_environment(tmp_path, monkeypatch):
     """The whole path, as a user runs it: ``rlvr train environment_factory=envs.py:Counter`` with a chat model whose
     template lists tools. Each rollout's prompt carries its own observation (samples.jsonl), the class's reward is
     logged, and the update trained on those prompts (a random model calls no tool: the conformance test scripts
     the calls)."""
-    trl_templates = pytest.importorskip("trl.chat_template_utils", reason="TRL ships Qwen2.5's tool template")
-    from transformers import AutoTokenizer
-
     from rlvr.cli import main
-    from tests.helpers.tiny_model import save_tiny_model
 
-    folder = save_tiny_model(tmp_path / "tiny", max_positions=2048)
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    tokenizer.chat_template = trl_templates.qwen2_5_chat_template
-    tokenizer.save_pretrained(folder)
+    folder = _tool_template_model(tmp_path / "tiny")
     (tmp_path / "envs.py").write_text(
         "import itertools\n_numbers = itertools.count()\n\n"
         "class Ticket:\n    def __init__(self):\n        self.number = next(_numbers)\n\n"

@@ -38,7 +38,7 @@ def load_user_function(spec: str, *, what: str, prefix: str):
               else import_user_module(target, what=f"{what} module"))
     fn = getattr(module, name, None)
     if fn is None:
-        raise ValueError(f"{what} {spec!r}: {target!r} has no attribute {name!r}; check the function's name")
+        raise ValueError(f"{what} {spec!r}: {target!r} has no attribute {name!r}; check the name")
     return fn
 
 

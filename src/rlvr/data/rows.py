@@ -40,8 +40,11 @@ OPTIONAL_FIELDS = ("solution", "rephrasings")
 MAX_BARE_SOLUTION_CHARS = 64
 # Where a row keeps a short `solution` that was read as the gold (not an expert solution text).
 GOLD_ONLY_SOLUTION = "solution_as_gold"
+# environment_factory runs: the dataset's row as it was given (what TRL passes to reset and the reward functions)
+DATASET_ROW = "dataset_row"
+EMPTY_PROMPT = ({"role": "user", "content": ""},)  # an environment row without a prompt (TRL's default)
 # rlvr's own row fields that are not dataset columns: reward functions do not receive them.
-INTERNAL_FIELDS = ("prompt", "rephrasings", GOLD_ONLY_SOLUTION)
+INTERNAL_FIELDS = ("prompt", "rephrasings", GOLD_ONLY_SOLUTION, DATASET_ROW)
 
 VERL_GOLD = "reward_model.ground_truth"  # verl's parquet rows: reward_model = {"style": "rule", "ground_truth": ...}
 _GOLD_FIX = "every row needs a gold answer in 'answer' (or 'ground_truth')"
@@ -67,7 +70,7 @@ def _explicit_id(row: dict, index: int, source: str) -> str | None:
     )
 
 
-def _check_messages(messages: list, where: str, field: str) -> list[dict]:
+def _check_messages(messages: list, where: str, field: str, *, empty: bool = False) -> list[dict]:
     if not messages:
         raise ValueError(f"{where}: field {field!r} is an empty message list; give at least one user message")
     for position, message in enumerate(messages):
@@ -82,7 +85,7 @@ def _check_messages(messages: list, where: str, field: str) -> list[dict]:
                 f"use one of {', '.join(MESSAGE_ROLES)}"
             )
         content = message["content"]
-        if not isinstance(content, str) or not content.strip():
+        if not isinstance(content, str) or not (content.strip() or (empty and content == "")):
             raise ValueError(
                 f"{where}: field {field!r} message {position} has content {content!r}; "
                 "content must be a non-empty string"
@@ -92,8 +95,12 @@ def _check_messages(messages: list, where: str, field: str) -> list[dict]:
     return list(messages)
 
 
-def _prompt(row: dict, where: str) -> str | list[dict]:
+def _prompt(row: dict, where: str, *, environment: bool = False) -> str | list[dict]:
+    """The row's prompt; ``environment`` (environment_factory): may be missing or an empty user message, as TRL
+    takes them (the environment's reset supplies the text)."""
     field = next((name for name in PROMPT_ALIASES if name in row), None)
+    if field is None and environment:
+        return [dict(message) for message in EMPTY_PROMPT]
     if field is None:
         raise ValueError(
             f"{where}: field 'prompt' is missing; every row needs the question in 'prompt' "
@@ -105,7 +112,7 @@ def _prompt(row: dict, where: str) -> str | list[dict]:
             raise ValueError(f"{where}: field {field!r} is empty; every row needs a non-empty prompt")
         return value
     if isinstance(value, (list, tuple)):
-        return _check_messages(list(value), where, field)
+        return _check_messages(list(value), where, field, empty=environment)
     raise ValueError(
         f"{where}: field {field!r} is a {type(value).__name__} ({value!r}); "
         "a prompt must be a string or a list of {role, content} messages"
@@ -208,9 +215,10 @@ def _rephrasings(row: dict, where: str) -> list[str] | None:
     return list(value)
 
 
-def normalize_row(row: dict, index: int, source: str, *, gold: bool = True) -> dict:
+def normalize_row(row: dict, index: int, source: str, *, gold: bool = True, environment: bool = False) -> dict:
     """Return `row` in the rlvr row format; ValueError naming row, field and fix on bad input. ``gold=False``
-    (rewards that read no gold): a row without a gold column gets ``answer`` None."""
+    (rewards that read no gold): a row without a gold column gets ``answer`` None. ``environment``
+    (environment_factory): the prompt may be missing or empty, and the row as given is kept (``DATASET_ROW``)."""
     if not isinstance(row, dict):
         raise ValueError(
             f"row {index} of {source} is a {type(row).__name__} ({row!r:.80}); every row must be an object "
@@ -218,7 +226,7 @@ def normalize_row(row: dict, index: int, source: str, *, gold: bool = True) -> d
         )
     row_id = _explicit_id(row, index, source)
     where = _where(index, source, row_id)
-    prompt = _prompt(row, where)
+    prompt = _prompt(row, where, environment=environment)
     answer, solution, gold_field = _answer_and_solution(row, where, gold)
     rephrasings = _rephrasings(row, where)
 
@@ -234,6 +242,8 @@ def normalize_row(row: dict, index: int, source: str, *, gold: bool = True) -> d
         # functions written for TRL datasets read it as their `solution` column (rewarding.reward_columns)
     if rephrasings is not None:
         normalized["rephrasings"] = rephrasings
+    if environment:
+        normalized[DATASET_ROW] = dict(row)
     # Optional fields are present only when usable: a null column, or a bare-answer `solution`
     # consumed as the gold (it is not a solution text), is dropped.
     for key, value in row.items():
@@ -266,12 +276,12 @@ def as_chat(rows: list[dict], system_prompt: str | None) -> list[dict]:
     return [{**row, "prompt": chat(row["prompt"])} if isinstance(row["prompt"], str) else row for row in rows]
 
 
-def normalize_rows(rows: Iterable[dict], source: str, *, gold: bool = True) -> list[dict]:
+def normalize_rows(rows: Iterable[dict], source: str, *, gold: bool = True, environment: bool = False) -> list[dict]:
     """Normalize every row (``gold``: normalize_row's); reject an empty dataset and duplicate ids (naming both rows)."""
     normalized: list[dict] = []
     first_index_of: dict[str, int] = {}
     for index, row in enumerate(rows):
-        out = normalize_row(row, index, source, gold=gold)
+        out = normalize_row(row, index, source, gold=gold, environment=environment)
         if out["id"] in first_index_of:
             raise ValueError(
                 f"rows {first_index_of[out['id']]} and {index} of {source} share id {out['id']!r}; "

@@ -104,7 +104,7 @@ def _read_parquet(path: Path) -> list:
 _READERS = {".jsonl": _read_jsonl, ".json": _read_json, ".parquet": _read_parquet}
 
 
-def load_local_file(path: str | Path, *, gold: bool = True) -> list[dict]:
+def load_local_file(path: str | Path, *, gold: bool = True, environment: bool = False) -> list[dict]:
     """Normalized rows from a local .jsonl, .json (list of objects) or .parquet file (``gold``: see load_rows)."""
     path = Path(path)
     suffix = path.suffix.lower()
@@ -114,7 +114,7 @@ def load_local_file(path: str | Path, *, gold: bool = True) -> list[dict]:
         )
     if not path.is_file():
         raise ValueError(f"dataset file {str(path)!r} does not exist (resolved: {path.resolve()}); check the path")
-    return normalize_rows(_READERS[suffix](path), path.name, gold=gold)
+    return normalize_rows(_READERS[suffix](path), path.name, gold=gold, environment=environment)
 
 
 def _hub_failure_hint(name: str) -> str:
@@ -137,24 +137,24 @@ def _split_and_config(options: dict[str, str], spec: str, what: str) -> tuple[st
     return options.get("split", DEFAULT_SPLIT), options.get("config")
 
 
-def load_hub_dataset(spec: str, *, gold: bool = True) -> list[dict]:
+def load_hub_dataset(spec: str, *, gold: bool = True, environment: bool = False) -> list[dict]:
     """Normalized rows of `owner/name[:split=...][:config=...]` via datasets.load_dataset."""
     name, *option_parts = spec.split(":")
     split, config = _split_and_config(split_options(option_parts, spec), spec, "Hub datasets")
     dataset = load_hub_split(name, split, config, hint=_hub_failure_hint(name))
     config = config_name(config)
     source = f"{name}:{split}" if config is None else f"{name}:{config}:{split}"
-    return normalize_rows(dataset, source, gold=gold)
+    return normalize_rows(dataset, source, gold=gold, environment=environment)
 
 
 def load_local(path: str | Path, options: dict[str, str] | None = None, spec: str | None = None, *,
-               gold: bool = True) -> list[dict]:
+               gold: bool = True, environment: bool = False) -> list[dict]:
     """Normalized rows of a local file (the one split 'train') or of one split of a local dataset folder."""
     path = Path(path)
     split, config = _split_and_config(options or {}, spec or str(path), "local files and folders")
     if path.is_dir():
         source = path.resolve().name + (f":{config_name(config)}" if config_name(config) else "") + f":{split}"
-        return normalize_rows(load_folder_split(path, split, config), source, gold=gold)
+        return normalize_rows(load_folder_split(path, split, config), source, gold=gold, environment=environment)
     if config_name(config) is not None:
         raise ValueError(f"{path} is one file, which has only the default config: remove :config={config} "
                          "(TRL: dataset_config), or put the data in a dataset folder with that config")
@@ -164,15 +164,15 @@ def load_local(path: str | Path, options: dict[str, str] | None = None, spec: st
             f"'{DEFAULT_SPLIT}'; name the file of that split itself (eval_data=FILE), or put train.jsonl and "
             f"{split}.jsonl in a folder and give the folder (TRL: dataset_name: FOLDER)"
         )
-    return load_local_file(path, gold=gold)
+    return load_local_file(path, gold=gold, environment=environment)
 
 
-def load_python_rows(data, *, gold: bool = True) -> list[dict]:
+def load_python_rows(data, *, gold: bool = True, environment: bool = False) -> list[dict]:
     """Normalized rows of data given from Python: a list of row dicts or a ``datasets.Dataset``."""
-    return normalize_rows(data, PYTHON_SOURCE, gold=gold)
+    return normalize_rows(data, PYTHON_SOURCE, gold=gold, environment=environment)
 
 
-def load_rows(spec: str, *, gold: bool = True) -> list[dict]:
+def load_rows(spec: str, *, gold: bool = True, environment: bool = False) -> list[dict]:
     """Normalized rows for a dataset spec (see the module docstring for the forms). ``gold=False``: a row
     without a gold answer is kept (``answer`` None) instead of refused, for runs whose rewards read no gold."""
     if not isinstance(spec, str) or not spec.strip():
@@ -192,10 +192,10 @@ def load_rows(spec: str, *, gold: bool = True) -> list[dict]:
     if spec.startswith(RG_PREFIX):
         return load_reasoning_gym(spec)
     if Path(spec).suffix.lower() in LOCAL_SUFFIXES or Path(spec).exists():
-        return load_local(spec, gold=gold)
+        return load_local(spec, gold=gold, environment=environment)
     path, *option_parts = spec.split(":")
     if Path(path).suffix.lower() in LOCAL_SUFFIXES or Path(path).exists():
-        return load_local(path, split_options(option_parts, spec), spec, gold=gold)
+        return load_local(path, split_options(option_parts, spec), spec, gold=gold, environment=environment)
     if _HUB_ID.fullmatch(spec.split(":")[0]):
-        return load_hub_dataset(spec, gold=gold)
+        return load_hub_dataset(spec, gold=gold, environment=environment)
     raise ValueError(f"dataset spec {spec!r} is not a known source, an existing file or a Hub id; give {_SPEC_FORMS}")

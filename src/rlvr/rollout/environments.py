@@ -20,16 +20,22 @@ listed in its prompt). As in TRL:
 
 The rollouts of one prompt may so see different prompts (a random game per rollout): each response is trained on the
 prompt it was sampled from. These are the user's own objects, run in the trainer's process as TRL runs them (model
-code never reaches them except through their methods' arguments).
+code never reaches them except through their methods' arguments). TRL makes, resets, calls and scores them all on one
+thread (its main thread); here too they live on one thread of their own ("rlvr-environments"), so an object bound to
+the thread that made it (a sqlite connection, say) works in every method. A synchronous method still running after
+``tool_timeout`` fails the call and is abandoned: that thread finishes it before it runs anything else. ``async``
+methods and ``get_reward`` run on the event loop of async tools, as in TRL.
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 
-from rlvr.rollout.function_tools import function_runner
-from rlvr.rollout.tool_loop import ToolRunner
+from rlvr.rollout.function_tools import function_runner, tool_result
+from rlvr.rollout.tool_loop import ToolCall, ToolResult, ToolRunner
 
 ENVIRONMENT_COLUMN = "environment"  # a row's environment, with a dict of factories (TRL's name)
 _NOT_TOOLS = ("reset", "get_reward")
@@ -57,6 +63,8 @@ class Environments:
             raise ValueError("environment_factory: give a class (or a callable returning an environment), or a dict "
                              "{name: class}")
         self.factories, self.standalone, self.timeout = dict(factories), tuple(standalone), timeout
+        # every instance is made, reset, called and scored on this one thread (module docstring)
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlvr-environments")
         self.multi = None not in self.factories
         self.pools: dict[str | None, list] = {}
         self.tools: dict[str | None, list[Callable]] = {}  # per environment: the tools its prompts list
@@ -82,8 +90,18 @@ class Environments:
     def _label(self, name) -> str:
         return "" if name is None else f"[{name!r}]"
 
+    def _on_thread(self, fn, *args, **kwargs):
+        """``fn(*args, **kwargs)`` on the environments' thread (its exception raised here)."""
+        return self._thread.submit(fn, *args, **kwargs).result()
+
     def _make(self, name):
-        instance = self.factories[name]()
+        factory = self.factories[name]
+        try:
+            instance = self._on_thread(factory)
+        except Exception as error:
+            raise ValueError(f"environment_factory{self._label(name)} ({getattr(factory, '__name__', factory)!r}) "
+                             f"failed to make an environment: {type(error).__name__}: {error}. It is called with no "
+                             "arguments once per rollout: give a class, or a function returning an instance") from error
         if instance is None:
             raise ValueError(f"environment_factory{self._label(name)} returned None; it must return an environment "
                              "instance (a class, or a function returning one)")
@@ -127,7 +145,7 @@ class Environments:
     def reset(self, instance, columns: dict) -> str | None:
         """Start a rollout: ``reset(**columns)`` (the environment column left out with a dict); its observation."""
         kwargs = {k: v for k, v in columns.items() if k != ENVIRONMENT_COLUMN} if self.multi else dict(columns)
-        observation = instance.reset(**kwargs)
+        observation = self._on_thread(instance.reset, **kwargs)
         if observation is not None and not isinstance(observation, str):
             raise ValueError(f"{type(instance).__name__}.reset returned a {type(observation).__name__}; an "
                              "observation is a string (appended to the prompt's last message) or None")
@@ -135,21 +153,39 @@ class Environments:
 
     def runners(self, instance) -> dict[str, ToolRunner]:
         """The tools one rollout's calls run: the standalone functions and the methods of its own instance."""
-        tools = [*self.standalone, *_public_methods(instance)]
-        return {fn.__name__: function_runner(fn, timeout=self.timeout) for fn in tools}
+        runners = {fn.__name__: function_runner(fn, timeout=self.timeout) for fn in self.standalone}
+        for method in _public_methods(instance):
+            runners[method.__name__] = (function_runner(method, timeout=self.timeout)
+                                        if inspect.iscoroutinefunction(method) else self._method_runner(method))
+        return runners
+
+    def _method_runner(self, method: Callable) -> ToolRunner:
+        """A synchronous method's calls, one after another on the environments' thread, each with ``timeout``."""
+        def run(calls: list[ToolCall]) -> list[ToolResult]:
+            results = []
+            for call in calls:
+                future = self._thread.submit(method, **call.arguments)
+                try:
+                    results.append(tool_result(future.result(timeout=self.timeout), False, self.timeout))
+                except FutureTimeout:
+                    results.append(tool_result(TimeoutError(), True, self.timeout))
+                except Exception as error:  # noqa: BLE001  (the user's method: any error is the call's result)
+                    results.append(tool_result(error, True, self.timeout))
+            return results
+        return run
 
     def reward_functions(self) -> list[Callable]:
         """Per class with ``get_reward``: a reward function of the rollouts' instances, named after the class."""
-        return [_class_reward(cls) for cls in self.reward_types]
+        return [self._class_reward(cls) for cls in self.reward_types]
 
-
-def _class_reward(cls: type) -> Callable:
-    if inspect.iscoroutinefunction(cls.get_reward):
-        async def get_reward(environments, **kwargs):
-            return [await e.get_reward() if type(e) is cls else None for e in environments]
-    else:
-        def get_reward(environments, **kwargs):
-            return [e.get_reward() if type(e) is cls else None for e in environments]
-    get_reward.__name__ = get_reward.__qualname__ = cls.__name__
-    return get_reward
+    def _class_reward(self, cls: type) -> Callable:
+        if inspect.iscoroutinefunction(cls.get_reward):
+            async def get_reward(environments, **kwargs):
+                return [await e.get_reward() if type(e) is cls else None for e in environments]
+        else:
+            def get_reward(environments, **kwargs):
+                return self._on_thread(lambda: [e.get_reward() if type(e) is cls else None for e in environments])
+        get_reward.__name__ = get_reward.__qualname__ = cls.__name__
+        get_reward.environment_class = cls  # (a failure's advice names the user's method, not an rlvr reward)
+        return get_reward
 

@@ -36,7 +36,7 @@ def function_runner(fn: Callable, *, timeout: float) -> ToolRunner:
                 return await asyncio.gather(*(one(call) for call in calls), return_exceptions=True)
 
             values = asyncio.run_coroutine_threadsafe(all_of(calls), _event_loop()).result()
-            return [replace(_result(value, isinstance(value, BaseException), timeout), deferred=True)
+            return [replace(tool_result(value, isinstance(value, BaseException), timeout), deferred=True)
                     for value in values]
         return run_async
 
@@ -55,14 +55,15 @@ def function_runner(fn: Callable, *, timeout: float) -> ToolRunner:
             thread.start()
             thread.join(timeout)
             if thread.is_alive():
-                results.append(_result(TimeoutError(), True, timeout))
+                results.append(tool_result(TimeoutError(), True, timeout))
             else:
-                results.append(_result(box.get("error", box.get("value")), "error" in box, timeout))
+                results.append(tool_result(box.get("error", box.get("value")), "error" in box, timeout))
         return results
     return run
 
 
-def _result(value, failed: bool, timeout: float) -> ToolResult:
+def tool_result(value, failed: bool, timeout: float) -> ToolResult:
+    """A call's result as TRL shows it: ``str(value)``, or ``str({'error': message})`` (a time-out named)."""
     if not failed:
         return ToolResult(str(value))
     if isinstance(value, (TimeoutError, asyncio.TimeoutError)) and not str(value):

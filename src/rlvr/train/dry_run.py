@@ -20,7 +20,7 @@ from rlvr.train.setup import (
     check_reward_functions,
     check_scheduler,
     question_rows,
-    rows_need_gold,
+    row_rules,
 )
 
 
@@ -30,9 +30,9 @@ def dry_run_report(cfg: ExperimentConfig) -> list[str]:
     batch = plan.batch
     check_rollout_memory(completions_per_process=batch.completions_per_process,
                          max_completion_length=plan.rollout.max_completion_length)  # before the data loads
-    gold = rows_need_gold(cfg)
-    rows = (load_python_rows(cfg.python.data, gold=gold) if cfg.python.data is not None
-            else load_rows(cfg.data.data, gold=gold))
+    rules = row_rules(cfg)
+    rows = (load_python_rows(cfg.python.data, **rules) if cfg.python.data is not None
+            else load_rows(cfg.data.data, **rules))
     rows = chat_rows(question_rows(rows, cfg), cfg)
     names = check_reward_functions(cfg, rows)
     tools = plan.rollout.tools

@@ -13,7 +13,7 @@ from __future__ import annotations
 from rlvr.data.sources import load_python_rows
 from rlvr.train.metrics import trl_rollout_metrics
 from rlvr.train.rollout_phase import GroupGenerator, GroupIds
-from rlvr.train.setup import build_rewarder, chat_rows, question_rows, rows_need_gold
+from rlvr.train.setup import build_rewarder, chat_rows, question_rows, row_rules
 
 EVAL_SEED = 1_000_003  # the evaluation's sampling seed: the same prompts draw the same samples at every call
 
@@ -21,12 +21,13 @@ EVAL_SEED = 1_000_003  # the evaluation's sampling seed: the same prompts draw t
 def rollout_metrics(trainer, data) -> dict:
     """TRL's rollout metrics of ``data`` (a Dataset or row dicts) sampled by ``trainer``'s policy."""
     cfg = trainer.cfg
-    rows = chat_rows(question_rows(load_python_rows(data, gold=rows_need_gold(cfg)), cfg), cfg)
+    rows = chat_rows(question_rows(load_python_rows(data, **row_rules(cfg)), cfg), cfg)
     generator = GroupGenerator(trainer.plan.rollout, trainer.engine, trainer.tokenizer, trainer.prompts, GroupIds(),
                                trainer.dist, policy=trainer.policy)
     requests = generator.requests(rows, seed=EVAL_SEED)
     groups = generator.groups(requests, generator.sample(requests))
-    rewarder = build_rewarder(cfg, max_steps=trainer.max_steps, tokenizer=trainer.tokenizer)
+    rewarder = build_rewarder(cfg, max_steps=trainer.max_steps, tokenizer=trainer.tokenizer,
+                              tools=trainer.plan.rollout.tools)  # (an environment's get_reward too)
     try:
         rewarder.reward_groups(groups, step=getattr(trainer, "step_done", 0) + 1)
     finally:

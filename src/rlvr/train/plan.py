@@ -240,7 +240,7 @@ def extra_reward_arguments(cfg: ExperimentConfig) -> tuple[str, ...]:
 def environment_factories(cfg: ExperimentConfig) -> dict:
     """``environment_factory``'s factories: ``{None: factory}``, or ``{name: factory}`` from ``name=spec`` entries."""
     entries = list(cfg.rollout.environment_factory)
-    named = [entry.partition("=") if "=" in entry.split(":", 1)[0] else ("", "", entry) for entry in entries]
+    named = _named_entries(entries)
     if len(named) == 1 and not named[0][1]:
         return {None: _loaded(cfg.python.environment(named[0][2]), "environment_factory")}
     if not all(sep and name for name, sep, _ in named):
@@ -253,6 +253,19 @@ def environment_factories(cfg: ExperimentConfig) -> dict:
             raise ValueError(f"environment_factory: two environments are called {name!r}; give each its own name")
         factories[name] = _loaded(cfg.python.environment(spec), "environment_factory")
     return factories
+
+
+def _named_entries(entries: list[str]) -> list[tuple[str, str, str]]:
+    """``environment_factory`` entries as (name, "=", spec); ("", "", spec) for an unnamed one."""
+    return [entry.partition("=") if "=" in entry.split(":", 1)[0] else ("", "", entry) for entry in entries]
+
+
+def environment_names(cfg: ExperimentConfig) -> tuple[str, ...] | None:
+    """The environments a row's ``environment`` column may name (None: one environment for every row, or none)."""
+    if cfg.rollout.environment_factory is None:
+        return None
+    names = tuple(name for name, _, _ in _named_entries(list(cfg.rollout.environment_factory)) if name)
+    return names or None
 
 
 def _loaded(spec, what: str):
@@ -316,6 +329,11 @@ def engine_plan(cfg: ExperimentConfig) -> EnginePlan:
         raise ValueError(f"rollout_engine={r.rollout_engine} with parallelism=fsdp is not supported (the engine keeps "
                          "its own copy of the weights and would need the gathered weights after every update); use "
                          "parallelism=ddp or rollout_engine=rlvr")
+    if (r.tools is not None or r.environment_factory is not None) and r.tool_scheduling == "rows" \
+            and not engine.supports_row_seeds:
+        raise ValueError(f"tool_scheduling=rows needs an engine that seeds each row (rollout_engine="
+                         f"{r.rollout_engine} seeds whole batches, so a row's tokens would depend on which rows were "
+                         "ready with it); use rollout_engine=rlvr or vllm, or tool_scheduling=rounds")
     ignored, sleep = (), cfg.vllm.vllm_enable_sleep_mode
     if sleep and not engine.supports_sleep:
         why = ("cannot release its memory between rollouts" if engine.keeps_own_weights else

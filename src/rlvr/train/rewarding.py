@@ -38,7 +38,7 @@ from collections import deque
 
 from transformers import TrainerState
 
-from rlvr.data.rows import GOLD_ONLY_SOLUTION, INTERNAL_FIELDS
+from rlvr.data.rows import DATASET_ROW, GOLD_ONLY_SOLUTION, INTERNAL_FIELDS
 from rlvr.rewards import MathAccuracy, VerifierPool, resolve_reward
 from rlvr.rewards.combine import combine_rewards, logged_names
 from rlvr.run.stopping import TrainingStopped
@@ -210,6 +210,8 @@ class Rewarder:
         fn = self.funcs[self.names.index(name)]
         fn = getattr(fn, "compute_score", fn)  # a verl compute_score wrapped in rlvr's VerlScore: the user's
         module = getattr(fn, "__module__", None) or type(fn).__module__
+        if getattr(fn, "environment_class", None) is not None:  # an environment's get_reward: the user's method
+            return f"Fix {fn.environment_class.__name__}.get_reward (it runs once per rollout and returns a float)"
         if module.split(".")[0] in ("rlvr", "trl", "verl"):
             return (f"It is {module.split('.')[0]}'s built-in reward: the cause is in the dataset's rows or the machine (see the "
                     "cause above); fix those" + (", or remove it from reward_funcs" if first else ""))
@@ -277,9 +279,9 @@ def _json_value(value):
 
 
 def reset_columns(row: dict) -> dict:
-    """What an environment's ``reset`` receives for ``row`` (rlvr.rollout.environments): its prompt and the columns
-    reward functions get (TRL passes the dataset row)."""
-    return {"prompt": row["prompt"], **reward_columns(row)}
+    """What an environment's ``reset`` receives for ``row`` (rlvr.rollout.environments): the dataset's row as it was
+    given, as TRL passes it (no ``prompt`` when the row had none)."""
+    return dict(row[DATASET_ROW]) if DATASET_ROW in row else {"prompt": row["prompt"], **reward_columns(row)}
 
 
 def reward_columns(row: dict) -> dict:
@@ -290,6 +292,9 @@ def reward_columns(row: dict) -> dict:
     a row whose only answer was a short ``solution`` (TRL's math datasets) still passes
     ``solution``, so ``trl.rewards.accuracy_reward(completions, solution)`` finds it.
     """
+    if DATASET_ROW in row:  # environment runs: the dataset's columns as given, exactly TRL's
+        return {key: value for key, value in row[DATASET_ROW].items() if key not in ("prompt", "completion",
+                                                                                      "completion_ids")}
     columns = {key: value for key, value in row.items() if key not in INTERNAL_FIELDS}
     if GOLD_ONLY_SOLUTION in row:
         columns["solution"] = row[GOLD_ONLY_SOLUTION]

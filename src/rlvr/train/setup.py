@@ -65,7 +65,15 @@ from rlvr.rollout.tool_loop import MarkdownPython, ToolLoop, notebook_runner
 from rlvr.run.trackers import require_trackers
 from rlvr.train.evaluation import TrainingEval, training_overlap
 from rlvr.train.memory_bound import check_update_memory
-from rlvr.train.plan import EnginePlan, RunLength, StepPlan, ToolSettings, extra_reward_arguments, step_kind
+from rlvr.train.plan import (
+    EnginePlan,
+    RunLength,
+    StepPlan,
+    ToolSettings,
+    environment_names,
+    extra_reward_arguments,
+    step_kind,
+)
 from rlvr.train.rewarding import Rewarder, reward_columns
 from rlvr.train.sft import sft_rows
 
@@ -158,12 +166,18 @@ def rows_need_gold(cfg: ExperimentConfig) -> bool:
     return not all(users(spec) for spec in cfg.reward.reward_funcs)
 
 
+def row_rules(cfg: ExperimentConfig) -> dict:
+    """How the training rows are read (``rlvr.data.rows.normalize_row``): whether each needs a gold, and whether
+    they feed environments (a missing or empty prompt allowed, the row kept as given for reset)."""
+    return {"gold": rows_need_gold(cfg), "environment": bool(extra_reward_arguments(cfg))}
+
+
 def load_training_rows(cfg: ExperimentConfig, dist: DistContext) -> list[dict]:
     """The training rows (with rephrasings; algo=sft: checked to hold solutions): rank 0 first, so it alone fills
     any on-disk cache."""
-    rows, gold = None, rows_need_gold(cfg)  # user reward functions only: rows without a gold are kept, as TRL keeps them
-    source = ((lambda: load_rows(cfg.data.data, gold=gold)) if cfg.python.data is None
-              else (lambda: load_python_rows(cfg.python.data, gold=gold)))
+    rows, rules = None, row_rules(cfg)  # user reward functions only: rows without a gold are kept, as TRL keeps them
+    source = ((lambda: load_rows(cfg.data.data, **rules)) if cfg.python.data is None
+              else (lambda: load_python_rows(cfg.python.data, **rules)))
     load = lambda: chat_rows(attach_rephrasings(question_rows(source(), cfg), cfg.tagrpo, data=cfg.data.data,
                                                 seed=cfg.run.seed), cfg)
     if dist.is_main:
@@ -502,6 +516,12 @@ def check_reward_functions(cfg: ExperimentConfig, rows: list[dict]) -> list[str]
              for spec in _reward_specs(cfg)]
     columns = set().union(*(reward_columns(row) for row in rows))
     columns |= set(extra_reward_arguments(cfg))  # (environments: the rollouts' instances)
+    environments = environment_names(cfg)  # a dict environment_factory: each row names one of them
+    for row in rows if environments else ():
+        if row.get("environment") not in environments:
+            raise ValueError(f"row {row['id']!r} has environment={row.get('environment')!r}, which is not among the "
+                             f"environments of environment_factory ({sorted(environments)}); give every row one of "
+                             "them in its 'environment' column")
     names = logged_names(funcs)
     for name, fn in zip(names, funcs):
         missing = sorted(set(needed_columns(fn)) - columns - _CALL_ARGUMENTS)
