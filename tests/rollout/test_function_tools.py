@@ -134,3 +134,15 @@ def test_function_tools_with_raw_string_prompts_are_refused():
     cfg = _config(tools=[multiply], preset="trl")
     with pytest.raises(ValueError, match="plain strings fed as raw text"):
         prompt_format(cfg, tok(), [{"prompt": "What is 2 + 2?"}], tools=tool_settings(cfg))
+
+
+def test_tool_scheduling_is_checked_before_the_model_loads():
+    """An unknown schedule, and rows with an engine that seeds whole batches (hf), are refused by the config and
+    the plan (so --dry-run says it too), not after the model loaded."""
+    from rlvr.train.plan import compile_plan
+
+    with pytest.raises(ValueError, match="tool_scheduling.*choose one of"):
+        _config(tools="python", tool_scheduling="async")
+    with pytest.raises(ValueError, match="tool_scheduling=rows needs an engine that seeds each row.*HFEngine"):
+        compile_plan(_config(tools="python", tool_scheduling="rows", rollout_engine="hf"), world_size=1)
+    assert compile_plan(_config(tools="python", tool_scheduling="rows"), world_size=1).rollout.tools.scheduling == "rows"

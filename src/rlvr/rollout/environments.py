@@ -23,17 +23,20 @@ prompt it was sampled from. These are the user's own objects, run in the trainer
 code never reaches them except through their methods' arguments). TRL makes, resets, calls and scores them all on one
 thread (its main thread); here too they live on one thread of their own ("rlvr-environments"), so an object bound to
 the thread that made it (a sqlite connection, say) works in every method. A synchronous method still running after
-``tool_timeout`` fails the call and is abandoned: that thread finishes it before it runs anything else. ``async``
-methods and ``get_reward`` run on the event loop of async tools, as in TRL.
+``tool_timeout`` fails the call and is abandoned: that thread (a daemon: a stuck method never holds the process at
+exit) finishes it before it runs anything else. ``async`` methods run on the async tools' event loop and an ``async``
+``get_reward`` on the async rewards' one, as TRL runs them on its own.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 
+from rlvr.core.event_loop import daemon_event_loop
 from rlvr.rollout.function_tools import function_runner, tool_result
 from rlvr.rollout.tool_loop import ToolCall, ToolResult, ToolRunner
 
@@ -64,7 +67,7 @@ class Environments:
                              "{name: class}")
         self.factories, self.standalone, self.timeout = dict(factories), tuple(standalone), timeout
         # every instance is made, reset, called and scored on this one thread (module docstring)
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlvr-environments")
+        self._loop = daemon_event_loop("rlvr-environments")
         self.multi = None not in self.factories
         self.pools: dict[str | None, list] = {}
         self.tools: dict[str | None, list[Callable]] = {}  # per environment: the tools its prompts list
@@ -90,9 +93,15 @@ class Environments:
     def _label(self, name) -> str:
         return "" if name is None else f"[{name!r}]"
 
+    def _submit(self, fn, *args, **kwargs) -> Future:
+        """``fn(*args, **kwargs)`` run on the environments' thread, after what it is running now."""
+        async def call():
+            return fn(*args, **kwargs)
+        return asyncio.run_coroutine_threadsafe(call(), self._loop)
+
     def _on_thread(self, fn, *args, **kwargs):
         """``fn(*args, **kwargs)`` on the environments' thread (its exception raised here)."""
-        return self._thread.submit(fn, *args, **kwargs).result()
+        return self._submit(fn, *args, **kwargs).result()
 
     def _make(self, name):
         factory = self.factories[name]
@@ -164,7 +173,7 @@ class Environments:
         def run(calls: list[ToolCall]) -> list[ToolResult]:
             results = []
             for call in calls:
-                future = self._thread.submit(method, **call.arguments)
+                future = self._submit(method, **call.arguments)
                 try:
                     results.append(tool_result(future.result(timeout=self.timeout), False, self.timeout))
                 except FutureTimeout:

@@ -145,6 +145,18 @@ class _Row:
     result_dropped: bool = False
 
 
+def check_scheduling(scheduling: str, engine) -> None:
+    """``scheduling`` is one of :data:`SCHEDULING` that ``engine`` (an engine or its class) can run: ``rows`` needs
+    per-row seeds. ValueError naming the fix."""
+    if scheduling not in SCHEDULING:
+        raise ValueError(f"tool_scheduling={scheduling!r}: choose one of {SCHEDULING}")
+    if scheduling == "rows" and not engine.supports_row_seeds:
+        name = engine.__name__ if isinstance(engine, type) else type(engine).__name__
+        raise ValueError(f"tool_scheduling=rows needs an engine that seeds each row ({name} seeds whole batches, so "
+                         "a row's tokens would depend on which rows were ready with it); use rollout_engine=rlvr or "
+                         "vllm, or tool_scheduling=rounds")
+
+
 class ToolLoop:
     """``engine`` with tools (module docstring). Its abilities and ``sync_weights`` are the engine's.
 
@@ -163,12 +175,7 @@ class ToolLoop:
 
     def __init__(self, engine, tokenizer, tools: dict[str, ToolRunner], *, tool_format,
                  max_tool_calling_iterations: int | None = None, scheduling: str = "rounds", tool_workers: int = 1):
-        if scheduling not in SCHEDULING:
-            raise ValueError(f"tool_scheduling={scheduling!r}: choose one of {SCHEDULING}")
-        if scheduling == "rows" and not engine.supports_row_seeds:
-            raise ValueError(f"tool_scheduling=rows needs an engine that seeds each row ({type(engine).__name__} "
-                             "seeds whole batches, so a row's tokens would depend on which rows were ready with it); "
-                             "use rollout_engine=rlvr or vllm, or tool_scheduling=rounds")
+        check_scheduling(scheduling, engine)
         self.engine, self.tokenizer, self.tools = engine, tokenizer, dict(tools)
         self.format = tool_format
         self.max_iterations = max_tool_calling_iterations

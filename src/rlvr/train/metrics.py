@@ -473,7 +473,6 @@ def step_tokens(rollout) -> int:
     return sum(len(g.generation_prompt(i)) + model_tokens(g.completions[i]) for g in groups for i in g.on_policy)
 
 
-
 def train_summary(history: list[dict], length, batch, runtime: float) -> dict[str, float]:
     """transformers' last log line over the steps this call ran (``trl_train_summary``; ``length``: the RunLength,
     ``batch``: the step's BatchShape)."""

@@ -35,6 +35,7 @@ from rlvr.core.losses import LossSettings
 from rlvr.rollout import engine_class
 from rlvr.rollout.environments import Environments
 from rlvr.rollout.sampling import Sampling
+from rlvr.rollout.tool_loop import check_scheduling
 from rlvr.train.algorithm_part_checks import probe_algorithm_parts
 from rlvr.train.algorithm_parts import load_algorithm_parts
 from rlvr.train.tagrpo import LogprobPrompts
@@ -329,11 +330,8 @@ def engine_plan(cfg: ExperimentConfig) -> EnginePlan:
         raise ValueError(f"rollout_engine={r.rollout_engine} with parallelism=fsdp is not supported (the engine keeps "
                          "its own copy of the weights and would need the gathered weights after every update); use "
                          "parallelism=ddp or rollout_engine=rlvr")
-    if (r.tools is not None or r.environment_factory is not None) and r.tool_scheduling == "rows" \
-            and not engine.supports_row_seeds:
-        raise ValueError(f"tool_scheduling=rows needs an engine that seeds each row (rollout_engine="
-                         f"{r.rollout_engine} seeds whole batches, so a row's tokens would depend on which rows were "
-                         "ready with it); use rollout_engine=rlvr or vllm, or tool_scheduling=rounds")
+    if r.tools is not None or r.environment_factory is not None:  # (before the model loads; --dry-run too)
+        check_scheduling(r.tool_scheduling, engine)
     ignored, sleep = (), cfg.vllm.vllm_enable_sleep_mode
     if sleep and not engine.supports_sleep:
         why = ("cannot release its memory between rollouts" if engine.keeps_own_weights else

@@ -280,8 +280,8 @@ def _json_value(value):
 
 def reset_columns(row: dict) -> dict:
     """What an environment's ``reset`` receives for ``row`` (rlvr.rollout.environments): the dataset's row as it was
-    given, as TRL passes it (no ``prompt`` when the row had none)."""
-    return dict(row[DATASET_ROW]) if DATASET_ROW in row else {"prompt": row["prompt"], **reward_columns(row)}
+    given, as TRL passes it (no ``prompt`` when the row had none; rows read for environments keep it: ``row_rules``)."""
+    return dict(row[DATASET_ROW])
 
 
 def reward_columns(row: dict) -> dict:
