@@ -40,8 +40,10 @@ def test_train_config_flag_in_any_position(tmp_path, capsys):
 def test_train_errors_name_the_option(capsys):
     assert main(["train", "--max_steps"]) == 2
     assert "--max_steps needs a value" in capsys.readouterr().err
-    assert main(["train", "--top_entropy_quantile", "0.2", "--dry-run"]) == 2
-    assert "top_entropy_quantile: 0.2: a TRL option rlvr does not implement" in capsys.readouterr().err
+    assert main(["train", "--log_unique_prompts", "--dry-run"]) == 2
+    assert "log_unique_prompts: True: a TRL option rlvr does not implement" in capsys.readouterr().err
+    assert main(["train", "--top_entropy_quantile", "1.5", "--dry-run"]) == 2
+    assert "top_entropy_quantile" in capsys.readouterr().err
 
 
 def test_train_help_shows_both_forms(capsys):

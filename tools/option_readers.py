@@ -45,6 +45,10 @@ DERIVED = {
     "gradient_accumulation_steps": "`config/batch.py` (the step's batch shape)",
     "steps_per_generation": "`config/batch.py` (the step's batch shape)",
     "loss_type": "`config/sections.py` (`aggregation`: TRL's and verl's names to one)",
+    "policy_loss": "`config/sections.py` (`policy`: or the one TRL's loss_type cispo / sapo / vespo names)",
+    # RolloutConfig.sampling_settings: the engine's sampling, generation_kwargs over the options
+    **dict.fromkeys(("top_p", "top_k", "min_p", "repetition_penalty", "generation_kwargs"),
+                    "`config/sections.py` (`sampling_settings`: generation_kwargs over the options)"),
 }
 
 

@@ -15,6 +15,7 @@ READ_THROUGH = {
     # ExperimentConfig.batch_shape: the step's batch as TRL computes it from these (rlvr.config.batch)
     "steps_per_generation": "batch_shape",
     "gradient_accumulation_steps": "batch_shape",
+    "generation_kwargs": "sampling_settings",  # RolloutConfig.sampling_settings: the engine's, kwargs over the options
 }
 
 

@@ -10,7 +10,7 @@ import yaml
 from rlvr.config import FIELD_SECTION, build_config, load_config
 from rlvr.config.parsing import _coerce
 from rlvr.config.training_arguments import any_value
-from rlvr.config.trl_names import ACCEPTED, RENAMED
+from rlvr.config.trl_names import ACCEPTED, NOT_IMPLEMENTED, RENAMED, SAME_IN_TRL, TRANSLATED
 from rlvr.config.trl_table import installed_grpo_config_defaults
 
 trl = pytest.importorskip("trl")
@@ -93,6 +93,8 @@ TRANSLATED_TO = {
     "use_vllm": lambda cfg: cfg.rollout.rollout_engine == "vllm",
     "delta": lambda cfg: cfg.algorithm.dual_clip == 7,
     "use_cpu": lambda cfg: cfg.model.device == "auto",
+    "disable_tqdm": lambda cfg: cfg.run.progress_bar is False,  # (7: true)
+    "num_generations_eval": lambda cfg: not cfg.eval.enabled,  # TRL reads it only in an evaluation (none here)
 }
 
 
@@ -110,7 +112,7 @@ def test_a_refused_value_says_why_and_the_nearest_option():
     with pytest.raises(ValueError) as error:
         build_config({**BASE, "load_best_model_at_end": True})
     assert str(error.value).splitlines()[1].strip().startswith("load_best_model_at_end: True is not supported (rlvr "
-                                                               "keeps the last model")
+                                                               "does not load the best checkpoint at the end")
     with pytest.raises(ValueError, match="data_seed: 3 is not supported .*nearest: seed"):
         build_config({**BASE, "data_seed": 3})
 
@@ -134,3 +136,26 @@ def test_the_whole_to_dict_runs_the_dry_run_from_the_command_line(tmp_path, caps
     out, err = capsys.readouterr()
     assert yaml.safe_load(out)["model"]["bf16"] is False
     assert "TRL 1.16's defaults and semantics apply" in err and "each step: 1 prompts x 8 completions" in err
+
+
+def test_every_field_is_honoured_refused_or_a_no_op_in_trl_too():
+    """Issue 50's walk over all of TRL's GRPOConfig fields (191 in 1.16): each is rlvr's own option, renamed or
+    translated to one (honoured), taken at values rlvr runs and refused past them, refused unless TRL's default
+    (not implemented), or accepted at any value only where TRL's GRPO computes the same numbers whatever the value
+    (SAME_IN_TRL, each with its reason in docs/from_trl.md's table). A field in none of these fails."""
+    kinds = {}
+    for key in DEFAULTS:
+        if key in FIELD_SECTION or key in RENAMED or key in TRANSLATED:
+            kinds[key] = "honoured"
+        elif key in ACCEPTED and ACCEPTED[key][0] is not any_value:
+            kinds[key] = "honoured at rlvr's values, else refused"
+        elif key in NOT_IMPLEMENTED:
+            kinds[key] = "refused unless TRL's default"
+        elif key in ACCEPTED and key in SAME_IN_TRL:
+            kinds[key] = "no-op in TRL too"
+        else:
+            kinds[key] = "silently ignored"
+    ignored = sorted(key for key, kind in kinds.items() if kind == "silently ignored")
+    assert not ignored, f"GRPOConfig fields neither honoured, refused nor a no-op in TRL's GRPO too: {ignored}"
+    assert sorted(SAME_IN_TRL - set(ACCEPTED)) == []  # every listed key is accepted, with its reason
+    assert len(kinds) >= 190

@@ -33,7 +33,8 @@ def test_the_light_names_are_the_registries_in_a_fresh_interpreter():
     result = subprocess.run([sys.executable, "-c", LIGHT_EQUALS_REGISTRY], capture_output=True, text=True,
                             timeout=120, check=False)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.startswith("ok ['dagrpo', 'grpo', 'rloo'] ['clip'] ['bnpo', 'dapo', 'seq_mean_token_mean'")
+    assert result.stdout.startswith("ok ['dagrpo', 'grpo', 'rloo'] ['cispo', 'clip', 'clip_cov', 'kl_cov', 'sapo', "
+                                    "'vespo'] ['bnpo', 'dapo', 'seq_mean_token_mean', 'seq_mean_token_sum'")
 
 
 def test_the_anchor_shapings_the_loss_knows_are_the_ones_the_config_accepts():

@@ -52,5 +52,5 @@ def test_eval_strategy_no_over_an_rlvr_file_with_eval_data(tmp_path):
     path.write_text("eval_steps: 5\neval_data: [gsm8k-100]\n")
     cfg = load_config(str(path), ["eval_strategy=no"])
     assert not cfg.eval.enabled and cfg.eval.eval_data == []
-    with pytest.raises(ValueError, match="eval_steps/eval_data are unused"):  # both on the command line: a mistake
+    with pytest.raises(ValueError, match="eval_steps/eval_delay/eval_data are unused"):  # both on the command line: a mistake
         load_config(None, ["eval_strategy=no", "eval_steps=5"])

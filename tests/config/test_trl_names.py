@@ -118,11 +118,11 @@ def test_use_vllm_is_the_vllm_engine():
 
 def test_trl_options_rlvr_does_not_take_are_refused_together_one_line_each():
     with pytest.raises(ValueError) as error:
-        build_config({"use_dora": True, "save_only_model": True, "top_entropy_quantile": 0.2, "beta": 0.01})
+        build_config({"load_in_4bit": True, "dataset_streaming": True, "log_unique_prompts": True, "beta": 0.01})
     text = str(error.value)
-    assert "use_dora: True: a TRL option rlvr does not implement (only TRL's default False); remove it" in text
-    assert "save_only_model: True is not supported (rlvr's checkpoints keep the optimiser state" in text
-    assert "top_entropy_quantile: 0.2: a TRL option rlvr does not implement (only TRL's default 1.0)" in text
+    assert "load_in_4bit: True: a TRL option rlvr does not implement (only TRL's default False); remove it" in text
+    assert "dataset_streaming: True is not supported (rlvr loads the whole dataset)" in text
+    assert "log_unique_prompts: True: a TRL option rlvr does not implement (only TRL's default False)" in text
     assert len(text.splitlines()) == 4  # the heading and one line per key
 
 
@@ -187,6 +187,7 @@ TRL_DEFAULT_SOURCES = {
     "gradient_accumulation_steps": "gradient_accumulation_steps", "loss_type": "loss_type",
     "max_completion_length": "max_completion_length", "bf16": "bf16", "gradient_checkpointing": "gradient_checkpointing",
     "save_steps": "save_steps", "save_total_limit": "save_total_limit", "log_completions": "log_completions",
+    "logging_steps": "logging_steps",
     "disable_dropout": "disable_dropout", "use_bias_correction_kl": "use_bias_correction_kl",
     "lora_alpha": "model:lora_alpha", "lora_dropout": "model:lora_dropout", "lora_target_modules": "model:lora_target_modules",
 }
@@ -217,7 +218,8 @@ def test_preset_trl_is_trls_defaults_and_the_users_keys_still_win():
 def test_a_trl_only_name_makes_the_config_trls_and_preset_rlvr_keeps_rlvrs():
     assert build_config({"model_name_or_path": "tiny-random"}).run.preset == "trl"
     assert build_config({"num_train_epochs": 1, "max_steps": -1}).run.preset == "rlvr"  # an rlvr option too
-    assert build_config({"logging_steps": 5}).run.preset == "trl"
+    assert build_config({"per_device_eval_batch_size": 5}).run.preset == "trl"
+    assert build_config({"logging_steps": 5}).run.preset == "rlvr"  # an rlvr option too (TRL's log, every 5 steps)
     assert build_config({"model": "tiny-random", "learning_rate": 1e-6}).run.preset == "rlvr"  # shared names decide nothing
     kept = build_config({"model_name_or_path": "tiny-random", "preset": "rlvr"})
     assert kept.run.preset == "rlvr" and kept.optim.learning_rate == 3e-5 and kept.model.model == "tiny-random"
@@ -260,6 +262,26 @@ def test_eval_strategy_evaluates_on_the_test_split():
     with pytest.raises(ValueError, match="do_eval: true without eval_strategy"):
         build_config({"dataset_name": "d/x", "do_eval": True})
     assert build_config({"dataset_name": "d/x", "do_eval": False}).eval.enabled is False
+
+
+def test_a_recipes_eval_on_start_delay_and_generations():
+    """The keys the Python API's TRL evaluation takes mean the same in a recipe (pass@k there): eval_on_start alone
+    evaluates the test split before the first step (TRL's eval_strategy stays no); eval_delay and a fractional
+    eval_steps are kept for the schedule; num_generations_eval is eval_n (default num_generations, as TRL's), the
+    default k kept to <= n; refused against an eval_n that says otherwise."""
+    cfg = build_config({"dataset_name": "d/x", "eval_on_start": True, "num_generations": 2})
+    e = cfg.eval
+    assert (e.eval_strategy, e.eval_on_start, e.eval_data, e.eval_n, e.eval_k) == ("no", True, ["d/x:split=test"],
+                                                                                   2, [1, 2])
+    e = build_config({"dataset_name": "d/x", "eval_strategy": "steps", "eval_steps": 0.25, "eval_delay": 4,
+                      "num_generations_eval": 4}).eval
+    assert (e.eval_steps, e.eval_delay, e.eval_n, e.eval_k, e.eval_on_start) == (0.25, 4.0, 4, [1, 2, 4], False)
+    with pytest.raises(ValueError, match="num_generations_eval: 4 contradicts eval_n=2"):
+        build_config({"dataset_name": "d/x", "eval_strategy": "steps", "num_generations_eval": 4, "eval_n": 2})
+    with pytest.raises(ValueError, match="eval_on_start: evaluates on the dataset's test split, but"):
+        build_config({"model_name_or_path": "tiny-random", "eval_on_start": True})
+    with pytest.raises(ValueError, match="eval_steps=2.5: use 0"):
+        build_config({"dataset_name": "d/x", "eval_strategy": "steps", "eval_steps": 2.5})
 
 
 def test_trl_value_spellings():

@@ -18,15 +18,17 @@ TRL then also caps positive-advantage tokens, which verl's dual clip does not
 """
 
 from dataclasses import dataclass, fields
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from rlvr.core.importance import importance_weights
+from rlvr.core.loss_variants import high_entropy_mask, off_policy_mask, vespo_weights
 from rlvr.core.losses import LossSettings, aggregate, entropy_bonus, policy_loss
-from rlvr.core.names import resolve_aggregation
+from rlvr.core.names import resolve_aggregation, resolve_policy_loss
 from rlvr.train.response_logprobs import collate, response_logprobs
-from rlvr.train.update import micro_means
+from rlvr.train.update import micro_means, variant_statistics
 
 from .conftest import MAX_COMPLETION_LENGTH, TEMPERATURE, make_trl_trainer
 
@@ -51,7 +53,12 @@ IS_CLIP = dict(clip_min=0.5, clip_max=2.0)  # TRL's vllm_importance_sampling_cli
 OTHER_TOKENS = 13  # tokens of the generation batch's micro-batches outside the window (steps_per_generation > A)
 DELTA = 1.5
 SMALL_DELTA = 1.1  # inside the clip range [1 − ε, 1 + ε_high]: accepted by TRL, refused by rlvr
-AGGREGATION = {"grpo": "seq_mean_token_mean", "dr_grpo": "seq_mean_token_sum_norm", "dapo": "dapo", "bnpo": "bnpo"}
+AGGREGATION = {"grpo": "seq_mean_token_mean", "dr_grpo": "seq_mean_token_sum_norm", "dapo": "dapo", "bnpo": "bnpo",
+               "luspo": "seq_mean_token_sum"}
+# TRL's loss types that are not PPO's clip: (rlvr's policy loss, its aggregation), and the metric TRL logs for them
+OTHER_LOSSES = {"cispo": ("cispo", "dapo"), "sapo": ("sapo", "seq_mean_token_mean"), "vespo": ("vespo", "dapo")}
+VARIANT_METRICS = {"cispo": {"cispo_clip_ratio": "cispo_clip_micro"},
+                   "vespo": {"vespo/phi_seq_mean": "vespo_phi_micro"}, "sapo": {}}
 # TRL's per-micro-batch train metric -> rlvr.train.update.micro_means's key
 METRICS = {"entropy": "entropy_micro", "kl": "kl_micro", "clip_ratio/low_mean": "clip_low_micro",
            "clip_ratio/high_mean": "clip_high_micro", "clip_ratio/region_mean": "clip_region_micro",
@@ -74,6 +81,8 @@ class Case:
     accumulation: int = 1  # gradient_accumulation_steps: micro-batches summed
     steps_per_generation: int | None = None  # None: = accumulation
     mask_truncated_completions: bool = False  # the first row is truncated: TRL zeroes its completion_mask
+    top_entropy_quantile: float = 1.0  # < 1: only the micro-batch's highest-entropy tokens are trained on
+    off_policy_mask_threshold: float | None = None  # the off-policy sequence mask's δ
 
     def __str__(self) -> str:
         default = Case()
@@ -113,6 +122,21 @@ CASES = [
          is_mode="token_truncate", accumulation=2, steps_per_generation=4),
     Case(loss_type="grpo", beta=0.04, use_bias_correction_kl=True, delta=DELTA, entropy_coef=0.01,
          is_mode="sequence_mask", importance_sampling_level="sequence"),
+    # TRL's other loss types (cispo's epsilon_high caps the ratio itself: TRL suggests 5; 1.3 here so it caps)
+    Case(loss_type="cispo", epsilon_high=1.3), Case(loss_type="cispo", epsilon_high=1.3, accumulation=2),
+    Case(loss_type="cispo", epsilon_high=1.3, importance_sampling_level="sequence", is_mode="token_truncate"),
+    Case(loss_type="sapo"), Case(loss_type="sapo", accumulation=2, beta=0.04, entropy_coef=0.01),
+    Case(loss_type="sapo", importance_sampling_level="sequence"),
+    Case(loss_type="vespo"), Case(loss_type="vespo", accumulation=2, steps_per_generation=4),
+    Case(loss_type="vespo", is_mode="token_mask"), Case(loss_type="vespo", is_mode="sequence_truncate"),
+    Case(loss_type="luspo", accumulation=2), Case(loss_type="luspo", importance_sampling_level="sequence", beta=0.04),
+    Case(loss_type="luspo", mask_truncated_completions=True, entropy_coef=0.01),
+    # top_entropy_quantile (the entropy bonus then acts on the same tokens) and the off-policy sequence mask
+    Case(top_entropy_quantile=0.2), Case(loss_type="dapo", top_entropy_quantile=0.5, entropy_coef=0.01, accumulation=2),
+    Case(loss_type="sapo", top_entropy_quantile=0.5, beta=0.04),
+    Case(off_policy_mask_threshold=0.05), Case(loss_type="dapo", off_policy_mask_threshold=0.05, accumulation=2),
+    Case(off_policy_mask_threshold=0.05, is_mode="token_truncate"),  # under vLLM: the sampler's log-probs
+    Case(loss_type="vespo", off_policy_mask_threshold=0.05, top_entropy_quantile=0.5, is_mode="sequence_mask"),
 ]
 
 
@@ -176,6 +200,15 @@ def _is_weights(case: Case, mb: MicroBatch, k: int) -> torch.Tensor:
     return importance_weights(mb.old, mb.sampler, _loss_mask(case, mb, k), mode=case.is_mode, **IS_CLIP).weights
 
 
+def _trl_is_ratio(case: Case, mb: MicroBatch, k: int) -> torch.Tensor:
+    """The same weights in the form TRL's _generate_and_score_completions gives them: [4, T] with 1 off the mask
+    (token modes: exp of a masked-out 0), [4, 1] per sequence (sequence modes; 1 for a row with no loss token)."""
+    weights, mask = _is_weights(case, mb, k), _loss_mask(case, mb, k)
+    if case.is_mode.startswith("sequence"):
+        return torch.where(mask.any(-1), weights.max(-1).values, 1.0).unsqueeze(-1)
+    return torch.where(mask, weights, 1.0)
+
+
 def _window(case: Case, batches: list[MicroBatch]) -> list[MicroBatch]:
     return batches[: case.accumulation]
 
@@ -193,7 +226,8 @@ def _trl_loss(trainer, model, case: Case, batches: list[MicroBatch], monkeypatch
         "loss_type": case.loss_type, "beta": case.beta, "epsilon_low": 0.2, "epsilon_high": case.epsilon_high,
         "importance_sampling_level": case.importance_sampling_level, "entropy_coef": case.entropy_coef,
         "_entropy_bonus_enabled": case.entropy_coef != 0.0, "use_adaptive_entropy": False,
-        "top_entropy_quantile": 1.0, "off_policy_mask_threshold": None, "max_completion_length": MAX_COMPLETION_LENGTH,
+        "top_entropy_quantile": case.top_entropy_quantile, "off_policy_mask_threshold": case.off_policy_mask_threshold,
+        "max_completion_length": MAX_COMPLETION_LENGTH,
         "use_vllm": case.is_mode is not None, "vllm_importance_sampling_correction": True,
         "current_gradient_accumulation_steps": case.accumulation,
     }
@@ -214,13 +248,38 @@ def _trl_loss(trainer, model, case: Case, batches: list[MicroBatch], monkeypatch
         if case.beta:
             inputs["ref_per_token_logps"] = mb.ref * mask
         if case.is_mode is not None:
-            inputs["importance_sampling_ratio"] = _is_weights(case, mb, k)
+            inputs["importance_sampling_ratio"] = _trl_is_ratio(case, mb, k)
+            inputs["sampling_per_token_logps"] = mb.sampler * mask
         trainer._metrics["train"].clear()
         loss = trainer._compute_loss(model, inputs)
         loss.backward()
         total += loss.item()
-        metrics.append({name: trainer._metrics["train"][name][-1] for name in METRICS if name in trainer._metrics["train"]})
+        logged = (*METRICS, *VARIANT_METRICS.get(case.loss_type, {}))
+        metrics.append({name: trainer._metrics["train"][name][-1] for name in logged if name in trainer._metrics["train"]})
     return total, {n: p.grad.clone() for n, p in model.named_parameters()}, metrics
+
+
+def _settings(case: Case) -> LossSettings:
+    """rlvr's loss settings for TRL's options, as the config reads them (names.resolve_policy_loss/_aggregation)."""
+    return LossSettings(
+        policy_loss=resolve_policy_loss("clip", case.loss_type), epsilon=0.2, epsilon_high=case.epsilon_high,
+        dual_clip=case.delta, importance_level=case.importance_sampling_level, beta=case.beta,
+        kl_ratio_weighted=case.use_bias_correction_kl, aggregation=resolve_aggregation(case.loss_type),
+        max_completion_length=MAX_COMPLETION_LENGTH, entropy_coef=case.entropy_coef,
+        is_level=case.is_mode.split("_")[0] if case.is_mode else None, top_entropy_quantile=case.top_entropy_quantile,
+        off_policy_mask_threshold=case.off_policy_mask_threshold)
+
+
+def _keep(case: Case, logprobs, entropy, behaviour, advantages, mask):
+    """(keep, the entropy bonus's mask): rlvr's off-policy and high-entropy masks (train/update.py's _token_masks)."""
+    keep, bonus = None, mask
+    if case.top_entropy_quantile < 1:
+        high = high_entropy_mask(entropy, mask, case.top_entropy_quantile)
+        keep, bonus = high, mask & high
+    if case.off_policy_mask_threshold is not None:
+        kept = off_policy_mask(logprobs, behaviour, advantages, mask, case.off_policy_mask_threshold)
+        keep = kept if keep is None else keep & kept
+    return keep, bonus
 
 
 def _rlvr_loss(model, case: Case, batches: list[MicroBatch]):
@@ -229,38 +288,46 @@ def _rlvr_loss(model, case: Case, batches: list[MicroBatch]):
     steps_per_pass = (case.steps_per_generation or case.accumulation) / case.accumulation
     num_tokens = _generation_tokens(case, window) / steps_per_pass
     num_sequences = sum(len(mb.advantages) for mb in window)
-    settings = LossSettings(epsilon=0.2, epsilon_high=case.epsilon_high, dual_clip=case.delta,
-                            importance_level=case.importance_sampling_level, beta=case.beta,
-                            kl_ratio_weighted=case.use_bias_correction_kl, aggregation=AGGREGATION[case.loss_type],
-                            max_completion_length=MAX_COMPLETION_LENGTH, entropy_coef=case.entropy_coef)
+    settings = _settings(case)
     model.zero_grad(set_to_none=True)
     total, metrics = 0.0, []
     for k, mb in enumerate(window):
         logprobs, entropy = response_logprobs(model, mb.collated, temperature=TEMPERATURE, with_entropy=True,
                                               entropy_grad=case.entropy_coef > 0)
         mask = _loss_mask(case, mb, k)
-        out = policy_loss(
-            logprobs, mb.old if case.off_policy else logprobs.detach(), mb.advantages, mask, settings,
-            ref_logprobs=mb.ref if case.beta else None,
-            is_weights=_is_weights(case, mb, k) if case.is_mode else None,
-        )
+        old = mb.old if case.off_policy else logprobs.detach()
+        weights = _is_weights(case, mb, k) if case.is_mode else None
+        keep, bonus = _keep(case, logprobs, entropy, mb.sampler if case.is_mode else old, mb.advantages, mask)
+        out = policy_loss(logprobs, old, mb.advantages, mask, settings, ref_logprobs=mb.ref if case.beta else None,
+                          is_weights=weights, keep=keep)
         loss = aggregate(out.per_token, mask, settings.aggregation,
                          max_completion_length=settings.max_completion_length, num_tokens=num_tokens,
                          num_sequences=num_sequences)
         if settings.entropy_coef:
-            loss = loss - entropy_bonus(entropy, mask, coef=settings.entropy_coef,
+            loss = loss - entropy_bonus(entropy, bonus, coef=settings.entropy_coef,
                                         share=len(mb.advantages) / num_sequences)
         loss.backward()
         total += loss.item()
-        means = micro_means(out, entropy.detach(), mask, torch.zeros(len(mask), dtype=torch.bool),
+        no_anchor = torch.zeros(len(mask), dtype=torch.bool)
+        means = micro_means(out, entropy.detach(), mask, no_anchor,
                             sequence_level=case.importance_sampling_level == "sequence")
-        metrics.append({name: float(means[key]) for name, key in METRICS.items()})
+        means |= variant_statistics(SimpleNamespace(mask=mask, logprobs=logprobs, old=old, advantages=mb.advantages,
+                                                    is_weights=weights), settings, no_anchor)
+        names = {**METRICS, **VARIANT_METRICS.get(case.loss_type, {})}
+        metrics.append({name: float(means[key]) for name, key in names.items() if key in means})
     return total, {n: p.grad.clone() for n, p in model.named_parameters()}, metrics
 
 
 def test_the_loss_types_are_read_as_the_config_reads_them():
-    """AGGREGATION is rlvr.core.names.resolve_aggregation of TRL's loss_type (AlgorithmConfig.aggregation)."""
+    """AGGREGATION is rlvr.core.names.resolve_aggregation of TRL's loss_type (AlgorithmConfig.aggregation); TRL's
+    other loss types choose the policy loss too (AlgorithmConfig.policy)."""
     assert {name: resolve_aggregation(name) for name in AGGREGATION} == AGGREGATION
+    assert {name: (resolve_policy_loss("clip", name), resolve_aggregation(name)) for name in OTHER_LOSSES} == OTHER_LOSSES
+    from rlvr.config import build_config
+
+    for name, (policy, aggregation) in OTHER_LOSSES.items():
+        algorithm = build_config({"loss_type": name}).algorithm
+        assert (algorithm.policy, algorithm.aggregation) == (policy, aggregation)
 
 
 def test_the_log_probs_and_entropies_are_trls(prepared):
@@ -334,6 +401,33 @@ def test_the_train_metrics_are_trls(prepared, case, monkeypatch):
     trainer, model, batches = prepared
     _, _, trl_metrics = _trl_loss(trainer, model, case, batches, monkeypatch)
     _, _, metrics = _rlvr_loss(model, case, batches)
+    clipped = case.loss_type not in OTHER_LOSSES  # TRL logs clip_ratio/* for PPO's clip only
+    expected = (set(METRICS) - {"kl"} if clipped else {"entropy"}) | set(VARIANT_METRICS.get(case.loss_type, {}))
     for ours, theirs in zip(metrics, trl_metrics, strict=True):
-        assert set(theirs) >= set(METRICS) - {"kl"}
+        assert set(theirs) >= expected
         assert {k: ours[k] for k in theirs} == pytest.approx(theirs, rel=1e-6, abs=1e-6)
+
+
+def test_the_batch_reaches_every_mask_and_cap(prepared):
+    """The new cases are not vacuous on the fixed batch: the off-policy mask drops some responses and keeps others
+    (from the old and from the sampler's log-probs), top_entropy_quantile keeps some tokens and not others, CISPO
+    caps some ratios at 1.3 and VESPO's weights are not all 1."""
+    _, model, batches = prepared
+    dropped = kept = high = low = capped = 0
+    phis = []
+    for mb in batches:
+        with torch.no_grad():
+            logprobs, entropy = response_logprobs(model, mb.collated, temperature=TEMPERATURE, with_entropy=True)
+        mask = mb.collated.response_mask
+        for behaviour in (mb.old, mb.sampler):
+            keep = off_policy_mask(logprobs, behaviour, mb.advantages, mask, 0.05)
+            dropped, kept = dropped + int((~keep).sum()), kept + int(keep.sum())
+        chosen = high_entropy_mask(entropy, mask, 0.2)
+        high, low = high + int(chosen.sum()), low + int((mask & ~chosen).sum())
+        out = policy_loss(logprobs, mb.old, mb.advantages, mask, LossSettings(policy_loss="cispo", epsilon_high=1.3))
+        capped += int(out.clipped_tokens)
+        settings = LossSettings(policy_loss="vespo")
+        phis.append(vespo_weights(logprobs, mb.old, mb.advantages, mask, settings))
+    assert min(dropped, kept, high, low, capped) > 0, (dropped, kept, high, low, capped)
+    phi = torch.cat(phis)
+    assert float((phi - 1).abs().max()) > 0.1 and bool((phi > 0).all())

@@ -10,9 +10,9 @@ lines; the checkpoints) and compares.
 
 Float64 both sides (the tiny model is saved in float64, both load it with its own dtype); TRL computes its
 log-probs in float32 (its LM head), which sets the bounds (LOSS_ABS below): grad_norm, the rate and every parameter
-tensor to 1e-6 relative, the loss (terms that cancel) to 1e-7 absolute. Not covered: top_entropy_quantile (rlvr
-refuses values below 1) and the vLLM importance-sampling modes (TRL's use_vllm needs vllm installed;
-test_trl_loss.py runs TRL's loss with each mode).
+tensor to 1e-6 relative, the loss (terms that cancel) to 1e-7 absolute. Not covered: the vLLM importance-sampling
+modes and the off-policy mask on vLLM's sampling log-probs (TRL's use_vllm needs vllm installed; test_trl_loss.py
+runs TRL's loss with each mode and with the mask on the sampler's log-probs).
 
 Controlled on TRL's side so both see the same batches: ``shuffle_dataset=False`` (both take the prompts in
 order) and TRL's shuffle of a generation batch before it cuts micro-batches (``shuffle_sequence_dict``) is the
@@ -116,6 +116,7 @@ class Run:
     states: dict[str, dict] = field(default_factory=dict)  # checkpoint -> trainer_state.json
     tracker_steps: list[int] = field(default_factory=list)
     initial: dict[str, torch.Tensor] = field(default_factory=dict)
+    evaluations: list[dict] = field(default_factory=list)  # log_history's evaluation entries (eval_*), in order
 
 
 def trainable(model) -> dict[str, torch.Tensor]:
@@ -135,6 +136,7 @@ COMMON = dict(per_device_train_batch_size=G, num_generations=G, max_completion_l
               disable_dropout=True, bf16=False, gradient_checkpointing=False, save_strategy="no", seed=7)
 TRL_ONLY = dict(use_cpu=True, report_to=[], model_init_kwargs={"dtype": "auto"})  # TRL: float32 unless told
 RLVR_ONLY = dict(dtype="auto", report_to="none")
+LORA_KEYS = {"modules_to_save": "lora_modules_to_save"}  # LoraConfig field -> TRL's ModelConfig key
 
 
 def run_trl(folder: Path, model_dir: Path, options: dict, fixed: FixedCompletions, monkeypatch,
@@ -165,11 +167,12 @@ def run_trl(folder: Path, model_dir: Path, options: dict, fixed: FixedCompletion
     monkeypatch.setattr(grpo, "shuffle_sequence_dict", lambda batch: batch)  # micro-batch k: the batch's group k
     options = {k: v for k, v in options.items() if k != "use_peft"}
     peft = None
-    if options.pop("lora", False):
+    lora = options.pop("lora", False)  # True, or a dict of LoraConfig's other fields (use_rslora, ...)
+    if lora:
         from peft import LoraConfig
 
         peft = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"],
-                          task_type="CAUSAL_LM")
+                          task_type="CAUSAL_LM", **(lora if isinstance(lora, dict) else {}))
     args = GRPOConfig(output_dir=str(folder), **{**COMMON, **TRL_ONLY, **options})
     cls = FixedGRPOTrainer if trainer_class is None else trainer_class(FixedGRPOTrainer)
     trainer = cls(model=str(model_dir), reward_funcs=list(rewards), args=args, peft_config=peft,
@@ -182,11 +185,18 @@ def run_trl(folder: Path, model_dir: Path, options: dict, fixed: FixedCompletion
                     p.copy_(initial[name])
     run.initial = trainable(trainer.model)
     trainer.train()
-    run.log_history = [line for line in trainer.state.log_history if "train_runtime" not in line]
+    history = [line for line in trainer.state.log_history if "train_runtime" not in line]
+    run.evaluations = [line for line in history if is_evaluation(line)]
+    run.log_history = [line for line in history if not is_evaluation(line)]
     for line, step in zip(run.log_history, run.steps, strict=True):
         step.loss, step.grad_norm, step.learning_rate = line["loss"], line["grad_norm"], line["learning_rate"]
     run.prompts, (run.checkpoints, run.states) = fixed.prompts_seen, trainer_states(folder)
     return run
+
+
+def is_evaluation(line: dict) -> bool:
+    """A log_history entry of an evaluation (transformers' ``eval_*`` keys), not a step's line."""
+    return any(key.startswith("eval_") for key in line)
 
 
 def run_rlvr(folder: Path, model_dir: Path, options: dict, fixed: FixedCompletions, monkeypatch, *,
@@ -209,8 +219,10 @@ def run_rlvr(folder: Path, model_dir: Path, options: dict, fixed: FixedCompletio
 
     monkeypatch.setattr(trainer_module, "open_trackers", recording_trackers)
     options = dict(options)
-    if options.pop("lora", False):
+    lora = options.pop("lora", False)
+    if lora:  # TRL's ModelConfig keys (a `trl grpo` recipe's); LoraConfig's modules_to_save is lora_modules_to_save
         options |= dict(use_peft=True, lora_r=4, lora_alpha=8, lora_dropout=0.0, lora_target_modules=["q_proj", "v_proj"])
+        options |= {LORA_KEYS.get(k, k): v for k, v in (lora if isinstance(lora, dict) else {}).items()}
     cfg = build_config({"model": str(model_dir), "data": [dict(row) for row in rows], "reward_funcs": list(rewards),
                         "output_dir": str(folder), **COMMON, **RLVR_ONLY, **options})
     trainer = trainer_module.Trainer(cfg)
@@ -224,34 +236,20 @@ def run_rlvr(folder: Path, model_dir: Path, options: dict, fixed: FixedCompletio
     trainer.update._apply = observed
     trainer.train()
     run.prompts, (run.checkpoints, run.states) = fixed.prompts_seen, trainer_states(folder)
-    run.log_history = run.states[run.checkpoints[-1]]["log_history"]
+    # trainer_state.json's log_history at the end (save_strategy="no" writes no checkpoint, as TRL's)
+    run.log_history = trainer.checkpoints.hf_state(trainer.step_done, trainer.step_log.num_tokens)["log_history"]
     return run
 
 
-# TRL's per-micro-batch metrics (one value per micro-batch in its _metrics lists)
-MICRO = ("entropy", "kl", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean",
-         "clip_ratio/low_min", "clip_ratio/high_max")
 SKIPPED = {"step_time"}  # seconds
 
 
-def nanmean(values: list[float]) -> float | None:
-    valid = [v for v in values if v is not None and not math.isnan(v)]
-    return sum(valid) / len(valid) if valid else None
-
-
 def expected_lines(trl: Run, k: int) -> list[dict]:
-    """TRL's log_history as one line per rlvr step (k optimiser steps, one generation): the rule of
-    docs/from_trl.md — TRL's metric lists of the generation's lines averaged as TRL's log averages them (NaN out),
-    loss and grad_norm averaged over the optimiser steps, learning_rate, epoch and step the last one's."""
-    out = []
-    for start in range(0, len(trl.log_history), k):
-        lines, raws = trl.log_history[start:start + k], trl.raw[start:start + k]
-        merged = {key: nanmean([v for raw in raws for v in raw.get(key, [])]) for raw in raws for key in raw}
-        merged |= {"loss": sum(x["loss"] for x in lines) / len(lines),
-                   "grad_norm": sum(x["grad_norm"] for x in lines) / len(lines),
-                   "learning_rate": lines[-1]["learning_rate"], "epoch": lines[-1]["epoch"], "step": lines[-1]["step"]}
-        out.append(merged)
-    return out
+    """TRL's log_history lines, exactly: rlvr's TRL log (rlvr.train.trl_log, docs/from_trl.md) writes an entry at
+    each of TRL's logging steps, whatever the k optimiser steps per generation, with TRL's keys and values (a
+    generation's metrics on its first optimiser step's line only, the per-micro-batch ones of that step's
+    micro-batches)."""
+    return trl.log_history
 
 
 def assert_close(ours, theirs, what: str, *, absolute: float = 1e-9) -> None:
@@ -270,7 +268,8 @@ LOSS_ABS, PARAM_REL, ZERO_START_REL = 1e-7, 1e-6, 5e-6
 
 
 def compare(trl: Run, rlvr: Run, k: int) -> None:
-    """Every optimiser step's loss, grad_norm, rate and parameters, then every log_history value TRL writes."""
+    """Every optimiser step's loss, grad_norm, rate and parameters, then every log_history entry TRL writes, key for
+    key (rlvr's own keys only under ``rlvr/``)."""
     assert rlvr.prompts == trl.prompts  # the same prompt token ids, generation by generation
     for name, value in trl.initial.items():
         torch.testing.assert_close(rlvr.initial[name], value, rtol=0, atol=0)
@@ -284,8 +283,10 @@ def compare(trl: Run, rlvr: Run, k: int) -> None:
             bound = ZERO_START_REL if not trl.initial[name].any() else PARAM_REL
             assert error <= bound, f"optimiser step {i}: {name}: relative difference {error:.2e}"
     expected = expected_lines(trl, k)
-    assert len(rlvr.log_history) == len(expected)
+    assert [line["step"] for line in rlvr.log_history] == [line["step"] for line in expected]
     for ours, theirs in zip(rlvr.log_history, expected):
+        extra = sorted(key for key in ours if key not in theirs and not key.startswith("rlvr/"))
+        assert not extra, f"step {theirs['step']}: rlvr logs {extra}, which TRL does not"
         for key, value in theirs.items():
             if key not in SKIPPED:
                 assert key in ours, f"step {theirs['step']}: rlvr logs no {key}"
@@ -346,6 +347,23 @@ CASES = {
     "max_grad_norm-0": dict(max_grad_norm=0.0, **ACC, max_steps=2),
     "max_grad_norm-0.3": dict(max_grad_norm=0.3, **ACC, max_steps=2),
     "lora": dict(lora=True, **ACC, max_steps=2),
+    "lora-rslora": dict(lora=dict(use_rslora=True), **ACC, max_steps=2),  # scale alpha/sqrt(r)
+    "lora-dora": dict(lora=dict(use_dora=True), **ACC, max_steps=2),  # a trained magnitude per output row
+    "lora-modules_to_save": dict(lora=dict(modules_to_save=["norm"]), **ACC, max_steps=2),  # every *norm trained in full
+    # TRL's other loss types, token masks, adaptive entropy and reference sync (rlvr.core.loss_variants)
+    "cispo-mu2": dict(loss_type="cispo", epsilon_high=1.001, **ACC, **OFF, max_steps=2),
+    "sapo-mu2": dict(loss_type="sapo", **ACC, **OFF, max_steps=2),
+    "vespo-mu2": dict(loss_type="vespo", **ACC, **OFF, max_steps=2),
+    "luspo-mu2": dict(loss_type="luspo", importance_sampling_level="sequence", **ACC, **OFF, max_steps=2),
+    "top_entropy_quantile": dict(top_entropy_quantile=0.3, entropy_coef=0.05, loss_type="dapo", **ACC, max_steps=2),
+    "off_policy_mask-mu2": dict(off_policy_mask_threshold=1e-4, loss_type="grpo", **ACC, **OFF, max_steps=2),
+    "adaptive_entropy": dict(use_adaptive_entropy=True, entropy_coef=0.02, entropy_target=10.0,
+                             entropy_coef_delta=0.01, loss_type="dapo", **ACC, steps_per_generation=4, max_steps=4),
+    "adaptive_entropy-down": dict(use_adaptive_entropy=True, entropy_coef=0.05, entropy_target=0.1,
+                                  entropy_coef_delta=0.02, loss_type="grpo", **ACC, max_steps=3),
+    "cast_lm_head_to_fp32": dict(cast_lm_head_to_fp32=True, beta=0.04, **ACC, max_steps=2),
+    "sync_ref_model": dict(beta=0.04, sync_ref_model=True, ref_model_sync_steps=2, ref_model_mixup_alpha=0.3,
+                           use_bias_correction_kl=False, **ACC, max_steps=3),
 }
 
 
@@ -376,5 +394,21 @@ def test_the_counters_are_trls(tmp_path, model_dir, monkeypatch):
                                                                          theirs["max_steps"])
         assert ours["save_steps"] == theirs["save_steps"] == 2
     steps = [line["step"] for line in trl.log_history]
-    assert rlvr.tracker_steps == [line["step"] for line in expected_lines(trl, 2)] == [steps[1], steps[2]] == [2, 3]
+    assert [line["step"] for line in rlvr.log_history] == [line["step"] for line in expected_lines(trl, 2)] == steps
+    assert rlvr.tracker_steps == [steps[1], steps[2]] == [2, 3]  # a step's own series: at its last optimiser step
     assert rlvr.log_history[-1]["epoch"] == trl.log_history[-1]["epoch"] == 1.5
+
+
+def length_reward(completions, **kwargs) -> list[float | None]:
+    """A second reward, not a function of the first, None (no value) for one completion in four."""
+    return [None if i % 4 == 3 else float(len(text) % 3) for i, text in enumerate(completions)]
+
+
+def test_normalize_then_sum_is_trls(tmp_path, model_dir, monkeypatch):
+    """multi_objective_aggregation=normalize_then_sum (GDPO) with two weighted reward functions, one of which
+    gives no value for some completions: TRL's run and rlvr's take the same optimiser steps and log the same."""
+    options = dict(multi_objective_aggregation="normalize_then_sum", reward_weights=[1.0, 0.5], **ACC, max_steps=2)
+    rewards = (reward, length_reward)
+    rlvr = run_rlvr(tmp_path / "rlvr", model_dir, options, FixedCompletions(False), monkeypatch, rewards=rewards)
+    trl = run_trl(tmp_path / "trl", model_dir, options, FixedCompletions(False), monkeypatch, rewards=rewards)
+    compare(trl, rlvr, optimizer_steps_per_generation(options))

@@ -166,3 +166,63 @@ def test_the_k3_kl_is_verls_low_var_kl(verl):
     (g_theirs,) = torch.autograd.grad((theirs * mask).sum(), logp)
     (g_ours,) = torch.autograd.grad(ours.sum(), logp)
     torch.testing.assert_close(g_ours, g_theirs, rtol=1e-6, atol=1e-6)
+
+
+class _CovActorConfig(_ActorConfig):
+    """What verl's compute_policy_loss_clip_cov / _kl_cov read of its ActorConfig (actor.policy_loss.*)."""
+
+    def __init__(self, low: float, high: float, **policy_loss):
+        super().__init__(low, high, 3.0)
+        self.policy_loss = types.SimpleNamespace(**{"clip_cov_ratio": None, "clip_cov_lb": None, "clip_cov_ub": None,
+                                                    "kl_cov_ratio": None, "ppo_kl_coef": None, **policy_loss})
+
+
+# covariance windows wide enough that candidates outnumber the tokens drawn (the random draw is exercised)
+COV_CASES = {
+    "clip_cov": [dict(clip_cov_ratio=0.2, clip_cov_lb=-0.5, clip_cov_ub=5.0),
+                 dict(clip_cov_ratio=0.05, clip_cov_lb=0.0, clip_cov_ub=0.8)],
+    "kl_cov": [dict(kl_cov_ratio=0.2, ppo_kl_coef=1.0), dict(kl_cov_ratio=0.01, ppo_kl_coef=0.3)],
+}
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean"])
+@pytest.mark.parametrize(("loss_mode", "index"), [(m, i) for m, cases in COV_CASES.items() for i in range(len(cases))])
+def test_clip_cov_and_kl_cov_are_verls(verl_cov, loss_mode, index, mode):
+    """verl's Clip-Cov and KL-Cov policy losses (policy_loss.loss_mode clip_cov / kl_cov, settings under their verl
+    names) = rlvr's policy_loss=clip_cov / kl_cov, then aggregate: the loss and its gradient. Clip-Cov draws its
+    tokens with torch's generator (randperm): both sides run from the same seed, so they draw the same tokens."""
+    mask, old = _mask(), _logprobs(2)
+    logp = (old + (_logprobs(3) + 1.0) * 0.6).detach()  # log-ratios in (-0.6, 0.6): some clipped, most not
+    advantages = _advantages("grpo", REWARDS, GROUPS)[:, None].expand(-1, T)
+    options = COV_CASES[loss_mode][index]
+    theirs_lp, ours_lp = logp.clone().requires_grad_(), logp.clone().requires_grad_()
+    function = verl_cov.compute_policy_loss_clip_cov if loss_mode == "clip_cov" else verl_cov.compute_policy_loss_kl_cov
+    torch.manual_seed(11)
+    theirs, metrics = function(old, theirs_lp, advantages, mask, loss_agg_mode=mode,
+                               config=_CovActorConfig(0.2, 0.28, **options))
+    settings = LossSettings(policy_loss=loss_mode, epsilon=0.2, epsilon_high=0.28, aggregation=resolve_aggregation(mode),
+                            **options)
+    torch.manual_seed(11)
+    per_token, removed = POLICY_LOSSES[loss_mode](ours_lp, old, advantages, mask, settings)
+    ours = aggregate(per_token, mask, settings.aggregation)
+    torch.testing.assert_close(ours, theirs, rtol=1e-6, atol=1e-6)
+    (grad_theirs,), (grad_ours,) = torch.autograd.grad(theirs, theirs_lp), torch.autograd.grad(ours, ours_lp)
+    torch.testing.assert_close(grad_ours, grad_theirs, rtol=1e-6, atol=1e-6)
+    if loss_mode == "clip_cov":  # rlvr's removed tokens are verl's pg_clipfrac, and some are removed
+        assert float(removed.sum()) / float(mask.sum()) == pytest.approx(metrics["actor/pg_clipfrac"], abs=1e-9)
+        assert bool(removed.any())
+    else:  # some tokens were penalised: the loss differs from the plain −A·ρ
+        plain = aggregate(-advantages * (logp - old).exp(), mask, settings.aggregation)
+        assert abs(float(ours) - float(plain)) > 1e-6
+
+
+@pytest.fixture(scope="module")
+def verl_cov() -> types.SimpleNamespace:
+    root = _verl_root()
+    base = {"torch": torch, "np": np, "defaultdict": defaultdict, "Optional": Optional, "Any": Any,
+            "AlgoConfig": type("AlgoConfig", (), {}), "ActorConfig": type("ActorConfig", (), {})}
+    verl_f = types.SimpleNamespace(**_functions(root / "utils" / "torch_functional.py", ("masked_sum", "masked_mean"),
+                                                dict(base)))
+    names = ("agg_loss", "compute_policy_loss_clip_cov", "compute_policy_loss_kl_cov")
+    return types.SimpleNamespace(**_functions(root / "trainer" / "ppo" / "core_algos.py", names,
+                                              {**base, "verl_F": verl_f}))

@@ -22,7 +22,13 @@ from rlvr.core.losses import (
     policy_loss,
     register_policy_loss,
 )
-from rlvr.core.names import AGGREGATION_ALIASES, AGGREGATION_MODES, POLICY_LOSS_NAMES, resolve_aggregation
+from rlvr.core.names import (
+    AGGREGATION_ALIASES,
+    AGGREGATION_MODES,
+    POLICY_LOSS_NAMES,
+    TRL_LOSS_TYPES,
+    resolve_aggregation,
+)
 
 F64 = torch.float64
 
@@ -53,6 +59,7 @@ CROSS_EXPECTED = {
     "token_mean": 16 / 6,  # (1+3+2+2+2+6) / 6 tokens = 2.6667
     "seq_mean_token_mean": 2.5,  # ((1+3)/2 + (2+2+2+6)/4) / 2 = (2 + 3)/2
     "seq_mean_token_sum_norm": 1.0,  # 16 / (2 sequences · L_max 8)
+    "seq_mean_token_sum": 8.0,  # (4 + 12) / 2 sequences (verl's seq-mean-token-sum, TRL's luspo)
     "dapo": 16 / 6,  # TRL's dapo: Σ / the normaliser passed, here this batch's 6 tokens
     "bnpo": 16 / 6,  # TRL's bnpo: this micro-batch's token mean × n/N = 16/6 × 2/2
 }
@@ -78,6 +85,11 @@ def test_aggregation_accepts_bool_mask():
         ("seq-mean-token-mean", "seq_mean_token_mean"),  # verl
         ("dr_grpo", "seq_mean_token_sum_norm"),  # TRL
         ("seq-mean-token-sum-norm", "seq_mean_token_sum_norm"),  # verl
+        ("seq-mean-token-sum", "seq_mean_token_sum"),  # verl
+        ("luspo", "seq_mean_token_sum"),  # TRL
+        ("cispo", "dapo"),  # TRL's loss types that choose the policy loss too: their aggregation
+        ("sapo", "seq_mean_token_mean"),
+        ("vespo", "dapo"),
         ("token_mean", "token_mean"),
         ("seq_mean_token_mean", "seq_mean_token_mean"),
         ("seq_mean_token_sum_norm", "seq_mean_token_sum_norm"),
@@ -90,7 +102,7 @@ def test_aliases_resolve(alias, canonical):
     assert resolve_aggregation(alias) == canonical
     out = aggregate(_t(CROSS_LOSS), _t(CROSS_MASK), resolve_aggregation(alias), max_completion_length=8)
     torch.testing.assert_close(out, _t(CROSS_EXPECTED[canonical]))
-    if alias != canonical:
+    if alias != canonical and alias not in ("cispo", "sapo", "vespo"):  # (policy-loss names, not aggregations)
         with pytest.raises(KeyError):
             aggregate(_t(CROSS_LOSS), _t(CROSS_MASK), alias, max_completion_length=8)
 
@@ -98,9 +110,11 @@ def test_aliases_resolve(alias, canonical):
 def test_alias_table_is_exactly_the_tested_one():
     # A new alias must come with a line in test_aliases_resolve.
     assert set(AGGREGATION_ALIASES) == {
-        "token-mean", "grpo", "seq-mean-token-mean", "dr_grpo", "seq-mean-token-sum-norm",
+        "token-mean", "grpo", "seq-mean-token-mean", "dr_grpo", "seq-mean-token-sum-norm", "seq-mean-token-sum", "luspo",
     }  # fmt: skip
-    assert set(AGGREGATION_MODES) == {"token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm", "dapo", "bnpo"}
+    assert set(TRL_LOSS_TYPES) == {"cispo", "sapo", "vespo"}
+    assert set(AGGREGATION_MODES) == {"token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm",
+                                      "dapo", "bnpo"}
     assert set(AGGREGATIONS) == set(AGGREGATION_MODES) == set(CROSS_EXPECTED)
 
 
@@ -113,7 +127,7 @@ def test_bnpo_is_each_micro_batch_s_own_token_mean_over_the_micro_batches():
     torch.testing.assert_close(sum(parts), _t(2.5))
 
 
-@pytest.mark.parametrize("bad", ["mean", "sum", "token_sum", "seq-mean-token-sum", ""])
+@pytest.mark.parametrize("bad", ["mean", "sum", "token_sum", "seq-mean-token-sum-mean", ""])
 def test_unknown_aggregation_lists_valid_names(bad):
     # the name is checked where it is resolved (the config, through resolve_aggregation)
     with pytest.raises(ValueError) as err:

@@ -17,13 +17,13 @@ import time
 import torch
 from safetensors.torch import load_file
 
-from rlvr.run.checkpoints import latest_checkpoint, list_checkpoints, load_trainer_state
+from rlvr.run.checkpoints import latest_checkpoint, list_checkpoints, load_rng_state, load_trainer_state
 from tests.helpers.metrics import comparable
 
 from .conftest import tiny_overrides
 
 STEPS = 6
-CHECKPOINT_FILES = ("optimizer.pt", "scheduler.pt", "rng.pt", "trainer_state.json")
+CHECKPOINT_FILES = ("optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json", "training_args.bin")
 
 
 def _options(out, reward):
@@ -44,7 +44,7 @@ def _assert_checkpoints_complete(run) -> None:
         weights = load_file(next(folder.glob("*.safetensors")))  # a torn file fails here
         assert weights and all(torch.isfinite(w).all() for w in weights.values())
         torch.load(folder / "optimizer.pt", weights_only=True)
-        torch.load(folder / "rng.pt", weights_only=True)
+        load_rng_state(folder)  # transformers' safe load (numpy's state allowed)
 
 
 def _final_weights(run) -> dict[str, torch.Tensor]:

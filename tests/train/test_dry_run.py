@@ -42,15 +42,18 @@ def test_the_dry_run_stops_on_what_the_run_would_stop_on(tmp_path, capsys, extra
     assert len([line for line in err.splitlines() if line.startswith("rlvr train:")]) == 1
 
 
-@pytest.mark.parametrize(("strategy", "checkpoints"), [("no", [4]), ("epoch", [2, 4]), ("steps", [3, 4])])
-def test_save_strategy_is_trls(tmp_path, strategy, checkpoints):
-    """steps: every save_steps (and the last); epoch: at each epoch's end; no: only the last step's, which the
-    final model comes from (TRL writes none then; rlvr keeps the one it exports)."""
+@pytest.mark.parametrize(("strategy", "max_steps", "checkpoints"), [
+    ("no", 4, []), ("epoch", 4, [2, 4]), ("epoch", 3, [2, 3]), ("steps", 4, [3, 4])])
+def test_save_strategy_is_trls(tmp_path, strategy, max_steps, checkpoints):
+    """transformers' rules: steps: every save_steps and the last step; epoch: at each epoch's end and at the end of
+    training (transformers' on_epoch_end fires when training stops mid-epoch); no: none. rlvr train still puts the
+    final model at output_dir (written from the policy when the last step saved no checkpoint)."""
     out = tmp_path / "run"
-    cfg = build_config(tiny_overrides(out, data="rg:basic_arithmetic:size=4", max_steps=4, prompts_per_step=2,
+    cfg = build_config(tiny_overrides(out, data="rg:basic_arithmetic:size=4", max_steps=max_steps, prompts_per_step=2,
                                       save_strategy=strategy, save_steps=3, save_total_limit=None))
     Trainer(cfg).train()
     assert sorted(int(p.name.split("-")[1]) for p in out.glob("checkpoint-*")) == checkpoints
+    assert (out / "model.safetensors").is_file() and (out / "training_args.bin").is_file()
 
 
 def test_training_refuses_an_unknown_reward_before_loading_the_model(tmp_path):

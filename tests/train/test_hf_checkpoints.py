@@ -14,6 +14,7 @@ from rlvr.config import build_config
 from rlvr.models import load_policy
 from rlvr.run.checkpoint_files import TRAINING_FILES, list_checkpoints
 from rlvr.run.export import FINAL_RECORD
+from rlvr.train.metrics import trl_log_name
 from rlvr.train.trainer import Trainer
 from tests.helpers.metrics import comparable
 
@@ -103,16 +104,18 @@ def test_the_final_model_is_at_output_dir(two_steps):
     assert set(json.loads((out / FINAL_RECORD).read_text())) >= {"model.safetensors", "config.json"}
 
 
-def test_trainer_state_has_log_history_equal_to_metrics_jsonl(two_steps):
+def test_trainer_state_has_trls_log_of_the_metrics_jsonl_lines(two_steps):
     out, _ = two_steps
     lines = _metrics(out, strip=False)
     assert [m["step"] for m in lines] == [1, 2]
     for step in (1, 2):
         folder = out / f"checkpoint-{step}"
         state = TrainerState.load_from_json(str(folder / "trainer_state.json"))  # transformers reads it back
-        assert state.global_step == step  # optimiser steps: one per step here
-        history = [{k: v for k, v in entry.items() if k != "rlvr_step"} for entry in state.log_history]
-        assert history == lines[:step]  # every key of each logged step (TRL's names among them), and its step
+        assert state.global_step == step and state.logging_steps == 1  # optimiser steps: one per step here
+        # TRL's log (rlvr.train.trl_log), an entry a step (rlvr's preset): the line's values under TRL's names, only
+        for entry, line in zip(state.log_history, lines[:step], strict=True):
+            trl = {trl_log_name(key): value for key, value in line.items() if trl_log_name(key) is not None}
+            assert entry == {**trl, "step": line["step"]}
         assert {"loss", "reward", "learning_rate", "completions/mean_length"} <= set(state.log_history[0])
         own = json.loads((folder / "rlvr_state.json").read_text())
         assert own["step"] == step and "sampler" in own and "group_counter" in own  # rlvr's own state

@@ -9,6 +9,7 @@ import inspect
 import pytest
 import torch
 
+import rlvr.core.loss_variants as loss_variants_module
 import rlvr.core.losses as losses_module
 import rlvr.train.update as update_module
 from rlvr.config import build_config
@@ -197,10 +198,10 @@ def test_loss_settings_are_what_the_loss_reads():
     positional = [p for p in params.values() if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
     assert len(positional) == 5 and positional[4].annotation is LossSettings
     keyword_only = {name for name, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
-    assert keyword_only == {"is_anchor", "ref_logprobs", "is_weights"}
-    # Every field is read by the loss code (an attribute read in rlvr.core.losses, or in the update: the
-    # aggregation, L_max and the entropy bonus), none is carried for nothing.
-    read = {node.attr for module in (losses_module, update_module)
+    assert keyword_only == {"is_anchor", "ref_logprobs", "is_weights", "keep"}
+    # Every field is read by the loss code (an attribute read in rlvr.core.losses or loss_variants, or in the update:
+    # the aggregation, L_max, the entropy bonus and the token masks), none is carried for nothing.
+    read = {node.attr for module in (losses_module, loss_variants_module, update_module)
             for node in ast.walk(ast.parse(inspect.getsource(module))) if isinstance(node, ast.Attribute)}
     assert [f.name for f in dataclasses.fields(LossSettings) if f.name not in read] == []
     # And the objective accepts the plan's settings as they are (beta = 0: no reference needed).

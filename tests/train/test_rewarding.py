@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 
+from rlvr.data.rows import normalize_rows
 from rlvr.models.tiny import tiny_byte_tokenizer
 from rlvr.rollout import Completion
 from rlvr.train.experience import Group
@@ -100,6 +101,31 @@ def test_functions_get_trl_s_keyword_arguments_aligned_with_the_completions(make
     assert call["completion_ids"] == [[ord("x")], [ord("y"), ord("z")], [ord("w")]]  # byte tokenizer: id = byte
     assert call["trainer_state"].max_steps == 12
     assert callable(call["log_extra"]) and callable(call["log_metric"])
+
+
+def test_a_trl_configs_rows_pass_the_datasets_columns_and_the_verifier_still_gets_the_gold(make_rewarder):
+    """preset=trl keeps each row as given (rlvr.data.rows.normalize_row's keep_row): a function gets the dataset's
+    columns exactly, TRL's _calculate_rewards (no ``answer`` or ``id`` the dataset lacks; a GSM8K answer as it is);
+    a function declaring ``reads_gold`` (rlvr's verifier) gets rlvr's normalised gold as ``answer``."""
+    seen = {}
+
+    def user(prompts, completions, **kwargs):
+        seen["user"] = kwargs
+        return [0.0] * len(completions)
+
+    def verifier(prompts, completions, answer, **kwargs):
+        seen["verifier"] = answer
+        return [0.0] * len(completions)
+
+    verifier.reads_gold = True
+    given = [{"prompt": "1 + 1?", "solution": "So \\boxed{2}."}, {"prompt": "2 + 2?", "solution": "#### 4"}]
+    rows = normalize_rows(given, "test", keep_row=True)
+    make_rewarder([user, verifier]).reward_texts(rows, [["x"], ["y"]])
+    assert set(seen["user"]) == {"solution", "completion_ids", "trainer_state", "log_extra", "log_metric"}
+    assert seen["user"]["solution"] == ["So \\boxed{2}.", "#### 4"] and seen["verifier"] == ["2", "4"]
+    own = normalize_rows(given[:1], "test")  # rlvr's preset: its gold and id too
+    make_rewarder([user]).reward_texts(own, [["x"]])
+    assert seen["user"]["answer"] == ["2"] and seen["user"]["id"] == ["test#0"]
 
 
 def _group(gid: int, texts: list[str]) -> Group:

@@ -200,15 +200,21 @@ def test_build_rewarder_takes_the_reward_options():
         rewarder.close()
 
 
-@pytest.mark.parametrize(("options", "every"), [({"eval_strategy": "epoch"}, 40 // 4), ({"eval_steps": 3}, 3)])
-def test_training_eval_every_epoch_or_every_k_steps(options, every):
-    """eval_strategy=epoch evaluates every steps-per-epoch steps (40 rows, 4 prompts a step: 10); steps, every
-    eval_steps; the response budget falls back to max_completion_length; no eval options: no eval."""
+@pytest.mark.parametrize(("options", "due"), [
+    ({"eval_strategy": "epoch"}, [10, 20, 30]),  # 40 rows, 4 prompts a step: an epoch of 10 steps
+    ({"eval_steps": 7}, [7, 14, 21, 28, 30]),  # every eval_steps, and the last step (transformers' rule)
+    ({"eval_steps": 0.25, "eval_delay": 10}, [16, 24, 30]),  # a fraction of 30: every 8, from step 10 on
+    ({"eval_strategy": "epoch", "eval_delay": 1.5, "eval_on_start": True}, [20, 30]),  # epochs >= 1.5 (and start)
+])
+def test_training_eval_every_epoch_or_every_k_steps(options, due):
+    """When pass@k evaluates (eval_strategy, eval_steps, eval_delay, eval_on_start); the response budget falls back to
+    max_completion_length; no eval options: no eval."""
     cfg = build_config({"eval_data": ["gsm8k-100"], "prompts_per_step": 4, "max_completion_length": 24,
                         "max_steps": 30, "eval_k": [1, 2], "eval_temperature": 0.3, **options})
     plan = compile_plan(cfg)
     evaluation = build_training_eval(cfg, plan, run_length(cfg, plan.batch, 40), PromptFormat())
-    assert evaluation.every == every and evaluation.max_steps == 30 and evaluation.datasets == ("gsm8k-100",)
+    assert [step for step in range(1, 31) if evaluation.due(step)] == due and evaluation.datasets == ("gsm8k-100",)
+    assert evaluation.on_start == options.get("eval_on_start", False) and evaluation.in_line
     assert evaluation.max_completion_length == 24 and evaluation.ks == (1, 2) and evaluation.temperature == 0.3
     plain = build_config({"max_steps": 30})
     assert build_training_eval(plain, compile_plan(plain), run_length(plain, compile_plan(plain).batch, 40),

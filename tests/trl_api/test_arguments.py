@@ -33,8 +33,10 @@ def test_a_peft_lora_config_becomes_rlvrs_lora_options():
                                                target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")).cfg
     assert (cfg.model.lora_r, cfg.model.lora_alpha, cfg.model.lora_dropout) == (8, 16, 0.05)
     assert cfg.model.lora_target_modules == "q_proj,v_proj"
-    with pytest.raises(ValueError, match="peft_config.use_dora"):
-        _trainer(peft_config=peft.LoraConfig(r=8, use_dora=True))
+    cfg = _trainer(peft_config=peft.LoraConfig(r=8, use_rslora=True, use_dora=True, modules_to_save=["lm_head"])).cfg
+    assert (cfg.model.use_rslora, cfg.model.use_dora, cfg.model.lora_modules_to_save) == (True, True, "lm_head")
+    with pytest.raises(ValueError, match="peft_config.lora_bias=True: rlvr's LoRA takes r, lora_alpha"):
+        _trainer(peft_config=peft.LoraConfig(r=8, lora_bias=True))
 
 
 def test_a_loaded_model_and_its_tokenizer_are_used_as_given(tmp_path):

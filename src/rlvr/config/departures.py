@@ -34,7 +34,7 @@ DEPARTURES: list[tuple[Callable[[Any], bool], Callable[[Any], str]]] = [
                f"{'bnpo' if c.algorithm.loss_type == 'bnpo' else 'the entropy bonus'} is per micro-batch"),
     (lambda c: _optimizer_steps_per_step(c) > 1,
      lambda c: f"{_optimizer_steps_per_step(c)} optimiser steps per step see whole groups (TRL: random "
-               "completions) and one log line (TRL: one per logging_steps)"),
+               "completions)"),
     (lambda c: c.algorithm.scale_rewards != "none",
      lambda c: "a group of equal rewards gets advantages of exactly 0 (TRL: float32 noise)"),
     (lambda c: not c.model.disable_dropout,

@@ -1,7 +1,9 @@
-"""Evaluation during training: pass@k on held-out data every ``eval_steps`` steps."""
+"""Evaluation during training: pass@k on held-out data, when TRL's ``eval_strategy``, ``eval_steps``,
+``eval_delay`` and ``eval_on_start`` say (rlvr.train.evaluation.EvalSchedule decides it as transformers does)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from rlvr.config.fields import _f, _fail
@@ -12,8 +14,13 @@ EVAL_STRATEGIES = ("no", "steps", "epoch")
 @dataclass(frozen=True)
 class EvalConfig:
     eval_strategy: str = _f("steps", "when to evaluate (TRL name): steps (every eval_steps and at the end) | epoch (at "
-                                     "the end of every epoch) | no")
-    eval_steps: int = _f(0, "evaluate every K steps and at the end (0: never; K >= max_steps: only at the end)")
+                                     "the end of every epoch and of training) | no")
+    eval_steps: float = _f(0, "evaluate every K steps and at the end (0: never; K >= max_steps: only at the end; a "
+                              "fraction below 1: of the run's steps, rounded up, as transformers) (TRL name)")
+    eval_delay: float = _f(0.0, "evaluate only from this many steps on (eval_strategy=steps) or epochs (epoch) (TRL "
+                                "name)")
+    eval_on_start: bool = _f(False, "also evaluate before the first step (and on resume, before the next), whatever "
+                                    "eval_strategy says (TRL name)")
     eval_data: list[str] = _f([], "datasets to evaluate on (same forms as data=, or a benchmark name); "
                                   "needs eval_steps >= 1")
     eval_n: int = _f(4, "samples per problem")
@@ -25,16 +32,20 @@ class EvalConfig:
 
     @property
     def enabled(self) -> bool:
-        return self.eval_strategy == "epoch" or (self.eval_strategy == "steps" and self.eval_steps > 0)
+        return (self.eval_strategy == "epoch" or (self.eval_strategy == "steps" and self.eval_steps > 0)
+                or self.eval_on_start)
 
     def __post_init__(self) -> None:
         if self.eval_strategy not in EVAL_STRATEGIES:
             _fail("eval_strategy", self.eval_strategy, f"choose one of {EVAL_STRATEGIES}")
-        if self.eval_steps < 0:
-            _fail("eval_steps", self.eval_steps, "use 0 (off) or a positive interval")
-        if self.eval_strategy == "no" and (self.eval_steps or self.eval_data):
-            _fail("eval_strategy", "no", "evaluates nothing, so eval_steps/eval_data are unused: use eval_strategy=steps "
-                  "or epoch, or drop them")
+        if not 0 <= self.eval_steps < math.inf or (self.eval_steps > 1 and self.eval_steps != int(self.eval_steps)):
+            _fail("eval_steps", self.eval_steps, "use 0 (off), a whole number of steps, or a fraction below 1 of the "
+                  "run's steps")
+        if self.eval_delay < 0:
+            _fail("eval_delay", self.eval_delay, "use 0 or a positive number of steps (epochs with eval_strategy=epoch)")
+        if self.eval_strategy == "no" and (self.eval_steps or self.eval_delay or (self.eval_data and not self.eval_on_start)):
+            _fail("eval_strategy", "no", "evaluates nothing during training, so eval_steps/eval_delay/eval_data are "
+                  "unused: use eval_strategy=steps or epoch (or eval_on_start=true with eval_data), or drop them")
         if self.enabled and not self.eval_data:
             _fail("eval_data", self.eval_data, "name at least one dataset, e.g. eval_data=gsm8k-100")
         if self.eval_strategy == "steps" and self.eval_data and not self.eval_steps:

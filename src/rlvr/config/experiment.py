@@ -12,6 +12,7 @@ from rlvr.config.batch import BatchShape, batch_shape
 from rlvr.config.dagrpo import DaGRPOConfig
 from rlvr.config.evaluation import EvalConfig
 from rlvr.config.fields import _check_finite, _fail
+from rlvr.config.objective import ObjectiveConfig
 from rlvr.config.origin import ConfigOrigin
 from rlvr.config.presets import PRESETS
 from rlvr.config.python_objects import PythonObjects
@@ -37,6 +38,7 @@ SECTIONS: dict[str, type] = {
     "vllm": VLLMConfig,
     "reward": RewardConfig,
     "algorithm": AlgorithmConfig,
+    "objective": ObjectiveConfig,
     "dagrpo": DaGRPOConfig,
     "tagrpo": TAGRPOConfig,
     "optim": OptimConfig,
@@ -53,6 +55,7 @@ class ExperimentConfig:
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     dagrpo: DaGRPOConfig = field(default_factory=DaGRPOConfig)
     tagrpo: TAGRPOConfig = field(default_factory=TAGRPOConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -105,6 +108,21 @@ class ExperimentConfig:
         if a.algo in TAGRPO_ALGOS and self.tagrpo.num_rephrasings == 0:
             _fail("num_rephrasings", 0, f"algo={a.algo} with no rephrasings would be plain GRPO: set "
                   "num_rephrasings >= 1 (the preset's 4), or use algo=grpo for GRPO")
+        self._check_objective()
+
+    def _check_objective(self) -> None:
+        """What the objective's controls need of other sections (TRL refuses the same)."""
+        a, o = self.algorithm, self.objective
+        if a.multi_objective_aggregation == "normalize_then_sum" and (self.dagrpo.enabled or a.advantage_estimator != "grpo"):
+            _fail("multi_objective_aggregation", a.multi_objective_aggregation, "normalize_then_sum (GDPO) is its own "
+                  "advantage: it replaces advantage_estimator and DaGRPO's pairwise form; use advantage_estimator=grpo "
+                  "without pair masking or anchors")
+        if o.sync_ref_model and a.beta == 0:
+            _fail("sync_ref_model", True, "with beta = 0 there is no reference model to synchronise: set beta > 0 "
+                  "(e.g. 0.04) or sync_ref_model=false")
+        if o.sync_ref_model and self.model.lora_r > 0:
+            _fail("sync_ref_model", True, "with LoRA the reference is the policy with its adapters off, not a model "
+                  "of its own to move (TRL refuses it too): use full fine-tuning or sync_ref_model=false")
 
     def _check_rollout_modes(self) -> None:
         """(What the engine can do is its class's abilities: the plan checks them, train/plan.py's engine_plan.)"""

@@ -157,7 +157,7 @@ def _is_bool_key(key: str) -> bool:
 def _is_list_key(key: str) -> bool:
     key = RENAMED.get(key, key)
     if key in FIELD_SECTION:
-        return _is_list(_field_type(key)) or key == "lora_target_modules"
+        return _is_list(_field_type(key)) or key in ("lora_target_modules", "lora_modules_to_save")
     return key in TRL_LIST_KEYS
 
 

@@ -57,6 +57,7 @@ TRL_DEFAULTS: dict[str, Any] = {
     "answer_extraction": "boxed",
     "truncation": "left",  # TRL's tokenizer cut prompts over max_prompt_length from the left
     "save_steps": 500,
+    "logging_steps": 10,  # TRL's GRPOConfig (transformers' own: 500); rlvr's: every step
     "save_total_limit": None,
     "log_completions": False,
     "lora_alpha": 32,  # TRL's ModelConfig (LoRA only with use_peft: true)

@@ -15,19 +15,23 @@ from rlvr.core.names import (
     ADVANTAGE_ESTIMATOR_NAMES,
     FUNCTION_SPEC_FORMS,
     IMPORTANCE_LEVELS,
+    MULTI_OBJECTIVE_AGGREGATIONS,
     POLICY_LOSS_NAMES,
     SCALE_REWARDS,
     is_function_spec,
     resolve_aggregation,
+    resolve_policy_loss,
 )
 from rlvr.data.prompts import AUTO_INSTRUCTION
 from rlvr.rewards.code_rewards import CODE_EXTRACTIONS
 from rlvr.rewards.extract import EXTRACTION_MODES
 from rlvr.rewards.sandbox import SANDBOX_MODES
 from rlvr.rollout.names import ROLLOUT_ENGINES
+from rlvr.rollout.sampling import Sampling
 
 MAX_SEED = 2**63 - 1  # torch.manual_seed overflows past 2**64 - 1; 63 bits fit every int64 seed (vLLM, generators)
 TOOLS = ("python",)
+GENERATION_KWARGS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")  # (rlvr.rollout.sampling)
 TOOL_SCHEDULING = ("rounds", "rows")  # (rlvr.rollout.tool_loop.SCHEDULING)
 DEFAULT_DATA = "rg:chain_sum:size=1000:seed=0:min_terms=2:max_terms=2:min_digits=1:max_digits=1"
 
@@ -51,6 +55,13 @@ class ModelConfig:
     lora_dropout: float = _f(0.0, "LoRA dropout")
     lora_target_modules: str | None = _f("all-linear", "PEFT target_modules (comma list or all-linear; null: PEFT's "
                                                         "default for the architecture, TRL's default)")
+    use_rslora: bool = _f(False, "LoRA: scale the update by lora_alpha/sqrt(r) (rank-stabilised LoRA) instead of "
+                                 "lora_alpha/r (PEFT's use_rslora) (TRL name)")
+    use_dora: bool = _f(False, "LoRA: DoRA, the update split into a trained magnitude per output row and a LoRA "
+                               "direction (PEFT's use_dora) (TRL name)")
+    lora_modules_to_save: str | None = _f(None, "LoRA: modules trained in full beside the adapters and saved with "
+                                                "them, a comma list of name suffixes, e.g. lm_head (PEFT's "
+                                                "modules_to_save) (TRL name)")
     save_merged_model: bool = _f(False, "LoRA: also save the merged full model (W + s*B*A, loadable without peft) in "
                                         "each checkpoint's and output_dir's merged/ (off: the adapter only)")
     bf16: bool = _f(False, "bf16 mixed precision: bf16 compute (autocast) with fp32 master weights, gradients and "
@@ -61,6 +72,9 @@ class ModelConfig:
     disable_dropout: bool = _f(True, "rlvr always runs the policy without dropout (so the on-policy ratio is exactly "
                                      "1); false (TRL's default) only adds a start-up warning when the model or "
                                      "LoRA has a dropout probability > 0 that is therefore not applied (TRL name)")
+    cast_lm_head_to_fp32: bool = _f(False, "the LM head's weight in float32 and its logits computed in float32 (autocast "
+                                           "off), for the policy and the reference, in training and in rlvr's own "
+                                           "engines' sampling (TRL name); refused with LoRA on the head")
 
     def __post_init__(self) -> None:
         if self.dtype not in ("float32", "bfloat16", "fp32", "bf16", "auto"):
@@ -74,6 +88,9 @@ class ModelConfig:
             _fail("lora_r", self.lora_r, "use 0 (full fine-tuning) or a positive rank such as 16")
         if not 0.0 <= self.lora_dropout < 1.0:
             _fail("lora_dropout", self.lora_dropout, "use a value in [0, 1)")
+        for name in ("use_rslora", "use_dora", "lora_modules_to_save"):
+            if getattr(self, name) and self.lora_r == 0:
+                _fail(name, getattr(self, name), "a LoRA option: set lora_r > 0 (TRL: use_peft: true), or drop it")
 
 
 @dataclass(frozen=True)
@@ -131,6 +148,9 @@ class RolloutConfig:
     repetition_penalty: float = _f(1.0, "divide a positive logit of a token already in the prompt or response by it "
                                         "(multiply a negative one); 1: off. The sampling log-probs stay the "
                                         "policy's log softmax(logits / T) whatever top_p/top_k/min_p/this warp")
+    generation_kwargs: dict | None = _f(None, "sampling settings for the engine only, over the ones above: temperature, "
+                                              "top_p, top_k, min_p, repetition_penalty (TRL name; as in TRL the "
+                                              "trainer's log-probs keep `temperature`); other keys are refused")
     rollout_engine: str = _f("rlvr", "generation engine: rlvr (own loop on the transformers model: shared prefill, "
                                      "preallocated KV cache, finished rows dropped), hf (transformers generate), "
                                      "vllm (optional, own environment; vllm_mode: colocate or server)")
@@ -176,6 +196,8 @@ class RolloutConfig:
             _fail("prompts_per_step", self.prompts_per_step, "need at least 1 prompt per step")
         if self.num_generations < 2:
             _fail("num_generations", self.num_generations, "group-relative advantages need G >= 2")
+        if self.generation_kwargs is not None:
+            self._check_generation_kwargs()
         if self.max_completion_length < 1:
             _fail("max_completion_length", self.max_completion_length, "use a positive token count")
         if self.truncation not in TRUNCATION_MODES:
@@ -219,6 +241,28 @@ class RolloutConfig:
             _fail("tool_scheduling", self.tool_scheduling, f"choose one of {TOOL_SCHEDULING}")
         if self.tool_output_chars < 16:
             _fail("tool_output_chars", self.tool_output_chars, "use at least 16 characters, such as 1024")
+
+
+    def _check_generation_kwargs(self) -> None:
+        kwargs = self.generation_kwargs
+        if not isinstance(kwargs, dict):
+            _fail("generation_kwargs", kwargs, "give a mapping, e.g. {top_p: 0.95, top_k: 50}")
+        unknown = sorted(set(kwargs) - set(GENERATION_KWARGS))
+        if unknown:
+            _fail("generation_kwargs", kwargs, f"rlvr's engines take {', '.join(GENERATION_KWARGS)} here, not "
+                  f"{', '.join(unknown)} (the response length is max_completion_length, stop tokens come from the "
+                  "tokenizer)")
+        try:
+            Sampling(**{"temperature": self.temperature, **kwargs})
+        except (TypeError, ValueError) as error:
+            _fail("generation_kwargs", kwargs, str(error))
+
+    @property
+    def sampling_settings(self) -> dict:
+        """The engine's sampling settings: the options above, generation_kwargs over them (as TRL's update)."""
+        own = {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k, "min_p": self.min_p,
+               "repetition_penalty": self.repetition_penalty}
+        return {**own, **(self.generation_kwargs or {})}
 
 
 @dataclass(frozen=True)
@@ -273,13 +317,19 @@ class AlgorithmConfig:
                                           "your own fn(inputs, settings) as path/file.py:fn (docs/extending.md) "
                                           "(verl: algorithm.adv_estimator)")
     scale_rewards: str = _f("group", "group | batch | none (verl: norm_adv_by_std_in_grpo)")
+    multi_objective_aggregation: str = _f("sum_then_normalize", "several reward functions: sum_then_normalize (the "
+                                          "weighted sum's advantage) | normalize_then_sum (GDPO: each function's "
+                                          "rewards normalised in its group, summed with the weights, then "
+                                          "normalised over the batch) (TRL name)")
     advantage_eps: float = _f(1e-6, "epsilon added to the std (verl 1e-6; TRL 1e-4); >= 0 (a negative one is refused)")
-    loss_type: str = _f("token_mean", "verl's token_mean | seq_mean_token_mean | seq_mean_token_sum_norm (verl: "
-                                      "loss_agg_mode), or TRL's dapo | grpo | dr_grpo | bnpo with TRL's normalisers "
-                                      "(docs/training.md, 'Conventions'), or your own fn(per_token, mask, "
-                                      "denominators) as path/file.py:fn (docs/extending.md)")
+    loss_type: str = _f("token_mean", "verl's token_mean | seq_mean_token_mean | seq_mean_token_sum | "
+                                      "seq_mean_token_sum_norm (verl: loss_agg_mode), or TRL's dapo | grpo | dr_grpo | "
+                                      "bnpo | luspo with TRL's normalisers, or TRL's cispo | sapo | vespo (which choose "
+                                      "the policy loss too) (docs/training.md, 'Conventions'), or your own "
+                                      "fn(per_token, mask, denominators) as path/file.py:fn (docs/extending.md)")
     policy_loss: str = _f("clip", "the sampled responses' per-token loss: clip (PPO's clipped surrogate; verl: "
-                                  "policy_loss.loss_mode=vanilla), a name registered with "
+                                  "policy_loss.loss_mode=vanilla), cispo, sapo, vespo (TRL's), clip_cov, kl_cov "
+                                  "(verl's; settings: the objective section), a name registered with "
                                   "rlvr.core.losses.register_policy_loss, or your own fn(logprobs, old_logprobs, "
                                   "advantages, mask, settings) as path/file.py:fn (docs/extending.md)")
     epsilon: float = _f(0.2, "lower clip range (verl: clip_ratio_low)")
@@ -316,6 +366,13 @@ class AlgorithmConfig:
         if self.scale_rewards not in SCALE_REWARDS:
             _fail("scale_rewards", self.scale_rewards, f"choose one of {SCALE_REWARDS}")
         resolve_aggregation(self.loss_type)
+        try:
+            resolve_policy_loss(self.policy_loss, self.loss_type)
+        except ValueError as error:
+            _fail("loss_type", self.loss_type, str(error))
+        if self.multi_objective_aggregation not in MULTI_OBJECTIVE_AGGREGATIONS:
+            _fail("multi_objective_aggregation", self.multi_objective_aggregation,
+                  f"choose one of {MULTI_OBJECTIVE_AGGREGATIONS}")
         if self.importance_sampling_level not in IMPORTANCE_LEVELS:
             _fail("importance_sampling_level", self.importance_sampling_level, f"choose one of {IMPORTANCE_LEVELS}")
         if not 0 <= self.epsilon < 1:
@@ -338,6 +395,11 @@ class AlgorithmConfig:
     @property
     def aggregation(self) -> str:
         return resolve_aggregation(self.loss_type)
+
+    @property
+    def policy(self) -> str:
+        """The policy loss run: ``policy_loss``, or the one TRL's loss_type cispo / sapo / vespo names."""
+        return resolve_policy_loss(self.policy_loss, self.loss_type)
 
 
 OPTIMIZERS = ("adamw_torch_fused", "adamw_torch")
@@ -400,8 +462,10 @@ TRACKER_NAMES = ("none", "tensorboard", "wandb", "trackio", "mlflow")
 
 
 PRESET_NAMES = ("rlvr", "trl")
-SAVE_STRATEGIES = ("steps", "epoch", "no")
+SAVE_STRATEGIES = ("steps", "epoch", "best", "no")
 LOG_LEVELS = ("passive", "debug", "info", "warning", "error", "critical")
+LOGGING_STRATEGIES = ("steps", "epoch", "no")
+TOKENS_SEEN = ("no", "all", "non_padding")  # transformers' include_num_input_tokens_seen (true: all, false: no)
 HUB_STRATEGIES = ("end", "every_save", "checkpoint", "all_checkpoints")
 
 
@@ -417,11 +481,18 @@ class RunConfig:
     num_train_epochs: float | None = _f(None, "with max_steps=-1: passes over the training prompts, as TRL counts "
                                               "them (TRL name; preset=trl's default 3)")
     seed: int = _f(0, "seed for data order, sampling and initialisation, in [0, 2**63 - 1]")
-    save_strategy: str = _f("steps", "steps (every save_steps) | epoch (at the end of every epoch) | no (only the "
-                                     "last step's checkpoint, which the final model comes from) (TRL name)")
-    save_steps: int = _f(50, "checkpoint every K steps and at the end (0: only at the end); bounds what a crash "
-                             "loses to K steps (Ctrl-C and SIGTERM save at once)")
+    save_strategy: str = _f("steps", "steps (every save_steps and at the end) | epoch (at the end of every epoch and "
+                                     "of training) | best (when an evaluation improves metric_for_best_model) | no "
+                                     "(no checkpoint; a signal still saves one) (TRL name)")
+    save_steps: float = _f(50, "checkpoint every K steps and at the end (0: only at the end; a fraction below 1: of "
+                               "max_steps, as transformers); bounds what a crash loses to K steps (Ctrl-C and SIGTERM "
+                               "save at once)")
     save_total_limit: int | None = _f(2, "keep the newest K checkpoints (null: all)")
+    metric_for_best_model: str | None = _f(None, "save_strategy=best: the evaluation metric whose improvement saves a "
+                                                 "checkpoint, NAME for the step's eval/NAME (transformers' eval_NAME), "
+                                                 "e.g. reward or gsm8k-100/pass@1 (TRL name)")
+    greater_is_better: bool | None = _f(None, "save_strategy=best: whether a higher metric_for_best_model is better "
+                                              "(null: true unless the name ends in loss, as transformers) (TRL name)")
     resume: bool = _f(False, "continue from the newest checkpoint in output_dir")
     resume_from_checkpoint: str | None = _f(None, "continue from this checkpoint folder, OUTPUT_DIR/checkpoint-N "
                                                   "(TRL/transformers name); output_dir defaults to its run folder")
@@ -444,6 +515,21 @@ class RunConfig:
                                         "'rlvr[wandb]') (TRL name)")
     run_name: str | None = _f(None, "the run's name in the trackers (default: the output_dir folder's name) (TRL name)")
     logging_dir: str | None = _f(None, "TensorBoard event folder (default output_dir/runs) (TRL name)")
+    logging_strategy: str = _f("steps", "when TRL's log (trainer_state.json's log_history, the trackers' TRL "
+                                        "series, a TrainerCallback's on_log) gets an entry: steps (every "
+                                        "logging_steps) | epoch (at each epoch's end) | no; metrics.jsonl keeps "
+                                        "every step (TRL name)")
+    logging_steps: float = _f(1, "TRL's log: an entry every N steps (preset=trl: optimiser steps, TRL's default "
+                                 "10), its values averaged over them as TRL averages; a fraction below 1: of "
+                                 "max_steps, rounded up (TRL name)")
+    logging_first_step: bool = _f(False, "TRL's log: also an entry after the first step (TRL name)")
+    include_num_input_tokens_seen: str = _f("no", "no | all | non_padding (true: all): TRL's log entries also get "
+                                                  "num_input_tokens_seen (prompt + completion tokens so far, TRL's "
+                                                  "count; both modes count the same) and train_tokens_per_second "
+                                                  "(TRL name)")
+    skip_memory_metrics: bool = _f(True, "false: the end-of-training entry of TRL's log gets transformers' memory "
+                                         "metrics (init_mem_cpu_alloc_delta, train_mem_cpu_peaked_delta, ...; "
+                                         "measured as transformers does, needs psutil) (TRL name)")
     log_level: str = _f("passive", "rlvr's log level: debug | info | warning | error | critical; passive: info "
                                    "(TRL name)")
     push_to_hub: bool = _f(False, "upload the final model (and, with hub_strategy, checkpoints) to the Hugging Face Hub "
@@ -468,13 +554,16 @@ class RunConfig:
             _fail("save_strategy", self.save_strategy, f"choose one of {SAVE_STRATEGIES}")
         if self.log_level not in LOG_LEVELS:
             _fail("log_level", self.log_level, f"choose one of {LOG_LEVELS}")
+        self._check_logging()
         if self.hub_strategy not in HUB_STRATEGIES:
             _fail("hub_strategy", self.hub_strategy, f"choose one of {HUB_STRATEGIES}")
         if not 0 <= self.seed <= MAX_SEED:
             _fail("seed", self.seed, f"use an integer in [0, 2**63 - 1 = {MAX_SEED}] (torch.manual_seed "
                                      "overflows past 64 bits), e.g. seed=0")
-        if self.save_steps < 0:
-            _fail("save_steps", self.save_steps, "use 0 (save at the end) or a positive interval")
+        if self.save_steps < 0 or (self.save_steps > 1 and not float(self.save_steps).is_integer()):
+            _fail("save_steps", self.save_steps, "use 0 (save at the end), a whole number of steps, or a fraction "
+                  "below 1 of max_steps")
+        self._check_best()
         if self.grad_spike_factor <= 1:
             _fail("grad_spike_factor", self.grad_spike_factor, "use a factor > 1 (e.g. 5)")
         if self.max_skipped_steps < 1:
@@ -499,3 +588,26 @@ class RunConfig:
             _fail("parallelism", self.parallelism, "choose ddp or fsdp")
         if self.save_total_limit is not None and self.save_total_limit < 1:
             _fail("save_total_limit", self.save_total_limit, "keep at least 1 checkpoint, or null for all")
+
+    def _check_best(self) -> None:
+        """save_strategy=best needs metric_for_best_model, as transformers requires; rlvr reads the metric for that
+        alone (transformers also tracks it for load_best_model_at_end, which rlvr does not do)."""
+        if self.save_strategy == "best" and not self.metric_for_best_model:
+            _fail("metric_for_best_model", self.metric_for_best_model, "save_strategy=best saves when an evaluation "
+                  "improves this metric: name one (e.g. metric_for_best_model=reward), as transformers requires")
+        for name in ("metric_for_best_model", "greater_is_better"):
+            if self.save_strategy != "best" and getattr(self, name) is not None:
+                _fail(name, getattr(self, name), f"rlvr reads it only with save_strategy=best (the checkpoint saved "
+                      f"when an evaluation improves the metric), not with save_strategy={self.save_strategy}; "
+                      "load_best_model_at_end is not in rlvr: drop it, or set save_strategy=best")
+
+    def _check_logging(self) -> None:
+        """TRL's log options: transformers' values (logging_steps: a whole number of steps or a fraction below 1)."""
+        if self.logging_strategy not in LOGGING_STRATEGIES:
+            _fail("logging_strategy", self.logging_strategy, f"choose one of {LOGGING_STRATEGIES}")
+        if not self.logging_steps > 0 or (self.logging_steps > 1 and not float(self.logging_steps).is_integer()):
+            _fail("logging_steps", self.logging_steps, "use a whole number of steps (e.g. 10), or a fraction below 1 "
+                  "of max_steps")
+        if self.include_num_input_tokens_seen not in TOKENS_SEEN:
+            _fail("include_num_input_tokens_seen", self.include_num_input_tokens_seen,
+                  f"choose one of {TOKENS_SEEN} (true: all, false: no)")

@@ -26,7 +26,8 @@ def _off(value: Any) -> bool:
 _EVAL = "rlvr's evaluation is its own pass@k loop (docs/evaluation.md): transformers' evaluation-loop settings do not apply"
 NO_DATALOADER = "rlvr has no dataloader: the prompts are in memory"
 _DDP = "a DDP performance setting: rlvr builds DDP itself (docs/scaling.md), the gradients are the same"
-_BEST = "rlvr keeps the last model (no best-model selection); compare checkpoints with `rlvr eval`"
+_BEST = ("rlvr does not load the best checkpoint at the end (save_strategy=best with metric_for_best_model keeps "
+         "it); compare checkpoints with `rlvr eval`")
 _ONE_REVISION = "rlvr pushes to the main revision"
 _ACCELERATOR_DEFAULTS = {"split_batches": False, "dispatch_batches": None, "even_batches": True,
                          "use_seedable_sampler": True, "non_blocking": False, "gradient_accumulation_kwargs": None}
@@ -47,19 +48,17 @@ TRAINING_ARGUMENTS: dict[str, tuple[Any, str]] = {
     "neftune_noise_alpha": (_off, "NEFTune's embedding noise is not in rlvr"),
     "torch_empty_cache_steps": (any_value, ("it changes memory housekeeping only, not the results; rlvr does not "
                                 "empty the allocator's cache on a schedule")),
-    "logging_nan_inf_filter": (any_value, ("rlvr skips an optimiser step with a non-finite loss or gradient "
-                               "(max_skipped_steps) and logs its values as they are")),
-    "include_num_input_tokens_seen": (any_value, "rlvr logs num_tokens (prompt + completion tokens seen) every step"),
-    "log_level_replica": (any_value, "rlvr's log_level sets the level of every process"),
+    "logging_nan_inf_filter": (lambda v: v is True, ("rlvr skips an optimiser step with a non-finite loss or gradient "
+                               "(max_skipped_steps): a NaN is never averaged into the logged loss, as TRL's default "
+                               "filter does")),
+    "log_level_replica": (lambda v: v in ("warning", "passive"), ("rlvr's log_level sets the level of every "
+                          "process; replicas log warnings, TRL's default")),
     "project": (lambda v: v in (None, "huggingface"), ("set TRACKIO_PROJECT in the environment (rlvr's trackio "
                 "project; default rlvr)")),
     "trackio_space_id": (_off, "rlvr's trackio logs locally (TRACKIO_DIR); no Space"),
     "trackio_bucket_id": (_off, "rlvr's trackio logs locally (TRACKIO_DIR); no Space"),
     "trackio_static_space_id": (lambda v: v in (None, False), "rlvr's trackio logs locally (TRACKIO_DIR); no Space"),
-    "eval_delay": (_off, "rlvr evaluates every eval_steps from the start (nearest: eval_steps)"),
     "prediction_loss_only": (any_value, _EVAL),
-    "eval_on_start": (_off, ("rlvr evaluates every eval_steps and at the end, not before the first step "
-                      "(run `rlvr eval` on the base model)")),
     "eval_do_concat_batches": (any_value, _EVAL),
     "eval_use_gather_object": (any_value, _EVAL),
     "eval_accumulation_steps": (any_value, _EVAL),
@@ -70,8 +69,6 @@ TRAINING_ARGUMENTS: dict[str, tuple[Any, str]] = {
     "hub_always_push": (any_value, "rlvr pushes each checkpoint when it is saved, in order"),
     "hub_revision": (lambda v: v in (None, "main"), _ONE_REVISION),
     "load_best_model_at_end": (_off, _BEST),
-    "metric_for_best_model": (_off, _BEST),
-    "greater_is_better": (_off, _BEST),
     "ignore_data_skip": (_off, "a resumed rlvr run continues at the exact data position it stopped at"),
     "restore_callback_states_from_checkpoint": (_off, "rlvr's callbacks are Python objects (Trainer(cfg, callbacks=...))"),
     "full_determinism": (_off, ("rlvr seeds everything from seed but does not switch torch to deterministic "
@@ -81,7 +78,8 @@ TRAINING_ARGUMENTS: dict[str, tuple[Any, str]] = {
         _ACCELERATOR_DEFAULTS.get(k, object()) == x for k, x in v.items())),
         "rlvr has no accelerate dataloader: only accelerate's defaults apply"),
     "parallelism_config": (_off, "accelerate's ParallelismConfig is not rlvr's (nearest: parallelism=ddp|fsdp, nproc)"),
-    "dataloader_drop_last": (any_value, NO_DATALOADER),
+    "dataloader_drop_last": (any_value, ("TRL's RepeatSampler already drops an incomplete last generation batch, "
+                             "whatever this says; rlvr's epochs are whole steps too")),
     "dataloader_persistent_workers": (any_value, NO_DATALOADER),
     "dataloader_prefetch_factor": (any_value, NO_DATALOADER),
     "dataloader_multiprocessing_context": (any_value, NO_DATALOADER),
@@ -94,7 +92,6 @@ TRAINING_ARGUMENTS: dict[str, tuple[Any, str]] = {
     "ddp_static_graph": (any_value, _DDP),
     "ddp_backend": (_off, "rlvr uses NCCL with CUDA and gloo otherwise"),
     "debug": (_off, "transformers' debug modes (underflow_overflow, tpu_metrics_debug) are not in rlvr"),
-    "skip_memory_metrics": (any_value, "rlvr logs its own memory metrics"),
     "do_predict": (any_value, "read by scripts, not by the trainer; rlvr eval runs predictions"),
     "local_rank": (any_value, "torchrun sets LOCAL_RANK, which rlvr reads"),
 }
@@ -102,9 +99,9 @@ TRAINING_ARGUMENTS: dict[str, tuple[Any, str]] = {
 # the bool keys above: a bare ``--key`` on the command line is true (HfArgumentParser's form)
 TRAINING_ARGUMENTS_BOOL_KEYS = frozenset({
     "average_tokens_across_devices", "bf16_full_eval", "fp16_full_eval", "use_cache", "logging_nan_inf_filter",
-    "prediction_loss_only", "eval_on_start", "eval_do_concat_batches", "eval_use_gather_object", "batch_eval_metrics",
-    "save_on_each_node", "enable_jit_checkpoint", "hub_always_push", "load_best_model_at_end", "greater_is_better",
+    "prediction_loss_only", "eval_do_concat_batches", "eval_use_gather_object", "batch_eval_metrics",
+    "save_on_each_node", "enable_jit_checkpoint", "hub_always_push", "load_best_model_at_end",
     "ignore_data_skip", "restore_callback_states_from_checkpoint", "full_determinism", "dataloader_drop_last",
     "dataloader_persistent_workers", "dataloader_in_order", "ddp_broadcast_buffers", "ddp_static_graph",
-    "skip_memory_metrics", "do_predict",
+    "do_predict",
 })

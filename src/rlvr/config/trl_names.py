@@ -12,9 +12,10 @@ is one of five kinds (docs/from_trl.md):
   ``rollout_engine=vllm``; ``delta`` (above 1 + epsilon_high) is ``dual_clip``; ``generation_batch_size``
   fixes the prompts per step; ``eval_strategy`` with ``eval_steps`` and ``dataset_test_split`` is evaluation
   during training; ``use_liger_kernel: true`` is rlvr's own chunked LM head; ``resume_from_checkpoint: true``
-  is ``resume=true``; accelerate's launch keys and ``use_cpu`` (rlvr.config.launch_keys);
-- **accepted** (:data:`ACCEPTED`): keys whose value asks for what rlvr does anyway (``logging_steps``:
-  rlvr writes every step; ``remove_unused_columns: false``; the inherited transformers ``TrainingArguments``
+  is ``resume=true``; ``disable_tqdm`` is ``progress_bar``'s opposite; accelerate's launch keys and ``use_cpu``
+  (rlvr.config.launch_keys);
+- **accepted** (:data:`ACCEPTED`): keys whose value asks for what rlvr does anyway (``remove_unused_columns:
+  false``; the inherited transformers ``TrainingArguments``
   keys of rlvr.config.training_arguments); another value is refused with what rlvr does;
 - **not implemented** (:data:`NOT_IMPLEMENTED`): taken at TRL's own default (which is the plain behaviour
   rlvr has), refused otherwise, all of a file's such keys in one error, a line each, with the nearest
@@ -48,19 +49,15 @@ RENAMED_NULL_IS_UNSET = frozenset({"vllm_importance_sampling_cap", "torch_dtype"
 
 # TRL keys that rlvr honours through a translation (translate_trl_keys)
 TRANSLATED = ("dataset_name", "dataset_config", "dataset_configs", "dataset_train_split", "dataset_test_split",
-              "use_peft", "use_vllm", "generation_batch_size", "use_liger_kernel", "do_eval", "delta",
+              "use_peft", "use_vllm", "generation_batch_size", "use_liger_kernel", "do_eval", "delta", "num_generations_eval", "disable_tqdm",
               *LAUNCH_TRANSLATED)
 
 _CHECKPOINTING = (lambda v: v is None or (isinstance(v, dict) and set(v) <= {"use_reentrant"}),
                   "activation checkpointing takes no other arguments")
-_LOGGING = "rlvr writes every step's metrics (metrics.jsonl, trackers): TRL's logging interval does not apply"
 
 # TRL key -> (does this value ask for what rlvr does?, what rlvr does)
 ACCEPTED: dict[str, tuple[Any, str]] = {
     "do_train": (lambda v: isinstance(v, bool), "read by scripts, not by the trainer: rlvr train always trains"),
-    "logging_strategy": (lambda v: v in ("steps", "epoch"), _LOGGING),
-    "logging_steps": (lambda v: isinstance(v, (int, float)) and v > 0, _LOGGING),
-    "logging_first_step": (lambda v: isinstance(v, bool), _LOGGING),
     "remove_unused_columns": (lambda v: v is False, "every dataset column reaches the reward functions"),
     "model_revision": (lambda v: v in (None, "main"), "rlvr loads the default revision"),
     # both give the same gradients; rlvr's activation checkpointing is non-reentrant
@@ -71,15 +68,14 @@ ACCEPTED: dict[str, tuple[Any, str]] = {
     # GRPOConfig.to_dict() writes <HUB_TOKEN> in place of any token, None included
     "hub_token": (lambda v: v in (None, "<HUB_TOKEN>"), ("a token in a config file ends up in config.yaml: set the HF_TOKEN "
                                        "environment variable instead")),
-    "per_device_eval_batch_size": (any_value, ("rlvr's evaluation batches by its own memory budget; the result is "
-                                   "the same")),
+    "per_device_eval_batch_size": (any_value, ("rlvr's pass@k evaluation batches by its own memory budget, the "
+                                   "result is the same (rlvr.GRPOTrainer's TRL evaluation: its batches, as TRL's)")),
     "dataloader_num_workers": (any_value, NO_DATALOADER),
     "dataloader_pin_memory": (any_value, NO_DATALOADER),
     "pad_to_multiple_of": (lambda v: v in ("auto", None), ("rlvr pads to the longest sequence, as TRL's auto does "
                            "off Neuron devices")),
     "save_only_model": (lambda v: v is False, "rlvr's checkpoints keep the optimiser state, so a run resumes exactly"),
     "log_on_each_node": (any_value, "rlvr's rank 0 alone writes the logs"),
-    "disable_tqdm": (lambda v: isinstance(v, bool), "rlvr's progress bar is progress_bar"),
     # open-r1's GRPOConfig / GRPOScriptArguments additions
     "benchmarks": (lambda v: not v, "rlvr evaluates with eval_data / `rlvr eval`"),
     "callbacks": (lambda v: not v, "rlvr's callbacks come from Python (Trainer(cfg, callbacks=[...]))"),
@@ -105,28 +101,31 @@ ACCEPTED: dict[str, tuple[Any, str]] = {
     **ACCELERATE,
 }
 
+# The keys accepted whatever their value (any_value above): each is one with which TRL's GRPOTrainer computes the
+# same numbers whatever its value — its GRPO loss, sampler or evaluation does not read it, or it only changes
+# speed, memory or where logs print. docs/from_trl.md's table says so for each; tests/config/test_grpo_config_keys.py
+# walks every GRPOConfig field and fails on one that is not honoured, refused past TRL's default, or in this list.
+SAME_IN_TRL = frozenset({
+    "label_smoothing_factor", "use_cache", "torch_empty_cache_steps", "log_on_each_node", "per_device_eval_batch_size",
+    "prediction_loss_only", "eval_do_concat_batches", "eval_use_gather_object", "eval_accumulation_steps",
+    "include_for_metrics", "batch_eval_metrics", "enable_jit_checkpoint", "hub_always_push", "dataloader_drop_last",
+    "dataloader_num_workers", "dataloader_pin_memory", "dataloader_persistent_workers", "dataloader_prefetch_factor",
+    "dataloader_multiprocessing_context", "dataloader_in_order", "train_sampling_strategy", "length_column_name",
+    "ddp_bucket_cap_mb", "ddp_broadcast_buffers", "ddp_static_graph", "do_predict", "local_rank",
+})
+
 # TRL names rlvr does not implement -> (TRL's default, which is rlvr's plain behaviour; the nearest rlvr option)
 NOT_IMPLEMENTED: dict[str, tuple[Any, str | None]] = {
     # GRPOConfig
     "model_init_kwargs": (None, "dtype, attn_implementation"), "router_aux_loss_coef": (None, None),
-    "cast_lm_head_to_fp32": (False, None), "num_generations_eval": (None, "eval_n"),
     "ds3_gather_for_generation": (True, "parallelism"),
-    "generation_kwargs": (None, "temperature, top_p, top_k, min_p, repetition_penalty"),
     "cache_implementation": (None, None), "vllm_model_impl": ("vllm", None),
     "vllm_structured_outputs_regex": (None, None),
-    "sapo_temperature_neg": (1.05, None), "sapo_temperature_pos": (1.0, None), "vespo_k_pos": (2.0, None),
-    "vespo_lambda_pos": (3.0, None), "vespo_k_neg": (3.0, None), "vespo_lambda_neg": (2.0, None),
-    "multi_objective_aggregation": ("sum_then_normalize", "reward_weights"), "sync_ref_model": (False, "beta"),
-    "ref_model_mixup_alpha": (0.6, None), "ref_model_sync_steps": (512, None),
-    "top_entropy_quantile": (1.0, None), "use_adaptive_entropy": (False, "entropy_coef"),
-    "entropy_coef_min": (0.0, None), "entropy_coef_max": (1.0, None), "entropy_coef_delta": (0.005, None),
-    "entropy_target": (0.2, None),
-    "off_policy_mask_threshold": (None, None), "log_multimodal": (True, None), "log_unique_prompts": (False, None),
+    "log_multimodal": (True, None), "log_unique_prompts": (False, None),
     "log_completions_hub_repo": (None, None), "use_transformers_continuous_batching": (False, "rollout_engine"),
     "transformers_continuous_batching_config": (None, None), "use_transformers_paged": (False, "rollout_engine"),
     # ModelConfig
-    "lora_target_parameters": (None, "lora_target_modules"), "lora_modules_to_save": (None, None),
-    "lora_task_type": ("CAUSAL_LM", None), "use_rslora": (False, None), "use_dora": (False, None),
+    "lora_target_parameters": (None, "lora_target_modules"), "lora_task_type": ("CAUSAL_LM", None),
     "load_in_8bit": (False, "dtype"), "load_in_4bit": (False, "dtype"), "bnb_4bit_quant_type": ("nf4", None),
     "use_bnb_nested_quant": (False, None), "bnb_4bit_quant_storage": (None, None),
     # ScriptArguments (trl/scripts/utils.py, trl/scripts/grpo.py; open-r1's)
@@ -140,16 +139,16 @@ NOT_IMPLEMENTED: dict[str, tuple[Any, str | None]] = {
 
 # TRL-only keys of type bool: a bare ``--use_peft`` on the command line is true (HfArgumentParser's form)
 TRL_BOOL_KEYS = frozenset({
-    "use_peft", "use_vllm", "use_liger_kernel", "do_eval", "do_train", "logging_first_step", "remove_unused_columns",
+    "use_peft", "use_vllm", "use_liger_kernel", "do_eval", "do_train", "remove_unused_columns",
     "dataset_streaming", "save_only_model", "disable_tqdm", "overwrite_hub_revision", "push_to_hub_revision",
-    "wandb_log_unique_prompts", "load_in_4bit", "load_in_8bit", "use_rslora", "use_dora", "fp16", "tf32",
+    "wandb_log_unique_prompts", "load_in_4bit", "load_in_8bit", "fp16", "tf32",
     "torch_compile", "sync_ref_model", "use_adaptive_entropy", "log_unique_prompts", "log_multimodal",
     "use_transformers_paged", "use_transformers_continuous_batching", "cast_lm_head_to_fp32",
     "ds3_gather_for_generation", "ignore_bias_buffers", "auto_find_batch_size", "ddp_find_unused_parameters",
     "dataloader_pin_memory", "log_on_each_node", "use_bnb_nested_quant",
 }) | TRAINING_ARGUMENTS_BOOL_KEYS | ACCELERATE_BOOL_KEYS
 # TRL keys that take a list (``--benchmarks a b``), besides rlvr's own list options and lora_target_modules
-TRL_LIST_KEYS = frozenset({"benchmarks", "callbacks", "lora_modules_to_save", "lora_target_parameters", "label_names",
+TRL_LIST_KEYS = frozenset({"benchmarks", "callbacks", "lora_target_parameters", "label_names",
                            "optim_target_modules", "include_for_metrics", "debug"})
 
 
@@ -211,20 +210,38 @@ def _translate(trl: dict[str, Any], overrides: dict[str, Any], out: dict[str, An
     if "generation_batch_size" in trl and trl["generation_batch_size"] is not None:
         out["generation_batch_size"] = trl["generation_batch_size"]  # resolved with num_generations (parsing)
     problems += _translate_delta(trl, overrides, out)
+    problems += _translate_display(trl, overrides, out)
     problems += translate_launch_keys(trl, overrides, out)
     if _truthy(trl.get("use_liger_kernel")) and "lm_head_chunk_tokens" not in overrides:
         out["lm_head_chunk_tokens"] = 1024  # liger's fused linear + loss: rlvr's chunked LM head, also exact
     problems += _translate_eval(trl, overrides, out)
     if isinstance(out.get("scale_rewards"), bool) or str(out.get("scale_rewards")).lower() in ("true", "false"):
         out["scale_rewards"] = "group" if _truthy(out["scale_rewards"]) else "none"  # TRL's older boolean form
-    if isinstance(out.get("lora_target_modules"), list):
-        out["lora_target_modules"] = ",".join(out["lora_target_modules"])
+    for key in ("lora_target_modules", "lora_modules_to_save"):  # TRL's lists, rlvr's comma lists
+        if isinstance(out.get(key), list):
+            out[key] = ",".join(out[key])
     resume = out.get("resume_from_checkpoint")
     if isinstance(resume, bool) or str(resume).lower() in ("true", "false"):  # TRL: true = the newest checkpoint
         out.pop("resume_from_checkpoint")
         if _truthy(resume):
             out["resume"] = True
     return problems
+
+
+def _translate_display(trl: dict[str, Any], overrides: dict[str, Any], out: dict[str, Any]) -> list[str]:
+    """``disable_tqdm`` as rlvr's ``progress_bar`` (its opposite; null: transformers' default, the bar shown), and
+    ``include_num_input_tokens_seen``'s boolean form (transformers: true is all, false is no)."""
+    tokens = out.get("include_num_input_tokens_seen")
+    if isinstance(tokens, bool) or str(tokens).lower() in ("true", "false"):
+        out["include_num_input_tokens_seen"] = "all" if _truthy(tokens) else "no"
+    if trl.get("disable_tqdm") is None:
+        return []
+    shown = not _truthy(trl["disable_tqdm"])
+    if overrides.get("progress_bar", shown) != shown:
+        return [(f"disable_tqdm: {trl['disable_tqdm']!r} contradicts progress_bar: {overrides['progress_bar']!r}; "
+                 "remove one")]
+    out["progress_bar"] = shown
+    return []
 
 
 def _translate_delta(trl: dict[str, Any], overrides: dict[str, Any], out: dict[str, Any]) -> list[str]:
@@ -247,25 +264,50 @@ def _translate_delta(trl: dict[str, Any], overrides: dict[str, Any], out: dict[s
 
 def _translate_eval(trl: dict[str, Any], overrides: dict[str, Any], out: dict[str, Any]) -> list[str]:
     """TRL's evaluation as rlvr's: ``eval_strategy`` steps (every ``eval_steps``, default ``logging_steps``) or
-    epoch, on ``dataset_test_split`` of ``dataset_name`` unless ``eval_data`` names the data (pass@k)."""
+    epoch, and ``eval_on_start``, on ``dataset_test_split`` of ``dataset_name`` unless ``eval_data`` names the data
+    (pass@k of ``num_generations_eval`` samples a problem, :func:`_eval_samples`)."""
     strategy = str(overrides.get("eval_strategy", "no")).lower()
+    on_start = _truthy(overrides.get("eval_on_start"))
     if strategy == "no":
         if trl or out.get("eval_steps", 0) is None:  # TRL reads eval_steps only with eval_strategy: steps
             out.pop("eval_steps", None)
-        if _truthy(trl.get("do_eval")) and not overrides.get("eval_steps"):
+        if _truthy(trl.get("do_eval")) and not overrides.get("eval_steps") and not on_start:
             return [("do_eval: true without eval_strategy: TRL's trainer then evaluates nothing during training; set "
                     "eval_strategy: steps (with eval_steps) to evaluate on the test split, or remove do_eval")]
-        return []
+        if not on_start:
+            return []
+        if trl:
+            out["eval_strategy"] = "no"  # TRL's default (rlvr's is steps): only eval_on_start's evaluation
     if not trl:  # an rlvr config: its eval options are its own
         return []
     if strategy == "steps" and overrides.get("eval_steps") is None:
         out["eval_steps"] = int(overrides.get("logging_steps") or 10)  # TRL: eval_steps defaults to logging_steps
     if "eval_data" not in overrides:
         if "dataset_name" not in trl:
-            return [("eval_strategy: evaluates on the dataset's test split, but the data is not a Hub dataset "
+            key = "eval_strategy" if strategy != "no" else "eval_on_start"
+            return [(f"{key}: evaluates on the dataset's test split, but the data is not a Hub dataset "
                     "(dataset_name): set eval_data=FILE or a dataset spec")]
         split = trl.get("dataset_test_split", "test")
         out["eval_data"] = [_data_spec(trl["dataset_name"], split, trl.get("dataset_config"))]
+    return _eval_samples(trl, overrides, out)
+
+
+def _eval_samples(trl: dict[str, Any], overrides: dict[str, Any], out: dict[str, Any]) -> list[str]:
+    """``num_generations_eval`` (TRL: completions per eval prompt, default ``num_generations``) as pass@k's
+    ``eval_n``, and ``eval_k``'s default kept to the k <= n; refused when ``eval_n`` says otherwise."""
+    from rlvr.config.evaluation import EvalConfig
+    from rlvr.config.sections import RolloutConfig  # (sections imports this module's tables through presets)
+
+    given = trl.get("num_generations_eval")
+    if "eval_n" in overrides:
+        if given is not None and given != overrides["eval_n"]:
+            return [(f"num_generations_eval: {given} contradicts eval_n={overrides['eval_n']} (both are the samples "
+                     "per eval problem); remove one")]
+        return []
+    n = int(given or overrides.get("num_generations") or RolloutConfig.num_generations)
+    out["eval_n"] = n
+    if "eval_k" not in overrides:
+        out["eval_k"] = [k for k in EvalConfig().eval_k if k <= n]
     return []
 
 

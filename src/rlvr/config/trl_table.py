@@ -20,13 +20,16 @@ TRANSLATIONS = {
     "dataset_config": "part of the `data` spec (`:config=`)",
     "dataset_configs": "open-r1's older list: `[all]`, `[default]`, `[]`: the default config; `[NAME]`: `dataset_config`",
     "dataset_train_split": "part of the `data` spec (`:split=`)",
-    "dataset_test_split": "the `eval_data` spec with `eval_strategy`",
+    "dataset_test_split": "the `eval_data` spec with `eval_strategy` or `eval_on_start`",
     "use_peft": "`lora_r` on (TRL's 16 unless given) or 0",
     "use_vllm": "true: `rollout_engine=vllm`",
     "generation_batch_size": "the step's prompts (÷ `num_generations`); as TRL derives it: nothing more",
     "use_liger_kernel": "true: `lm_head_chunk_tokens=1024` (rlvr's chunked LM head, exact)",
     "do_eval": "true needs `eval_strategy` (TRL then evaluates nothing either: refused)",
+    "num_generations_eval": "the evaluation's samples per problem: `eval_n` (default `num_generations`, as TRL's); "
+                            "rlvr.GRPOTrainer: TRL's evaluation",
     "delta": "`dual_clip` above 1 + `epsilon_high`; inside the clip range refused",
+    "disable_tqdm": "`progress_bar` (its opposite; null: the bar shown)",
     "use_cpu": "true: `device=cpu`",
     "num_processes": "`nproc` (torchrun's launch)",
     "mixed_precision": "bf16 / no: `bf16` true / false unless `bf16` is set; fp16, fp8 refused",
@@ -45,8 +48,8 @@ def treatment(key: str) -> str:
         return f"translated: {TRANSLATIONS[key]}"
     if key in ACCEPTED:
         accepts, why = ACCEPTED[key]
-        if accepts is any_value:
-            return f"accepted, no-op: {why}"
+        if accepts is any_value:  # (SAME_IN_TRL: TRL's GRPO gives the same numbers whatever the value)
+            return f"accepted, no-op (TRL's GRPO computes the same whatever its value): {why}"
         return f"accepted at values rlvr runs (TRL's default among them); else refused: {why}"
     if key in NOT_IMPLEMENTED:
         default, near = NOT_IMPLEMENTED[key]

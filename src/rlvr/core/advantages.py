@@ -209,3 +209,36 @@ def pair_mask(scores: torch.Tensor, group_ids: torch.Tensor, *, tau: float,
 def _out_dtype(rewards: torch.Tensor) -> torch.dtype:
     # Integer rewards (torch.tensor([1, 0, 0, 1])) must not truncate advantages to integers.
     return rewards.dtype if rewards.is_floating_point() else torch.get_default_dtype()
+
+
+def _nanstd(values: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """The unbiased std ignoring NaNs (NaN with fewer than two values), over ``dim`` (None: all), kept dims."""
+    dims = tuple(range(values.dim())) if dim is None else (dim,)
+    mean = torch.nanmean(values, dim=dims, keepdim=True)
+    count = (~torch.isnan(values)).sum(dim=dims, keepdim=True)
+    variance = torch.nanmean((values - mean) ** 2, dim=dims, keepdim=True) * count / (count - 1)
+    return torch.where(count > 1, variance, torch.full_like(variance, float("nan"))).sqrt()
+
+
+def normalize_then_sum(parts: torch.Tensor, weights: torch.Tensor, group_ids: torch.Tensor, *,
+                       eps: float) -> torch.Tensor:
+    """TRL's ``multi_objective_aggregation=normalize_then_sum`` (GDPO): [N] advantages from each reward function's
+    rewards ``parts`` [N, K] (NaN where a function gave none) and their ``weights`` [K]:
+
+        r̃_i = Σ_k w_k (r_ik − mean_g r_k) / (std_g r_k + ε)      over the k with a value (std: of the group g)
+        Â_i = (r̃_i − mean r̃) / (std r̃ + ε)                      over the batch
+
+    A group of one (or a function with fewer than two values in the group) adds nothing for that function; a
+    response with no value at all gets 0. Stds are unbiased. Independent of scale_rewards, as in TRL."""
+    x = parts.to(torch.float64)
+    normalised = torch.empty_like(x)
+    for gid in torch.unique(group_ids):
+        rows = group_ids == gid
+        group = x[rows]  # [n, K]
+        std = _nanstd(group, 0) if group.shape[0] > 1 else torch.full((1, x.shape[1]), float("nan"), dtype=x.dtype)
+        normalised[rows] = (group - torch.nanmean(group, dim=0, keepdim=True)) / (std + eps)
+    combined = (normalised * weights.to(x.dtype)).nansum(dim=1)  # [N]
+    combined[torch.isnan(x).all(dim=1)] = float("nan")
+    spread = _nanstd(combined).reshape(()) if combined.numel() > 1 else torch.zeros((), dtype=x.dtype)
+    advantages = (combined - torch.nanmean(combined)) / (spread + eps)
+    return torch.nan_to_num(advantages, nan=0.0).to(_out_dtype(parts))

@@ -125,3 +125,30 @@ class _ChunkedHead(torch.autograd.Function):
         grad_w = grad_w.to(weight.dtype) if need_w else None
         grad_b = grad_b.to(bias.dtype) if need_b else None
         return grad_h, grad_w, grad_b, None, None, None, None
+
+
+class Fp32Head(torch.nn.Linear):
+    """An LM head whose logits are computed in float32: its weight (and bias) float32, the hidden states cast to
+    float32, autocast off for the product (TRL's ``cast_lm_head_to_fp32``)."""
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(hidden.device.type, enabled=False):
+            return torch.nn.functional.linear(hidden.float(), self.weight.float(),
+                                              None if self.bias is None else self.bias.float())
+
+
+def cast_lm_head_to_fp32(model: torch.nn.Module) -> None:
+    """Make ``model``'s LM head an :class:`Fp32Head` in place (its weight float32); with tied embeddings the
+    input embedding's output keeps the model's dtype, as TRL's cast does. A head that is not a plain
+    ``nn.Linear`` (a LoRA adapter on it) is refused, as TRL refuses it."""
+    head = model.get_output_embeddings()
+    if type(head) is not torch.nn.Linear:
+        raise ValueError(f"cast_lm_head_to_fp32=true needs a plain nn.Linear LM head, this model's is "
+                         f"{type(head).__name__} (e.g. LoRA on lm_head): remove lm_head from lora_target_modules or "
+                         "set cast_lm_head_to_fp32=false")
+    original = head.weight.dtype
+    head.float()  # (a tied embedding shares the parameter: it becomes float32 too)
+    head.__class__ = Fp32Head
+    config = getattr(model, "config", None)
+    if original != torch.float32 and getattr(config, "tie_word_embeddings", False):
+        model.get_input_embeddings().register_forward_hook(lambda module, args, output: output.to(original))

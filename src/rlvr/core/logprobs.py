@@ -106,3 +106,19 @@ def entropy_from_logits(
         lse = torch.logsumexp(scaled, dim=-1) if logsumexp is None else logsumexp[start : start + rows].float()
         out[start : start + rows] = softmax_entropy(scaled, lse)  # [r, T]
     return out
+
+
+LOG_RATIO_CLAMP = 20.0  # the log-ratio is clamped to ±this before exp (docs/design/pitfalls.md #4)
+
+
+def log_ratio(logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Tensor, *,
+              importance_level: str = "token") -> torch.Tensor:
+    """[N, T] masked, clamped log π_θ − log π_old; ``sequence`` (GSPO): the length-normalised sequence
+    log-ratio (1/|o|) Σ_t (log π_θ − log π_old), broadcast over the sequence's tokens. 0 off the mask."""
+    mask = mask.bool()
+    diff = torch.where(mask, logprobs - old_logprobs, torch.zeros_like(logprobs))  # [N, T]
+    if importance_level == "sequence":
+        lengths = mask.sum(-1, keepdim=True).clamp(min=1)  # [N, 1]
+        diff = (diff.sum(-1, keepdim=True) / lengths).expand_as(diff)  # [N, T]
+        diff = torch.where(mask, diff, torch.zeros_like(diff))
+    return diff.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)

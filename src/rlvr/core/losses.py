@@ -28,28 +28,16 @@ from dataclasses import dataclass
 
 import torch
 
-from rlvr.core.names import AGGREGATION_MODES, POLICY_LOSS_NAMES
-
-LOG_RATIO_CLAMP = 20.0
-
-
-@dataclass(frozen=True)
-class LossSettings:
-    """One settings object for the whole loss (the plan builds it from the validated config)."""
-
-    policy_loss: str = "clip"  # a name of POLICY_LOSSES
-    epsilon: float = 0.2  # ε_low
-    epsilon_high: float | None = None  # ε_high (None: ε_low)
-    dual_clip: float | None = None  # c > 1: for A < 0 the loss is at most −c·A (verl's clip_ratio_c)
-    importance_level: str = "token"  # token | sequence (GSPO: the length-normalised sequence ratio)
-    ratio_cap: float | None = None  # TA-GRPO's truncated IS: ρ ≤ C before clipping
-    beta: float = 0.0  # KL coefficient (0: no reference log-probs)
-    kl_ratio_weighted: bool = False  # TRL's use_bias_correction_kl: the KL term times ρ
-    anchor_psi: str = "log"  # DaGRPO's anchor shaping ψ: log | luffy
-    anchor_gamma: float = 0.1  # γ of LUFFY's ψ(p) = p / (p + γ)
-    aggregation: str = "token_mean"  # a name of AGGREGATIONS
-    max_completion_length: int | None = None  # L_max of seq_mean_token_sum_norm
-    entropy_coef: float = 0.0  # TRL's entropy bonus c (0: off)
+from rlvr.core import loss_variants as _variants  # noqa: F401  (TRL's and verl's other losses register themselves)
+from rlvr.core.logprobs import LOG_RATIO_CLAMP, log_ratio
+from rlvr.core.loss_registry import (  # noqa: F401  (re-exported: rlvr.core.losses is where losses are found)
+    POLICY_LOSSES,
+    WEIGHTS_INSIDE,
+    LossSettings,
+    PolicyLossFn,
+    register_policy_loss,
+)
+from rlvr.core.names import AGGREGATION_MODES
 
 
 @dataclass
@@ -63,38 +51,6 @@ class PolicyLoss:
     low_clipped: torch.Tensor | None = None  # [N, T] bool: ρ < 1 − ε_low with A < 0 (TRL's clip_ratio/low)
     high_clipped: torch.Tensor | None = None  # [N, T] bool: ρ > 1 + ε_high with A > 0 (clip_ratio/high)
 
-
-# fn(logprobs [N, T], old_logprobs [N, T], advantages [N], mask [N, T], settings) -> (loss [N, T], clipped [N, T])
-PolicyLossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, LossSettings],
-                        tuple[torch.Tensor, torch.Tensor]]
-POLICY_LOSSES: dict[str, PolicyLossFn] = {}
-
-
-def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
-    """Decorator: the function becomes the sampled responses' per-token loss ``policy_loss=name``.
-
-    It returns (loss [N, T], zero off the mask; clipped [N, T] bool, the tokens whose gradient it removed).
-    """
-
-    def register(fn: PolicyLossFn) -> PolicyLossFn:
-        POLICY_LOSSES[name] = fn
-        POLICY_LOSS_NAMES.add(name)  # the config accepts it from now on
-        return fn
-
-    return register
-
-
-def log_ratio(logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Tensor, *,
-              importance_level: str = "token") -> torch.Tensor:
-    """[N, T] masked, clamped log π_θ − log π_old; ``sequence`` (GSPO): the length-normalised sequence
-    log-ratio (1/|o|) Σ_t (log π_θ − log π_old), broadcast over the sequence's tokens. 0 off the mask."""
-    mask = mask.bool()
-    diff = torch.where(mask, logprobs - old_logprobs, torch.zeros_like(logprobs))  # [N, T]
-    if importance_level == "sequence":
-        lengths = mask.sum(-1, keepdim=True).clamp(min=1)  # [N, 1]
-        diff = (diff.sum(-1, keepdim=True) / lengths).expand_as(diff)  # [N, T]
-        diff = torch.where(mask, diff, torch.zeros_like(diff))
-    return diff.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
 
 
 @register_policy_loss("clip")
@@ -165,7 +121,7 @@ def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor
 
 def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
                 s: LossSettings, *, is_anchor: torch.Tensor | None = None, ref_logprobs: torch.Tensor | None = None,
-                is_weights: torch.Tensor | None = None) -> PolicyLoss:
+                is_weights: torch.Tensor | None = None, keep: torch.Tensor | None = None) -> PolicyLoss:
     """The per-token objective ℓ (module doc) and its clip and KL statistics.
 
     Args:
@@ -177,13 +133,23 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
         is_anchor: [N] bool, the expert responses (None: the batch has none, and their term is not computed).
         ref_logprobs: [N, T] log π_ref, required when β > 0.
         is_weights: [N, T] detached sampler/trainer weights w_t of the sampled rows (None: 1).
+        keep: [N, T] or [N, 1] bool, the sampled tokens whose policy term is kept (TRL's off-policy sequence mask
+            and top_entropy_quantile's token mask, applied before w_t and β·KL as TRL does; None: all).
 
-    Convention: anchors keep their tokens out of ``clipped_tokens``; the KL is added to anchor rows
+    Convention: the sampled responses' loss sees the sampled rows' mask only (a batch statistic, Clip-Cov's
+    covariance, leaves anchors out); anchors keep their tokens out of ``clipped_tokens``; the KL is added to anchor rows
     too (a penalty on the policy, whatever the response); with ``kl_ratio_weighted`` an anchor's ρ is 1.
     """
-    per_token, clipped = POLICY_LOSSES[s.policy_loss](logprobs, old_logprobs, advantages, mask, s)  # [N, T]
+    fn = POLICY_LOSSES[s.policy_loss]
+    inside = s.policy_loss in WEIGHTS_INSIDE
+    sampled = mask if is_anchor is None else mask.bool() & ~is_anchor.unsqueeze(-1)  # (a loss's batch statistics)
+    per_token, clipped = (fn(logprobs, old_logprobs, advantages, sampled, s, is_weights=is_weights) if inside
+                          else fn(logprobs, old_logprobs, advantages, sampled, s))  # [N, T]
     low, high = clip_regions(logprobs.detach(), old_logprobs, advantages, mask, s, is_anchor=is_anchor)
-    if is_weights is not None:
+    if keep is not None:
+        per_token = per_token * keep.to(per_token.dtype)
+        clipped = clipped & keep
+    if is_weights is not None and not inside:
         per_token = per_token * is_weights.detach()
     if is_anchor is not None:
         anchor = is_anchor.unsqueeze(-1)  # [N, 1]
@@ -265,6 +231,13 @@ def _seq_mean_token_mean(per_token, m, d: Denominators):
     """(1/N) Σ_i (Σ_t m·ℓ / Σ_t m) (TRL's grpo); a sequence with no tokens adds 0 but counts in N."""
     per_seq = (per_token * m).sum(-1) / m.sum(-1).clamp(min=1)  # [N]
     return per_seq.sum() / _at_least_one(per_token.shape[0] if d.num_sequences is None else d.num_sequences, per_token)
+
+
+@register_aggregation("seq_mean_token_sum")
+def _seq_mean_token_sum(per_token, m, d: Denominators):
+    """(1/N) Σ_i Σ_t m·ℓ (verl's seq-mean-token-sum; TRL's luspo): a sequence's summed loss, averaged over N."""
+    return (per_token * m).sum() / _at_least_one(per_token.shape[0] if d.num_sequences is None else d.num_sequences,
+                                                 per_token)
 
 
 @register_aggregation("seq_mean_token_sum_norm")

@@ -29,8 +29,11 @@ def registered_names(module: str, decorator: str) -> list[str]:
 # advantage_estimator values; rlvr.core.advantages.ADVANTAGE_ESTIMATORS maps each to its function.
 ADVANTAGE_ESTIMATOR_NAMES = set(registered_names("advantages.py", "register_advantage"))
 # policy_loss values; rlvr.core.losses.POLICY_LOSSES maps each to its function.
-POLICY_LOSS_NAMES = set(registered_names("losses.py", "register_policy_loss"))
+POLICY_LOSS_NAMES = set(registered_names("losses.py", "register_policy_loss")
+                        + registered_names("loss_variants.py", "register_policy_loss"))
 SCALE_REWARDS = ("group", "batch", "none")
+# TRL's multi_objective_aggregation: how several reward functions' rewards become one advantage (rlvr.core.advantages)
+MULTI_OBJECTIVE_AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")
 
 IMPORTANCE_LEVELS = ("token", "sequence")
 # vllm_importance_sampling_mode values (TRL's): the sampler/trainer correction, rlvr.core.importance
@@ -48,7 +51,11 @@ AGGREGATION_ALIASES = {
     "seq-mean-token-mean": "seq_mean_token_mean",
     "dr_grpo": "seq_mean_token_sum_norm",
     "seq-mean-token-sum-norm": "seq_mean_token_sum_norm",
+    "seq-mean-token-sum": "seq_mean_token_sum",
+    "luspo": "seq_mean_token_sum",  # TRL's luspo: PPO's clip, each sequence's loss summed, averaged over sequences
 }
+# TRL's loss types that choose the policy loss too: loss_type -> (policy_loss, aggregation), as TRL's _compute_loss
+TRL_LOSS_TYPES = {"cispo": ("cispo", "dapo"), "sapo": ("sapo", "seq_mean_token_mean"), "vespo": ("vespo", "dapo")}
 
 
 # a researcher's own estimator, loss or aggregation, named as a reward function is (rlvr.train.algorithm_parts)
@@ -65,9 +72,22 @@ def resolve_aggregation(mode: str) -> str:
     """Canonical aggregation name for a mode or one of its TRL/verl aliases (a user's function: its spec)."""
     if is_function_spec(mode):
         return mode
-    mode = AGGREGATION_ALIASES.get(mode, mode)
+    mode = TRL_LOSS_TYPES[mode][1] if mode in TRL_LOSS_TYPES else AGGREGATION_ALIASES.get(mode, mode)
     if mode not in AGGREGATION_MODES:
-        valid = sorted(set(AGGREGATION_MODES) | set(AGGREGATION_ALIASES))
+        valid = sorted(set(AGGREGATION_MODES) | set(AGGREGATION_ALIASES) | set(TRL_LOSS_TYPES))
         raise ValueError(f"unknown loss_type/aggregation {mode!r}; valid: {valid}, or your own function: "
                          f"{FUNCTION_SPEC_FORMS}")
     return mode
+
+
+def resolve_policy_loss(policy_loss: str, loss_type: str) -> str:
+    """The policy loss a config asks for: TRL's loss_type cispo / sapo / vespo names its own (TRL_LOSS_TYPES), which
+    must then agree with ``policy_loss`` unless that is the default clip; else ``policy_loss``."""
+    chosen = TRL_LOSS_TYPES.get(loss_type, (None,))[0]
+    if chosen is None or policy_loss == chosen:
+        return policy_loss
+    if policy_loss != "clip":
+        raise ValueError(f"loss_type={loss_type} is TRL's {chosen} loss, but policy_loss={policy_loss}: give one of "
+                         f"them (loss_type={loss_type} alone, or policy_loss={policy_loss} with an aggregation "
+                         "loss_type such as dapo)")
+    return chosen

@@ -215,10 +215,12 @@ def _rephrasings(row: dict, where: str) -> list[str] | None:
     return list(value)
 
 
-def normalize_row(row: dict, index: int, source: str, *, gold: bool = True, environment: bool = False) -> dict:
+def normalize_row(row: dict, index: int, source: str, *, gold: bool = True, environment: bool = False,
+                  keep_row: bool = False) -> dict:
     """Return `row` in the rlvr row format; ValueError naming row, field and fix on bad input. ``gold=False``
     (rewards that read no gold): a row without a gold column gets ``answer`` None. ``environment``
-    (environment_factory): the prompt may be missing or empty, and the row as given is kept (``DATASET_ROW``)."""
+    (environment_factory): the prompt may be missing or empty, and the row as given is kept (``DATASET_ROW``);
+    ``keep_row`` (a TRL config: its reward functions get the dataset's columns as given): the row is kept too."""
     if not isinstance(row, dict):
         raise ValueError(
             f"row {index} of {source} is a {type(row).__name__} ({row!r:.80}); every row must be an object "
@@ -242,7 +244,7 @@ def normalize_row(row: dict, index: int, source: str, *, gold: bool = True, envi
         # functions written for TRL datasets read it as their `solution` column (rewarding.reward_columns)
     if rephrasings is not None:
         normalized["rephrasings"] = rephrasings
-    if environment:
+    if environment or keep_row:
         normalized[DATASET_ROW] = dict(row)
     # Optional fields are present only when usable: a null column, or a bare-answer `solution`
     # consumed as the gold (it is not a solution text), is dropped.
@@ -276,12 +278,14 @@ def as_chat(rows: list[dict], system_prompt: str | None) -> list[dict]:
     return [{**row, "prompt": chat(row["prompt"])} if isinstance(row["prompt"], str) else row for row in rows]
 
 
-def normalize_rows(rows: Iterable[dict], source: str, *, gold: bool = True, environment: bool = False) -> list[dict]:
-    """Normalize every row (``gold``: normalize_row's); reject an empty dataset and duplicate ids (naming both rows)."""
+def normalize_rows(rows: Iterable[dict], source: str, *, gold: bool = True, environment: bool = False,
+                   keep_row: bool = False) -> list[dict]:
+    """Normalize every row (``gold``, ``environment``, ``keep_row``: normalize_row's); reject an empty dataset and
+    duplicate ids (naming both rows)."""
     normalized: list[dict] = []
     first_index_of: dict[str, int] = {}
     for index, row in enumerate(rows):
-        out = normalize_row(row, index, source, gold=gold, environment=environment)
+        out = normalize_row(row, index, source, gold=gold, environment=environment, keep_row=keep_row)
         if out["id"] in first_index_of:
             raise ValueError(
                 f"rows {first_index_of[out['id']]} and {index} of {source} share id {out['id']!r}; "

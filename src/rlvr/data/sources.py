@@ -104,7 +104,8 @@ def _read_parquet(path: Path) -> list:
 _READERS = {".jsonl": _read_jsonl, ".json": _read_json, ".parquet": _read_parquet}
 
 
-def load_local_file(path: str | Path, *, gold: bool = True, environment: bool = False) -> list[dict]:
+def load_local_file(path: str | Path, *, gold: bool = True, environment: bool = False,
+                    keep_row: bool = False) -> list[dict]:
     """Normalized rows from a local .jsonl, .json (list of objects) or .parquet file (``gold``: see load_rows)."""
     path = Path(path)
     suffix = path.suffix.lower()
@@ -114,7 +115,7 @@ def load_local_file(path: str | Path, *, gold: bool = True, environment: bool = 
         )
     if not path.is_file():
         raise ValueError(f"dataset file {str(path)!r} does not exist (resolved: {path.resolve()}); check the path")
-    return normalize_rows(_READERS[suffix](path), path.name, gold=gold, environment=environment)
+    return normalize_rows(_READERS[suffix](path), path.name, gold=gold, environment=environment, keep_row=keep_row)
 
 
 def _hub_failure_hint(name: str) -> str:
@@ -137,24 +138,26 @@ def _split_and_config(options: dict[str, str], spec: str, what: str) -> tuple[st
     return options.get("split", DEFAULT_SPLIT), options.get("config")
 
 
-def load_hub_dataset(spec: str, *, gold: bool = True, environment: bool = False) -> list[dict]:
+def load_hub_dataset(spec: str, *, gold: bool = True, environment: bool = False,
+                     keep_row: bool = False) -> list[dict]:
     """Normalized rows of `owner/name[:split=...][:config=...]` via datasets.load_dataset."""
     name, *option_parts = spec.split(":")
     split, config = _split_and_config(split_options(option_parts, spec), spec, "Hub datasets")
     dataset = load_hub_split(name, split, config, hint=_hub_failure_hint(name))
     config = config_name(config)
     source = f"{name}:{split}" if config is None else f"{name}:{config}:{split}"
-    return normalize_rows(dataset, source, gold=gold, environment=environment)
+    return normalize_rows(dataset, source, gold=gold, environment=environment, keep_row=keep_row)
 
 
 def load_local(path: str | Path, options: dict[str, str] | None = None, spec: str | None = None, *,
-               gold: bool = True, environment: bool = False) -> list[dict]:
+               gold: bool = True, environment: bool = False, keep_row: bool = False) -> list[dict]:
     """Normalized rows of a local file (the one split 'train') or of one split of a local dataset folder."""
     path = Path(path)
     split, config = _split_and_config(options or {}, spec or str(path), "local files and folders")
     if path.is_dir():
         source = path.resolve().name + (f":{config_name(config)}" if config_name(config) else "") + f":{split}"
-        return normalize_rows(load_folder_split(path, split, config), source, gold=gold, environment=environment)
+        return normalize_rows(load_folder_split(path, split, config), source, gold=gold, environment=environment,
+                              keep_row=keep_row)
     if config_name(config) is not None:
         raise ValueError(f"{path} is one file, which has only the default config: remove :config={config} "
                          "(TRL: dataset_config), or put the data in a dataset folder with that config")
@@ -164,17 +167,18 @@ def load_local(path: str | Path, options: dict[str, str] | None = None, spec: st
             f"'{DEFAULT_SPLIT}'; name the file of that split itself (eval_data=FILE), or put train.jsonl and "
             f"{split}.jsonl in a folder and give the folder (TRL: dataset_name: FOLDER)"
         )
-    return load_local_file(path, gold=gold, environment=environment)
+    return load_local_file(path, gold=gold, environment=environment, keep_row=keep_row)
 
 
-def load_python_rows(data, *, gold: bool = True, environment: bool = False) -> list[dict]:
+def load_python_rows(data, *, gold: bool = True, environment: bool = False, keep_row: bool = False) -> list[dict]:
     """Normalized rows of data given from Python: a list of row dicts or a ``datasets.Dataset``."""
-    return normalize_rows(data, PYTHON_SOURCE, gold=gold, environment=environment)
+    return normalize_rows(data, PYTHON_SOURCE, gold=gold, environment=environment, keep_row=keep_row)
 
 
-def load_rows(spec: str, *, gold: bool = True, environment: bool = False) -> list[dict]:
+def load_rows(spec: str, *, gold: bool = True, environment: bool = False, keep_row: bool = False) -> list[dict]:
     """Normalized rows for a dataset spec (see the module docstring for the forms). ``gold=False``: a row
-    without a gold answer is kept (``answer`` None) instead of refused, for runs whose rewards read no gold."""
+    without a gold answer is kept (``answer`` None) instead of refused, for runs whose rewards read no gold;
+    ``environment`` and ``keep_row``: rlvr.data.rows.normalize_row's."""
     if not isinstance(spec, str) or not spec.strip():
         raise ValueError(f"dataset spec is {spec!r}; give {_SPEC_FORMS}")
     spec = spec.strip()
@@ -192,10 +196,11 @@ def load_rows(spec: str, *, gold: bool = True, environment: bool = False) -> lis
     if spec.startswith(RG_PREFIX):
         return load_reasoning_gym(spec)
     if Path(spec).suffix.lower() in LOCAL_SUFFIXES or Path(spec).exists():
-        return load_local(spec, gold=gold, environment=environment)
+        return load_local(spec, gold=gold, environment=environment, keep_row=keep_row)
     path, *option_parts = spec.split(":")
     if Path(path).suffix.lower() in LOCAL_SUFFIXES or Path(path).exists():
-        return load_local(path, split_options(option_parts, spec), spec, gold=gold, environment=environment)
+        return load_local(path, split_options(option_parts, spec), spec, gold=gold, environment=environment,
+                          keep_row=keep_row)
     if _HUB_ID.fullmatch(spec.split(":")[0]):
-        return load_hub_dataset(spec, gold=gold, environment=environment)
+        return load_hub_dataset(spec, gold=gold, environment=environment, keep_row=keep_row)
     raise ValueError(f"dataset spec {spec!r} is not a known source, an existing file or a Hub id; give {_SPEC_FORMS}")

@@ -253,11 +253,15 @@ def apply_lora(
     alpha: float,
     dropout: float,
     target_modules: str | list[str] = "all-linear",
+    use_rslora: bool = False,
+    use_dora: bool = False,
+    modules_to_save: list[str] | None = None,
 ) -> PeftModel:
-    """Wrap `model` with LoRA adapters (PEFT); only the adapter weights require grad.
+    """Wrap `model` with LoRA adapters (PEFT); only the adapter weights (and ``modules_to_save``'s copies)
+    require grad. ``use_rslora``, ``use_dora`` and ``modules_to_save`` are PEFT's ``LoraConfig`` fields.
 
-    Convention: update scale = alpha / r (PEFT's default, not rsLoRA); 'all-linear' targets every
-    linear layer except the output head.
+    Convention: update scale = alpha / r (PEFT's default), alpha / sqrt(r) with use_rslora; 'all-linear'
+    targets every linear layer except the output head.
     """
     if isinstance(r, bool) or not isinstance(r, int) or r <= 0:
         raise ValueError(f"LoRA r must be a positive int, got {r!r}; e.g. r=16")
@@ -274,6 +278,9 @@ def apply_lora(
         target_modules=target_modules,
         bias="none",
         task_type="CAUSAL_LM",
+        use_rslora=use_rslora,
+        use_dora=use_dora,
+        modules_to_save=modules_to_save,
     )
     return get_peft_model(model, config)
 

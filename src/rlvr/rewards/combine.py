@@ -63,6 +63,7 @@ def combine_rewards(
     failures: dict[str, str] | None = None,
     timeout_s: float | None = None,
     extra_kwargs: dict | None = None,
+    gold: list | None = None,
 ) -> tuple[list[float], dict[str, list[float | None]], dict[str, int]]:
     """Weighted sum of several reward functions per completion (TRL's nansum semantics).
 
@@ -75,6 +76,9 @@ def combine_rewards(
         columns: extra dataset columns (e.g. ``answer``), each a list of N entries.
         extra_kwargs: the other keyword arguments every function gets, TRL's (``completion_ids``,
             ``trainer_state``, ``log_extra``, ``log_metric``; ``rlvr.train.rewarding`` fills them).
+        gold: rlvr's gold answer of each completion (N entries), given as ``answer`` to the functions that
+            declare ``reads_gold`` (rlvr's verifier), whatever ``columns`` hold: a TRL dataset's columns are
+            passed as they are, with no ``answer`` unless the dataset has one.
         failures: when given, filled with ``{name: "ExceptionType: message"}`` for every function
             whose call failed (raised, or returned the wrong length or non-numbers), so a caller
             can stop a run with the cause (``rlvr.train.rewarding``).
@@ -106,7 +110,7 @@ def combine_rewards(
     kwargs = {"prompts": prompts, "completions": completions, **columns, **extra_kwargs}
     names = logged_names(funcs)
     # async functions start first, on the shared loop, so they run while the sync ones do
-    started = {name: submit(fn, kwargs, timeout_s)
+    started = {name: submit(fn, _arguments(fn, kwargs, gold), timeout_s)
                for fn, name in zip(funcs, names) if is_async_callable(fn)}
     per_func: dict[str, list[float | None]] = {}
     counts: dict[str, int] = {}
@@ -115,7 +119,8 @@ def combine_rewards(
         if name in started:
             call = started[name].result
         else:
-            call = lambda fn=fn: _call_bounded(lambda: fn(**kwargs), timeout_s)
+            arguments = _arguments(fn, kwargs, gold)
+            call = lambda fn=fn, arguments=arguments: _call_bounded(lambda: fn(**arguments), timeout_s)
         values, errors, nonfinite, failure = _call_reward(call, name, n)
         _keep_cwd(cwd, name if name not in started else f"{name} (or another async reward: {', '.join(started)})")
         if failure is not None and failures is not None:
@@ -130,6 +135,11 @@ def combine_rewards(
         totals.append(sum(w * v for w, v in present) if present else 0.0)
     counts["all_none"] = all_none
     return totals, per_func, counts
+
+
+def _arguments(fn, kwargs: dict, gold: list | None) -> dict:
+    """``kwargs``, with ``gold`` as ``answer`` for a function that declares ``reads_gold``."""
+    return {**kwargs, "answer": gold} if gold is not None and getattr(fn, "reads_gold", False) else kwargs
 
 
 _CWD_WARNED: set[str] = set()

@@ -72,6 +72,7 @@ class MathAccuracy:
     """
 
     is_correctness = True
+    reads_gold = True  # rlvr's gold as ``answer`` whatever the dataset's columns (rlvr.rewards.reward_function)
 
     def __init__(self, pool: VerifierPool, answer_extraction: str = DEFAULT_EXTRACTION):
         if not hasattr(pool, "verify_batch"):

@@ -19,7 +19,10 @@ Optional members rlvr reads when present:
 
 - ``pop_stats() -> dict[str, float]``: counters since the last call, logged as ``rewards/<key>``;
 - ``is_correctness = True``: this function's 1.0 means "correct" (DaGRPO's anchor trigger and the
-  ``rollout/`` correctness fractions use it; the built-in ``accuracy`` declares it).
+  ``rollout/`` correctness fractions use it; the built-in ``accuracy`` declares it);
+- ``reads_gold = True``: the function gets rlvr's gold answer of each row as ``answer`` (the row's
+  normalised gold, ``rlvr.data.rows``), whether or not the dataset has an ``answer`` column (a TRL config
+  passes the dataset's columns as they are; the built-in ``accuracy`` and verl's scores declare it).
 """
 
 from __future__ import annotations

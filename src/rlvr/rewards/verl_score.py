@@ -45,6 +45,8 @@ def is_verl_compute_score(fn: Callable) -> bool:
 class VerlScore:
     """A verl ``compute_score`` with rlvr's reward signature (see the module docstring)."""
 
+    reads_gold = True  # ``answer``: the ground truth of a row without reward_model.ground_truth
+
     def __init__(self, compute_score: Callable):
         if not callable(compute_score):
             raise TypeError(f"a verl compute_score must be callable, got {type(compute_score).__name__}")

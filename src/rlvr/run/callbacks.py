@@ -5,11 +5,12 @@ A callback is any object with one or both of
     on_step_end(step, metrics)   after step ``step``'s line was written to metrics.jsonl
     on_save(step, path)          after the checkpoint of step ``step`` was written to ``path``
 
-or a ``transformers.TrainerCallback`` (TRL's callbacks), which is called TRL-style:
-``on_step_end(args, state, control, ...)`` then ``on_log(args, state, control, logs=metrics)``
-after each step, and ``on_save(args, state, control, ...)`` after each checkpoint, with a
-``TrainingArguments(output_dir=<run dir>, max_steps=...)``, a ``TrainerState`` whose
-``global_step`` is the step just finished and ``log_history`` the steps' metrics, and a
+or a ``transformers.TrainerCallback`` (TRL's callbacks), which is called as transformers' Trainer calls it:
+``on_step_end(args, state, control, ...)`` after each optimiser step (with rlvr's own preset: each step),
+``on_log(args, state, control, logs=entry)`` for each entry of TRL's log (``rlvr.train.trl_log``: at
+``logging_steps``, and the end-of-training entry), and ``on_save(args, state, control, ...)`` after each
+checkpoint, with a ``TrainingArguments(output_dir=<run dir>, max_steps=...)``, a ``TrainerState`` whose
+``global_step`` is the optimiser step just finished (``epoch`` its epoch) and ``log_history`` TRL's log, and a
 ``TrainerControl``; the keyword arguments are ``model``, ``processing_class``, ``optimizer`` and
 ``lr_scheduler``. A ``control.should_training_stop`` a callback sets is not acted on (a warning
 says so); stop with ``max_steps`` instead. A callback's exception propagates: it is the caller's code.
@@ -29,7 +30,8 @@ class Callbacks:
     """The run's callbacks, checked at set-up, called by the trainer on rank 0."""
 
     def __init__(self, callbacks, *, output_dir: Path, max_steps: int, objects: dict):
-        """``objects``: the keyword arguments a TrainerCallback receives (model, processing_class, ...)."""
+        """``objects``: the keyword arguments a TrainerCallback receives (model, processing_class, ...);
+        ``max_steps``: the run's optimiser steps."""
         self.plain, self.trl = [], []
         for callback in callbacks or ():
             if _is_trainer_callback(callback):
@@ -48,15 +50,28 @@ class Callbacks:
         return bool(self.plain or self.trl)
 
     def step_end(self, step: int, metrics: dict) -> None:
+        """The plain callbacks' ``on_step_end(step, metrics)``: step ``step``'s metrics.jsonl line."""
         for callback in self.plain:
             if callable(getattr(callback, "on_step_end", None)):
                 callback.on_step_end(step, dict(metrics))
+
+    def optimizer_step_end(self, global_step: int, epoch: float) -> None:
+        """The TrainerCallbacks' ``on_step_end`` after optimiser step ``global_step`` (with rlvr's preset: a step)."""
         if self.trl:
-            args, state, control = self._trl_context(step)
-            state.log_history.append(dict(metrics))
+            args, state, control = self._trl_context(global_step, epoch)
             for callback in self.trl:
                 callback.on_step_end(args, state, control, **self.objects)
-                callback.on_log(args, state, control, logs=dict(metrics), **self.objects)
+            self._check_control(control)
+
+    def log(self, entry: dict) -> None:
+        """The TrainerCallbacks' ``on_log`` with an entry of TRL's log, without its ``step`` (appended to the state's
+        log_history first, as transformers' ``Trainer.log`` does)."""
+        if self.trl:
+            args, state, control = self._trl_context()
+            state.log_history.append(dict(entry))
+            for callback in self.trl:
+                callback.on_log(args, state, control, logs={k: v for k, v in entry.items() if k != "step"},
+                                **self.objects)
             self._check_control(control)
 
     def event(self, name: str, *, state=None, **kwargs) -> None:
@@ -64,9 +79,24 @@ class Callbacks:
         on the TrainerCallbacks with ``state`` (default: the one of the last step) and ``kwargs``."""
         if not self.trl:
             return
-        args, current, control = self._trl_context(self._state.global_step if self._trl_args else 0)
+        args, current, control = self._trl_context()
         for callback in self.trl:
             getattr(callback, name)(args, state or current, control, **self.objects, **kwargs)
+        self._check_control(control)
+
+    def evaluated(self, global_step: int, logs: dict) -> None:
+        """An evaluation's entry (TRL's ``eval_*`` line, with its ``epoch``) at ``global_step``, as transformers'
+        ``Trainer.evaluate`` reports it: into the state's log_history with ``step``, then ``on_log(logs=...)`` and
+        ``on_evaluate(metrics=...)`` on the TrainerCallbacks (plain callbacks have no such hook)."""
+        if not self.trl:
+            return
+        args, state, control = self._trl_context(global_step)
+        state.epoch = logs.get("epoch", state.epoch)
+        state.log_history.append({**logs, "step": global_step})
+        for callback in self.trl:
+            callback.on_log(args, state, control, logs=dict(logs), **self.objects)
+        for callback in self.trl:
+            callback.on_evaluate(args, state, control, metrics=dict(logs), **self.objects)
         self._check_control(control)
 
     def saved(self, step: int, path) -> None:
@@ -74,19 +104,23 @@ class Callbacks:
             if callable(getattr(callback, "on_save", None)):
                 callback.on_save(step, path)
         if self.trl:
-            args, state, control = self._trl_context(step)
+            args, state, control = self._trl_context()
             for callback in self.trl:
                 callback.on_save(args, state, control, **self.objects)
             self._check_control(control)
 
-    def _trl_context(self, step: int):
+    def _trl_context(self, global_step: int | None = None, epoch: float | None = None):
+        """(args, state, a new control); the state moves to ``global_step`` and ``epoch`` where given."""
         from transformers import TrainerControl, TrainerState, TrainingArguments
 
         if self._trl_args is None:
             self._trl_args = TrainingArguments(output_dir=str(self.output_dir), max_steps=self.max_steps,
                                                report_to="none")
             self._state = TrainerState(max_steps=self.max_steps)
-        self._state.global_step = step
+        if global_step is not None:
+            self._state.global_step = global_step
+        if epoch is not None:
+            self._state.epoch = epoch
         return self._trl_args, self._state, TrainerControl()
 
     def _check_control(self, control) -> None:

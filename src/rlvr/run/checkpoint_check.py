@@ -17,12 +17,13 @@ from pathlib import Path
 
 import torch
 
-from rlvr.run.checkpoint_files import MANIFEST, STATE_FILE, TRAINING_FILES, crc32
+from rlvr.run.checkpoint_files import LEGACY_RNG_FILE, MANIFEST, RNG_FILE, STATE_FILE, TRAINING_FILES, crc32
 
 
 def checkpoint_problem(folder: Path) -> str | None:
     """What is wrong with the checkpoint in ``folder``, in a few words, or None when it is intact."""
-    missing = [name for name in TRAINING_FILES if not (folder / name).is_file()]
+    missing = [name for name in TRAINING_FILES if not (folder / name).is_file()
+               and not (name == RNG_FILE and (folder / LEGACY_RNG_FILE).is_file())]  # (rlvr's rng.pt, before)
     weights = sorted(folder.glob("*.safetensors"))  # the model (LoRA: the adapter), not merged/
     if missing or not weights:
         return f"{', '.join(missing) or '*.safetensors'} missing"

@@ -5,9 +5,10 @@ The layout is transformers'/TRL's, so ``AutoModelForCausalLM.from_pretrained`` a
 
     <output_dir>/
       config.json, model.safetensors, generation_config.json, tokenizer files   the final model
-      checkpoint-20/   the model at step 20, the same files at the top, and beside them
-                       optimizer.pt, scheduler.pt, rng.pt, rlvr_state.json (rlvr's state), trainer_state.json
-                       (transformers' TrainerState), manifest.json
+      README.md        the model card, written at each checkpoint (as TRL's GRPOTrainer writes it)
+      checkpoint-20/   the model at step 20, the same files at the top (with training_args.bin), and beside
+                       them optimizer.pt, scheduler.pt, rng_state.pth, trainer_state.json (transformers'
+                       TrainerState), rlvr_state.json (rlvr's state), manifest.json
       base_model/      LoRA on a model with no folder or Hub id (tiny-random): the frozen base
                        that adapter_config.json's base_model_name_or_path names
       merged/          LoRA with save_merged_model=true: base + adapter merged (also in each checkpoint)
@@ -28,9 +29,12 @@ from pathlib import Path
 CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 MANIFEST = "manifest.json"
 STATE_FILE = "rlvr_state.json"  # rlvr's state of the run; trainer_state.json is transformers' TrainerState
-TRAINING_FILES = ("optimizer.pt", "scheduler.pt", "rng.pt", STATE_FILE, "trainer_state.json", MANIFEST)
+RNG_FILE = "rng_state.pth"  # transformers' Trainer._save_rng_state (one process); rlvr's checkpoints before: rng.pt
+LEGACY_RNG_FILE = "rng.pt"
+TRAINING_FILES = ("optimizer.pt", "scheduler.pt", RNG_FILE, STATE_FILE, "trainer_state.json", MANIFEST)
+TRAINING_ARGS = "training_args.bin"  # torch.save of the run's arguments, beside each saved model (transformers')
 BASE_MODEL, MERGED = "base_model", "merged"
-SAVED_SUFFIXES = {".json", ".safetensors", ".pt", ".jinja", ".txt", ".model", ".bin"}  # what a save writes
+SAVED_SUFFIXES = {".json", ".safetensors", ".pt", ".pth", ".jinja", ".txt", ".model", ".bin", ".md"}  # a save's
 
 
 def checkpoint_dir(output_dir: Path, step: int) -> Path:

@@ -2,12 +2,15 @@
 
 Layout (``checkpoint_files.py``), as transformers'/TRL's: ``<output_dir>/checkpoint-10/`` holds the
 model in Hugging Face format at its top (safetensors, config.json, generation_config.json, the
-tokenizer; a LoRA run: the adapter), loadable as it is by ``AutoModelForCausalLM.from_pretrained``,
-and beside it ``optimizer.pt``, ``scheduler.pt``, ``rng.pt``, ``rlvr_state.json`` (step, data position,
-counters) and ``trainer_state.json``, a transformers ``TrainerState`` (``TrainerState.load_from_json``
-reads it): ``global_step`` in optimiser steps and ``log_history``, the metrics.jsonl lines up to the step
-with TRL's metric names among rlvr's. At the end of training the final model is put at ``output_dir``
-itself (``export.py``); ``checkpoint_check.py`` checks a checkpoint is whole before a resume uses it.
+tokenizer, ``training_args.bin``; a LoRA run: the adapter), loadable as it is by
+``AutoModelForCausalLM.from_pretrained``, and beside it what transformers' ``Trainer._save_checkpoint`` writes:
+``optimizer.pt`` (in transformers' parameter groups, ``optimizer_layout.py``), ``scheduler.pt``,
+``rng_state.pth`` (``Trainer._save_rng_state``'s dict) and ``trainer_state.json``, a transformers
+``TrainerState`` (``TrainerState.load_from_json`` reads it): ``global_step`` in optimiser steps and
+``log_history``, the metrics.jsonl lines up to the step with TRL's metric names among rlvr's; and rlvr's own
+``rlvr_state.json`` (step, data position, counters) and ``manifest.json``. So transformers' Trainer (TRL)
+resumes an rlvr checkpoint. ``checkpoint_check.py`` checks a checkpoint is whole before a resume uses it; the
+final model at ``output_dir`` itself is ``export.py``'s.
 
 Atomicity: everything is written into ``.tmp-checkpoint-10``, each file fsynced, then the folder is
 renamed (atomic on POSIX) and the parent fsynced. A folder named ``checkpoint-*`` is therefore
@@ -30,6 +33,8 @@ import torch
 
 from rlvr.run.checkpoint_files import (
     BASE_MODEL,
+    LEGACY_RNG_FILE,
+    RNG_FILE,
     STATE_FILE,
     checkpoint_dir,
     checkpoint_step,
@@ -39,19 +44,51 @@ from rlvr.run.checkpoint_files import (
     remove_checkpoint,
     write_manifest,
 )
-from rlvr.run.export import remove_final_model, write_model
+from rlvr.run.export import remove_final_model, save_training_args, write_model
+from rlvr.run.optimizer_layout import (
+    decay_split,
+    schedule_to_rlvr,
+    schedule_to_transformers,
+    to_rlvr_layout,
+    to_transformers_layout,
+)
 from rlvr.run.write_errors import write_failure
 
 logger = logging.getLogger(__name__)
 
 
 def rng_state() -> dict[str, Any]:
-    return {"python": random.getstate(), "torch": torch.get_rng_state()}
+    """The random states as transformers' ``Trainer._save_rng_state`` writes them to rng_state.pth (one process):
+    python, numpy, cpu, and cuda's where there is one."""
+    import numpy as np
+
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "cpu": torch.random.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.random.get_rng_state()
+    return state
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore :func:`rng_state`'s states (also rlvr's older rng.pt: python and ``torch``)."""
+    import numpy as np
+
     random.setstate(_to_tuple(state["python"]))
-    torch.set_rng_state(state["torch"])
+    torch.set_rng_state(state["cpu"] if "cpu" in state else state["torch"])
+    if "numpy" in state:
+        np.random.set_state(tuple(state["numpy"]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.random.set_rng_state(state["cuda"])
+
+
+def load_rng_state(path: Path) -> dict[str, Any]:
+    """A checkpoint's RNG states: rng_state.pth (numpy's arrays allowed, as transformers loads it; no other
+    unpickling), or rlvr's older rng.pt."""
+    from transformers.trainer_pt_utils import safe_globals
+
+    if not (path / RNG_FILE).is_file():
+        return torch.load(path / LEGACY_RNG_FILE, weights_only=True)
+    with safe_globals():
+        return torch.load(path / RNG_FILE, weights_only=True)
 
 
 @dataclass
@@ -61,7 +98,7 @@ class Snapshot:
     ``model_state``/``optimizer_state``: full state dicts gathered from a sharded (FSDP2) model; the
     optimiser's is then keyed by parameter name (``trainer_state["optimizer_format"] = "fqn"``).
     ``trainer_state``: rlvr's state (``rlvr_state.json``); ``hf_state``: transformers' TrainerState as a
-    dict (``trainer_state.json``; :func:`hf_trainer_state`).
+    dict (``trainer_state.json``; :func:`hf_trainer_state`); ``training_args``: training_args.bin's object.
     """
 
     model: Any
@@ -72,6 +109,8 @@ class Snapshot:
     hf_state: dict[str, Any] | None = None
     model_state: dict[str, torch.Tensor] | None = None
     optimizer_state: dict[str, Any] | None = None
+    training_args: Any = None
+    extra: Any = None  # fn(folder): writes more of the run's state into the checkpoint (before its manifest)
 
 
 def save_checkpoint(output_dir: Path, step: int, snapshot: Snapshot, *, keep_last: int | None,
@@ -87,6 +126,8 @@ def save_checkpoint(output_dir: Path, step: int, snapshot: Snapshot, *, keep_las
     try:
         tmp.mkdir()
         _write_snapshot(tmp, step, snapshot, output_dir=output_dir, merged_model=merged_model)
+        if snapshot.extra is not None:
+            snapshot.extra(tmp)
         write_manifest(tmp)  # sizes and checksums: a resume can tell a damaged checkpoint (checkpoint_check.py)
         fsync_tree(tmp)
         if final.exists():  # re-saving the same step (e.g. after a resume): replace it whole
@@ -110,11 +151,15 @@ def _write_snapshot(folder: Path, step: int, snapshot: Snapshot, *, output_dir: 
     """The checkpoint's files in ``folder``: the model (Hugging Face format), optimiser, schedule, RNG, states."""
     write_model(folder, model=snapshot.model, tokenizer=snapshot.tokenizer, output_dir=output_dir,
                 model_state=snapshot.model_state, merged=merged_model)
+    save_training_args(folder, snapshot.training_args)
     sharded = snapshot.optimizer_state is not None
-    torch.save(snapshot.optimizer_state if sharded else snapshot.optimizer.state_dict(), folder / "optimizer.pt")
+    optimizer_state = snapshot.optimizer_state if sharded else to_transformers_layout(
+        snapshot.optimizer.state_dict(), *decay_split(snapshot.model))
+    torch.save(optimizer_state, folder / "optimizer.pt")
     trainer_state = {**snapshot.trainer_state, "optimizer_format": "fqn"} if sharded else snapshot.trainer_state
-    torch.save(snapshot.scheduler.state_dict(), folder / "scheduler.pt")
-    torch.save(rng_state(), folder / "rng.pt")
+    schedule = snapshot.scheduler.state_dict()
+    torch.save(schedule if sharded else schedule_to_transformers(schedule), folder / "scheduler.pt")
+    torch.save(rng_state(), folder / RNG_FILE)
     (folder / STATE_FILE).write_text(json.dumps(trainer_state, indent=2), encoding="utf-8")
     (folder / "trainer_state.json").write_text(json.dumps(snapshot.hf_state or hf_trainer_state(step), indent=2,
                                                           sort_keys=True) + "\n", encoding="utf-8")
@@ -154,22 +199,28 @@ def load_trainer_state(path: Path) -> dict[str, Any]:
 
 def hf_trainer_state(global_step: int, *, max_steps: int = 0, epoch: float | None = None,
                      num_train_epochs: float = 0, log_history: list[dict] | None = None, save_steps: int = 0,
-                     train_batch_size: int | None = None, num_input_tokens_seen: int = 0) -> dict[str, Any]:
+                     train_batch_size: int | None = None, num_input_tokens_seen: int = 0,
+                     **best: Any) -> dict[str, Any]:
     """A transformers ``TrainerState`` as the dict ``trainer_state.json`` holds (every field, so
-    ``TrainerState.load_from_json`` reads it back). Steps are optimiser steps, as transformers counts."""
-    from transformers import TrainerState
+    ``TrainerState.load_from_json`` reads it back). Steps are optimiser steps, as transformers counts.
+    ``best``: save_strategy=best's ``best_metric``, ``best_global_step``, ``best_model_checkpoint``.
+    ``stateful_callbacks`` holds a ``TrainerControl``'s state, as transformers writes it (transformers' Trainer,
+    resuming from the checkpoint, updates that entry at its next save)."""
+    from transformers import TrainerControl, TrainerState
 
     state = TrainerState(epoch=epoch, global_step=global_step, max_steps=max_steps, logging_steps=1,
                          save_steps=save_steps, train_batch_size=train_batch_size, num_train_epochs=num_train_epochs,
-                         num_input_tokens_seen=num_input_tokens_seen, log_history=list(log_history or []))
+                         num_input_tokens_seen=num_input_tokens_seen, log_history=list(log_history or []),
+                         stateful_callbacks=[TrainerControl(should_save=True)], **best)
     return dataclasses.asdict(state)
 
 
-def load_training_state(path: Path, *, optimizer, scheduler, model=None) -> None:
+def load_training_state(path: Path, *, optimizer, scheduler, model) -> None:
     """Restore optimiser, scheduler and RNG states from a checkpoint folder.
 
     A name-keyed optimiser state (saved from FSDP2) is loaded through ``model`` with
-    torch.distributed.checkpoint's ``set_optimizer_state_dict`` (sharded again if the model is).
+    torch.distributed.checkpoint's ``set_optimizer_state_dict`` (sharded again if the model is); otherwise
+    transformers' two parameter groups become rlvr's one (``optimizer_layout.py``).
     """
     state = torch.load(path / "optimizer.pt", weights_only=True)
     if load_trainer_state(path).get("optimizer_format") == "fqn":
@@ -178,9 +229,9 @@ def load_training_state(path: Path, *, optimizer, scheduler, model=None) -> None
         set_optimizer_state_dict(model, optimizer, optim_state_dict=state,
                                  options=StateDictOptions(full_state_dict=True))
     else:
-        optimizer.load_state_dict(state)
-    scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=True))
-    set_rng_state(torch.load(path / "rng.pt", weights_only=True))  # no unpickling of code
+        optimizer.load_state_dict(to_rlvr_layout(state, *decay_split(model)))
+    scheduler.load_state_dict(schedule_to_rlvr(torch.load(path / "scheduler.pt", weights_only=True)))
+    set_rng_state(load_rng_state(path))  # no unpickling of code
 
 
 def load_model_weights(model, path: Path) -> None:

@@ -74,6 +74,13 @@ def check_not_foreign(path: Path) -> None:
     if not path.is_dir() or is_run_folder(path):
         return
     found = sorted(p.name for p in path.iterdir() if p.name != LOCK)
+    foreign = [p.parent for p in path.glob("checkpoint-*/trainer_state.json")]
+    if foreign:  # a TRL (transformers) run's folder
+        from rlvr.run.checkpoint_files import checkpoint_step
+        from rlvr.run.resume import foreign_checkpoint
+
+        newest = max(foreign, key=lambda p: checkpoint_step(p) or 0)
+        raise ValueError(f"output_dir={path} holds a transformers/TRL run, not an rlvr run: {foreign_checkpoint(newest)}")
     if found:
         shown = ", ".join(found[:5]) + (", ..." if len(found) > 5 else "")
         raise ValueError(f"output_dir={path} is not empty ({shown}) and is not an rlvr run: rlvr would write "

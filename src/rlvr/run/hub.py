@@ -18,7 +18,8 @@ from rlvr.config.sections import RunConfig
 
 logger = logging.getLogger(__name__)
 
-_MODEL_FILES = ("*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "merged/*")
+# the model files, training_args.bin and the model card, as transformers' push uploads them
+_MODEL_FILES = ("*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "merged/*", "training_args.bin", "README.md")
 
 
 @dataclass

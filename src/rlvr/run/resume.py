@@ -19,7 +19,8 @@ logger = logging.getLogger(__name__)
 
 # Options that do not change the trajectory of the steps already run.
 MAY_CHANGE_ON_RESUME = {
-    "max_steps", "resume", "save_steps", "save_total_limit", "progress_bar", "log_completions",
+    "max_steps", "resume", "save_strategy", "save_steps", "save_total_limit", "metric_for_best_model",
+    "greater_is_better", "progress_bar", "log_completions",
     "num_completions_to_log", "output_dir", "verifier_workers", "nproc", "parallelism", "force_resume", "ddp_timeout",
     "max_skipped_steps", "max_reward_error_frac", "reward_timeout", "overwrite_output_dir",
     "max_prompt_length", "report_to", "run_name", "logging_dir", "resume_from_checkpoint", "save_merged_model",
@@ -78,6 +79,8 @@ def _checked_checkpoint(path: str) -> Path:
     if not folder.exists():
         raise ValueError(f"resume_from_checkpoint={path} does not exist; pass a checkpoint folder of a run, "
                          "OUTPUT_DIR/checkpoint-N, or resume=true (with output_dir) for its newest checkpoint")
+    if (folder / "trainer_state.json").is_file() and not (folder / STATE_FILE).is_file():
+        raise ValueError(foreign_checkpoint(path))
     if checkpoint_step(folder) is None or not (folder / STATE_FILE).is_file():
         inside = [p.name for p in list_checkpoints(folder)] if folder.is_dir() else []
         hint = (f"it is a run folder: pass one of its checkpoints ({', '.join(inside)}), or output_dir={path} "
@@ -86,6 +89,15 @@ def _checked_checkpoint(path: str) -> Path:
                 "and the model)")
         raise ValueError(f"resume_from_checkpoint={path} is not an rlvr checkpoint; {hint}")
     return folder
+
+
+def foreign_checkpoint(path) -> str:
+    """Why a transformers/TRL checkpoint (trainer_state.json without rlvr_state.json) does not resume under rlvr,
+    and what does: its weights start a new run; TRL resumes it."""
+    return (f"{path} is a transformers/TRL checkpoint (trainer_state.json, no {STATE_FILE}): rlvr resumes only its "
+            "own checkpoints, which also hold the data position, rlvr's counters and its run folder (config.yaml, "
+            f"metrics.jsonl), none of which TRL writes. Start a new run from its weights with model={path} and a "
+            "new output_dir (the optimiser state starts afresh), or resume it with TRL")
 
 
 def resume_checkpoint(output_dir: Path, resume_from_checkpoint: str | None = None) -> Path | None:

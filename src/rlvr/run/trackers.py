@@ -9,10 +9,11 @@ rank 0 with the tracker's own client library:
     trackio      trackio.init(project=$TRACKIO_PROJECT or "rlvr", name=run_name, config=…) (its store: $TRACKIO_DIR)
     mlflow       mlflow.start_run(run_name=…) at $MLFLOW_TRACKING_URI (default output_dir/mlflow.db)
 
-Each step sends every top-level number of the step's metrics.jsonl line at the run's step (TRL-shaped
-runs: TRL's global_step, the optimiser steps), the resolved config once at start, the step's
-samples.jsonl rows as a table (W&B Table, MLflow table, trackio Table, TensorBoard markdown text), and at
-the end of a run transformers' last line (``train_runtime``, ..., ``train_loss``).
+Each entry of TRL's log (``rlvr.train.trl_log``: TRL's names, at its step, every ``logging_steps``) and each
+step's own numbers of its metrics.jsonl line (rlvr's series, rlvr's evaluation) at the run's step (TRL-shaped
+runs: TRL's global_step, the optimiser steps; one call when both fall on it), the resolved config once at start,
+the step's samples.jsonl rows as a table (W&B Table, MLflow table, trackio Table, TensorBoard markdown text), and
+at the end of a run transformers' last entry (``train_runtime``, ..., ``train_loss``).
 
 The tags are transformers' (its TensorBoard, W&B, trackio and MLflow callbacks, which TRL logs through), so a
 TRL user's dashboards read an rlvr run as they are. A value that TRL logs (``rlvr.train.metrics.trl_log_name``:
@@ -297,21 +298,39 @@ class Trackers:
         for name, tracker in self.trackers.items():
             self._call(name, "log_config", lambda t=tracker: t.log_config(config))
 
-    def log_step(self, step: int, metrics: dict[str, Any], samples: list[dict[str, Any]]) -> dict[str, int]:
-        """Send the step's metrics (and samples); return the ``tracker/`` counts for metrics.jsonl ({} if none)."""
+    def log_step(self, step: int, metrics: dict[str, Any], samples: list[dict[str, Any]],
+                 trl: dict[str, Any] | None = None) -> dict[str, int]:
+        """Send the step's metrics (and samples), with ``trl``, an entry of TRL's log at the same step (TRL's names,
+        ``rlvr.train.trl_log``), in one call; return the ``tracker/`` counts for metrics.jsonl ({} if none)."""
         if not self.trackers:
             return {}
         numbers, skipped = finite_numbers(metrics)
+        entry, skipped_trl = finite_numbers(trl or {})
+        skipped += skipped_trl
         numbers.update({"tracker/errors": float(self.errors), "tracker/skipped_values": float(skipped)})
         for name, tracker in self.trackers.items():
-            tags = tracker_tags(numbers, self.log_name, tracker=name)
+            tags = tracker_tags(entry, lambda key: key, tracker=name)
+            own = tracker_tags(numbers, self.log_name, tracker=name)
+            assert not set(tags) & set(own), f"{sorted(set(tags) & set(own))}: both TRL's log and rlvr's series"
+            tags |= own
             self._call(name, "log_metrics", lambda t=tracker, m=tags: t.log_metrics(step, m))
             if samples:
                 self._call(name, "log_samples", lambda t=tracker: t.log_samples(step, samples))
         return {"tracker/errors": self.errors, "tracker/skipped_values": skipped}
 
+    def log_entry(self, step: int, entry: dict[str, Any]) -> None:
+        """An evaluation's entry of its own (TRL's log names: ``eval_loss``, ..., ``epoch``) at ``step``, under the tags
+        transformers' callbacks give those names (``eval/loss``, ``train/epoch``; MLflow: the names); its
+        non-numbers are not sent, and no ``tracker/`` count comes with it."""
+        numbers, _ = finite_numbers(entry)
+        for name, tracker in self.trackers.items():
+            tags = tracker_tags(numbers, lambda key: key, tracker=name)
+            self._call(name, "log_metrics", lambda t=tracker, m=tags: t.log_metrics(step, m))
+
     def log_summary(self, step: int, summary: dict[str, float]) -> None:
-        """transformers' end-of-training line (TRL's log names, ``rlvr.train.metrics.trl_train_summary``)."""
+        """transformers' end-of-training entry (TRL's log names, ``rlvr.train.trl_log``); its non-numbers (a TRL
+        metric whose values were all NaN) are not sent, as transformers' callbacks skip them."""
+        summary, _ = finite_numbers(summary)
         for name, tracker in self.trackers.items():
             self._call(name, "log_summary", lambda t=tracker: t.log_summary(step, summary))
 

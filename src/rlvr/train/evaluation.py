@@ -1,6 +1,8 @@
-"""Evaluation during training: pass@k on ``eval_data`` every ``eval_steps`` steps and at the end.
+"""Evaluation during training: when (:class:`EvalSchedule`, TRL's ``eval_strategy``, ``eval_steps``, ``eval_delay``
+and ``eval_on_start``), and rlvr's pass@k on ``eval_data`` (:class:`TrainingEval`; TRL's own evaluation of the
+Python API is rlvr.train.evaluation_trl).
 
-Each evaluation writes ``<output_dir>/eval/step-000010.json`` (the ``rlvr eval`` format, with its
+Each pass@k evaluation writes ``<output_dir>/eval/step-000010.json`` (the ``rlvr eval`` format, with its
 resumable per-problem file beside it) and returns ``eval/<dataset>/pass@<k>`` metrics for
 metrics.jsonl. The prompt template is the training one (same system prompt and instruction), so
 training and evaluation ask the same way. Sampling seeds depend only on (seed, dataset, problem),
@@ -10,23 +12,60 @@ never on the training RNG, and training re-seeds before each of its own generati
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from rlvr.data import PromptFormat
 from rlvr.eval.runner import EvalSettings, evaluate, load_eval_datasets
+from rlvr.parallel.runtime import full_weights
+from rlvr.train.plan import RunLength
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
+class EvalSchedule:
+    """When the run evaluates, as transformers' ``DefaultFlowCallback`` decides it, in the run's counter (optimiser
+    steps for a TRL-shaped config: TRL's global_step). Built once at start-up.
+
+    ``steps``: at each multiple of ``every`` (TRL evaluates at that optimiser step; rlvr at the end of the step
+    holding it) and at the last step, from ``delay`` on; ``epoch``: at each epoch's end and at the last step, once
+    ``delay`` epochs are done; ``on_start``: also before the first step (also on resume), whatever the strategy.
+    """
+
+    strategy: str  # steps | epoch | no
+    every: int = 0  # strategy=steps: every this many, in the run's counter (a fraction of TRL's resolved)
+    delay: float = 0.0  # eval_delay: steps (strategy=steps) or epochs (epoch) before the first evaluation
+    on_start: bool = False  # eval_on_start
+
+    def due(self, length: RunLength, step: int) -> bool:
+        """An evaluation at the end of ``step`` (rlvr's step; ``length``: the run's RunLength)."""
+        last = step == length.steps
+        if self.strategy == "epoch":
+            return (step % length.steps_per_epoch == 0 or last) and length.epoch(step) >= self.delay
+        if self.strategy != "steps" or not self.every:
+            return False
+        done, before = length.counter(step), length.counter(step - 1)
+        reached = done // self.every * self.every  # the last multiple of every reached during the step
+        return (reached > before and reached >= self.delay) or (last and done >= self.delay)
+
+
+def eval_every(eval_steps: float, run_count: int) -> int:
+    """``eval_steps`` in whole steps of the run's counter: a fraction below 1 is ``ceil(fraction × run_count)``
+    (transformers' ``TrainerState.compute_steps`` of max_steps; ``run_count``: the run's length in its counter,
+    TRL's max_steps for a TRL-shaped config); 0: never."""
+    return math.ceil(run_count * eval_steps) if 0 < eval_steps < 1 else int(eval_steps)
+
+
+@dataclass(frozen=True)
 class TrainingEval:
-    """What to evaluate during training, and when (built once from the eval options at start-up)."""
+    """What to evaluate during training (pass@k), and when (built once from the eval options at start-up)."""
 
     datasets: tuple[str, ...]
-    every: int  # eval_steps (0: never)
-    max_steps: int  # the last step is always evaluated
+    schedule: EvalSchedule
+    length: RunLength
     n: int
     ks: tuple[int, ...]
     temperature: float
@@ -41,8 +80,14 @@ class TrainingEval:
     max_tool_calling_iterations: int | None = None
     tool_output_chars: int = 1024
 
+    in_line = True  # its metrics join the step's metrics.jsonl line (the loop's protocol, rlvr.train.trainer)
+
+    @property
+    def on_start(self) -> bool:
+        return self.schedule.on_start
+
     def due(self, step: int) -> bool:
-        return bool(self.every) and (step % self.every == 0 or step == self.max_steps)
+        return self.schedule.due(self.length, step)
 
     def settings(self, step: int) -> EvalSettings:
         """The evaluation's settings at ``step`` (the model is recorded with its step)."""
@@ -68,6 +113,26 @@ class TrainingEval:
         }
         metrics["time/eval_s"] = time.perf_counter() - t0
         return metrics
+
+
+def evaluate_due(trainer, step: int, *, in_line: bool = False, at_start: bool = False) -> dict:
+    """``trainer.evaluation`` (rlvr's pass@k, TRL's of the Python API, or None) when it is due after ``step``
+    (``at_start``: before the first step, TRL's eval_on_start), run by rank 0 with the weights gathered on every
+    rank (FSDP2); its ``eval/<name>`` metrics ({} when none ran). The loop calls it before the step's line is
+    written (``in_line``: pass@k's metrics join the line) and after it (TRL's, which logs an entry of its own,
+    rlvr.trl_api.evaluation); pass@k's before the first step, with no line to join, go to the trackers.
+
+    The evaluation's protocol: ``on_start`` and ``in_line`` (bools), ``due(step)`` and
+    ``run(policy, tokenizer, output_dir, step) -> dict``."""
+    e = trainer.evaluation
+    if e is None or not (e.on_start if at_start else e.in_line == in_line and e.due(step)):
+        return {}
+    with full_weights(trainer.policy):
+        metrics = e.run(trainer.policy, trainer.tokenizer, trainer.output_dir, step) if trainer.dist.is_main else {}
+        trainer.dist.barrier()
+    if at_start and e.in_line and trainer.dist.is_main:
+        trainer.trackers.log_step(trainer.length.counter(step), metrics, [])
+    return metrics
 
 
 def training_overlap(train_rows: list[dict], eval_specs: list[str], *, limit: int | None) -> dict[str, int]:

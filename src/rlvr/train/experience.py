@@ -20,11 +20,12 @@ way: "not applicable", not "wrong").
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 import torch
 
-from rlvr.core.advantages import ADVANTAGE_ESTIMATORS, AdvantageInputs, pair_mask
+from rlvr.core.advantages import ADVANTAGE_ESTIMATORS, AdvantageInputs, normalize_then_sum, pair_mask
 from rlvr.rollout import Completion
 from rlvr.train.plan import AdvantagePlan
 from rlvr.train.tagrpo import SAMPLED, LogprobPrompts, logprob_prompt
@@ -57,6 +58,7 @@ class Group:
     texts: list[str]
     rewards: list[float] = field(default_factory=list)
     reward_parts: dict[str, list[float | None]] = field(default_factory=dict)
+    reward_weights: dict[str, float] = field(default_factory=dict)  # each reward function's weight, by name
     reward_extras: dict[str, list] = field(default_factory=dict)  # log_extra columns, per response (samples.jsonl)
     scores: list[float] | None = None  # DaGRPO combined scores s (None: s = r)
     variants: list[int] | None = None  # per response: 0 = q_0, j = rephrasing j (None: all 0)
@@ -142,6 +144,8 @@ class Experience:
     sampled_prompt_ids: list[list[int]]  # the prompts the responses were sampled from (q_j; the IS correction's)
     on_own_prompt: torch.Tensor  # [N] bool: the policy scores it on the prompt it was sampled from
     rewarded: torch.Tensor  # [N] bool: some reward function gave a value (else advantage 0, out of the statistics)
+    reward_parts: torch.Tensor | None = None  # [N, K] each reward function's value, NaN where none (K: the run's)
+    reward_weights: torch.Tensor | None = None  # [K] their weights (per function, not per response)
 
     @classmethod
     def from_groups(cls, groups: list[Group], prompts: LogprobPrompts | None = None) -> Experience:
@@ -192,6 +196,9 @@ class Experience:
             on_own_prompt=torch.tensor([(prompts is not None and prompts.policy == SAMPLED) or v == 0
                                         for v in variants], dtype=torch.bool),
             rewarded=torch.tensor(rewarded, dtype=torch.bool),
+            reward_parts=_reward_parts(groups),
+            reward_weights=torch.tensor([groups[0].reward_weights.get(name, 1.0) for name in groups[0].reward_parts],
+                                        dtype=torch.float64) if groups and groups[0].reward_parts else None,
         )
 
     def __len__(self) -> int:
@@ -218,8 +225,9 @@ class Experience:
         rows = keep.nonzero().flatten().tolist()
         pick = lambda value: (value[keep] if isinstance(value, torch.Tensor)
                               else [value[i] for i in rows] if isinstance(value, list) else value)
-        fields = {f.name: pick(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "groups"}
-        return Experience(groups=self.groups, **fields)
+        fields = {f.name: pick(getattr(self, f.name)) for f in dataclasses.fields(self)
+                  if f.name not in ("groups", "reward_weights")}
+        return Experience(groups=self.groups, reward_weights=self.reward_weights, **fields)
 
 
 def minibatches(group_ids: torch.Tensor, num_minibatches: int) -> list[list[int]]:
@@ -284,6 +292,19 @@ def pad_rows(rows: list[torch.Tensor], width: int) -> torch.Tensor:
     return out
 
 
+def _reward_parts(groups: list[Group]) -> torch.Tensor | None:
+    """[N, K] the groups' per-function rewards (NaN: none), the first group's function order (None: no parts)."""
+    names = list(groups[0].reward_parts) if groups else []
+    if not names:
+        return None
+    rows = [[nan_if_none(g.reward_parts[name][i]) for name in names] for g in groups for i in range(len(g.completions))]
+    return torch.tensor(rows, dtype=torch.float64)
+
+
+def nan_if_none(value: float | None) -> float:
+    return math.nan if value is None else float(value)
+
+
 def compute_advantages(plan: AdvantagePlan, exp: Experience) -> tuple[torch.Tensor, dict[str, float]]:
     """Advantages [N] and the dagrpo/ pair metrics (the same keys on every step of a DaGRPO run; none otherwise)."""
     keep = exp.rewarded  # [N] bool
@@ -303,6 +324,8 @@ def _advantages(plan: AdvantagePlan, exp: Experience) -> tuple[torch.Tensor, dic
     s = plan.settings
     has_anchors = bool(exp.is_anchor.any())
     stats_mask = ~exp.is_anchor if has_anchors and not plan.anchor_in_stats else None
+    if plan.normalize_then_sum:  # TRL's multi_objective_aggregation (GDPO): each function normalised, then summed
+        return normalize_then_sum(exp.reward_parts, exp.reward_weights, exp.group_ids, eps=s.eps), {}
     inputs = AdvantageInputs(exp.rewards, exp.group_ids, scores=exp.scores, stats_mask=stats_mask)
     advantages = ADVANTAGE_ESTIMATORS["dagrpo" if has_anchors else s.estimator](inputs, s)
     if not plan.report_pairs:

@@ -48,7 +48,7 @@ import torch
 from rlvr.eval import group_diversity
 from rlvr.train.experience import Group
 from rlvr.train.rewarding import LOGGED_METRIC_PREFIX, logged_metric_means
-from rlvr.train.update import UpdateResult
+from rlvr.train.update import UpdateResult, bonus_on
 
 WINDOW = 50  # running median over the last WINDOW steps
 MIN_HISTORY = 5  # no verdict before this many steps
@@ -302,8 +302,11 @@ TRL_METRICS: dict[str, tuple[str, str]] = {
                       "train/lr"),
     "epoch": ("optimiser steps / optimiser steps per epoch", "-"),
     "step_time": ("seconds per optimiser step (the step's time / its optimiser steps)", "time/step_s"),
-    "entropy_coef": ("the entropy bonus coefficient (entropy_coef > 0)", "-"),
-    "policy_loss": ("the policy term before the entropy bonus, micro-batch values averaged (entropy_coef > 0)", "-"),
+    "entropy_coef": (("the entropy bonus coefficient after each optimiser step (entropy_coef > 0 or "
+                      "use_adaptive_entropy: the adaptive one)"), "-"),
+    "policy_loss": ("the policy term before the entropy bonus, micro-batch values averaged (the bonus on)", "-"),
+    "cispo_clip_ratio": ("loss_type=cispo: tokens whose ratio the cap epsilon_high cut (A > 0); no clip_ratio/*", "-"),
+    "vespo/phi_seq_mean": ("loss_type=vespo: the mean gamma-weight phi(w) over the sequences; no clip_ratio/*", "-"),
     "sampling/sampling_logp_difference/mean": (("mean absolute difference of the trainer's and the sampler's "
                                                "log-probs (the vLLM correction on)"), "rollout/logprob_mismatch"),
     "sampling/importance_sampling_ratio/min": ("the correction's weight (after truncation or masking), min",
@@ -313,7 +316,7 @@ TRL_METRICS: dict[str, tuple[str, str]] = {
 }
 
 
-# transformers' end-of-training log line (Trainer._finalize_training), TRL's last; rlvr sends it to the trackers only
+# transformers' end-of-training entry (Trainer._finalize_training), TRL's last (rlvr.train.trl_log)
 TRL_SUMMARY = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "total_flos", "train_loss",
                "epoch")
 
@@ -341,24 +344,6 @@ def _is_trl_name(key: str) -> bool:
             or (len(parts) == 3 and parts[0] == "rewards" and parts[2] in ("mean", "std")))  # rewards/<f>/mean
 
 
-def trl_train_summary(losses: list[float | None], optimizer_steps: list[int], *, runtime: float,
-                      completions_per_optimizer_step: int, epoch: float) -> dict[str, float]:
-    """transformers' end-of-training line over the steps this process ran (``losses[i]``: the loss of a step of
-    ``optimizer_steps[i]`` optimiser steps), rounded as ``speed_metrics`` rounds: ``train_loss`` the mean loss per
-    optimiser step, samples = completions (TRL's per_device_train_batch_size x accumulation x processes per
-    optimiser step), ``total_flos`` 0 (TRL's GRPOTrainer passes transformers no ``input_ids`` to count)."""
-    steps = sum(optimizer_steps)
-    weighted = [(loss, k) for loss, k in zip(losses, optimizer_steps, strict=True) if loss is not None]
-    summary = {"train_runtime": round(runtime, 4)}
-    if runtime > 0:
-        summary |= {"train_samples_per_second": round(steps * completions_per_optimizer_step / runtime, 3),
-                    "train_steps_per_second": round(steps / runtime, 3)}
-    summary |= {"total_flos": 0.0, "epoch": epoch}
-    if weighted:
-        summary["train_loss"] = sum(loss * k for loss, k in weighted) / sum(k for _, k in weighted)
-    return summary
-
-
 # TRL's sampling/ metrics (the vLLM importance-sampling correction) <- rlvr's
 SAMPLING_METRICS = {
     "sampling_logp_difference/mean": "rollout/logprob_mismatch",
@@ -370,21 +355,30 @@ SAMPLING_METRICS = {
 
 
 
+# policy losses without PPO's clip: TRL logs no clip_ratio/* for them (its loss types sapo, vespo, cispo)
+UNCLIPPED_LOSSES = frozenset({"cispo", "sapo", "vespo", "kl_cov"})
+
+
 def trl_update_metrics(sums: dict[str, float], *, with_kl: bool, loss: float | None, grad_norm: float | None,
-                       learning_rate: float, with_policy_loss: bool = False) -> dict[str, float | None]:
+                       learning_rate: float, with_policy_loss: bool = False,
+                       policy: str = "clip") -> dict[str, float | None]:
     """TRL's training metrics of one step from the update's sums (None where no micro-batch ran). As TRL's log
     leaves a micro-batch's NaN out of the mean, ``clip_ratio/low_min`` / ``high_max`` are averaged over the
     micro-batches that had a row to take them over (None when none had)."""
     count, extremes = sums.get("micro_batches", 0.0), sums.get("clip_extreme_micro", 0.0)
     mean = (lambda key: sums[key] / count) if count else (lambda key: None)
     extreme = (lambda key: sums[key] / extremes) if extremes else (lambda key: None)
-    metrics = {
-        "loss": loss, "grad_norm": grad_norm, "learning_rate": learning_rate,
-        "entropy": mean("entropy_micro"),
-        "clip_ratio/low_mean": mean("clip_low_micro"), "clip_ratio/high_mean": mean("clip_high_micro"),
-        "clip_ratio/region_mean": mean("clip_region_micro"),
-        "clip_ratio/low_min": extreme("clip_low_min_micro"), "clip_ratio/high_max": extreme("clip_high_max_micro"),
-    }
+    metrics = {"loss": loss, "grad_norm": grad_norm, "learning_rate": learning_rate, "entropy": mean("entropy_micro")}
+    if policy not in UNCLIPPED_LOSSES:
+        metrics |= {
+            "clip_ratio/low_mean": mean("clip_low_micro"), "clip_ratio/high_mean": mean("clip_high_micro"),
+            "clip_ratio/region_mean": mean("clip_region_micro"),
+            "clip_ratio/low_min": extreme("clip_low_min_micro"), "clip_ratio/high_max": extreme("clip_high_max_micro"),
+        }
+    if policy == "cispo":
+        metrics["cispo_clip_ratio"] = mean("cispo_clip_micro")
+    if policy == "vespo":
+        metrics["vespo/phi_seq_mean"] = mean("vespo_phi_micro")
     if with_kl:
         metrics["kl"] = mean("kl_micro")
     if with_policy_loss:  # TRL logs its policy term beside the entropy bonus
@@ -445,6 +439,15 @@ def metrics_table() -> str:
                       "|---|---|---|", *rows])
 
 
+def trl_train_metrics(sums: dict[str, float], plan, *, loss: float | None, grad_norm: float | None,
+                      learning_rate: float | None) -> dict[str, float | None]:
+    """:func:`trl_update_metrics` with what the run's StepPlan ``plan`` logs (its KL, entropy bonus, policy loss): of
+    a step's update sums here, of a logging interval's in TRL's log (``rlvr.train.trl_log``)."""
+    return trl_update_metrics(sums, with_kl=plan.update.needs_reference, loss=loss, grad_norm=grad_norm,
+                              learning_rate=learning_rate, with_policy_loss=bonus_on(plan.update),
+                              policy=plan.update.loss.policy_loss)
+
+
 def trl_step_metrics(rollout, update, metrics: dict, *, reward_names, plan, epoch: float,
                      num_tokens: int) -> dict:
     """The step's metrics under TRL's names, as TRL computes them, beside rlvr's ``metrics`` (``rollout``: the
@@ -454,13 +457,12 @@ def trl_step_metrics(rollout, update, metrics: dict, *, reward_names, plan, epoc
     optimizer_steps = update.optimizer_steps + update.skipped_steps if update is not None else 0
     trl = trl_rollout_metrics(groups, reward_names, scale_rewards=plan.advantages.settings.scale_rewards)
     used = update.lr_used if update is not None and update.lr_used is not None else metrics["train/lr"]
-    trl |= trl_update_metrics(update.sums if update is not None else {}, with_kl=plan.update.needs_reference,
-                              loss=metrics["train/loss"], grad_norm=metrics["train/grad_norm"],
-                              learning_rate=used, with_policy_loss=plan.update.loss.entropy_coef > 0)
+    trl |= trl_train_metrics(update.sums if update is not None else {}, plan, loss=metrics["train/loss"],
+                             grad_norm=metrics["train/grad_norm"], learning_rate=used)
     trl |= {"num_tokens": float(num_tokens), "epoch": epoch,
             "step_time": metrics["time/step_s"] / max(1, optimizer_steps)}
-    if plan.update.loss.entropy_coef > 0:
-        trl["entropy_coef"] = plan.update.loss.entropy_coef
+    if update is not None and update.entropy_coefs:  # after each optimiser step (adaptive: the updated one)
+        trl["entropy_coef"] = sum(update.entropy_coefs) / len(update.entropy_coefs)
     if plan.update.is_correction is not None:
         trl |= {f"sampling/{name}": metrics[ours] for name, ours in SAMPLING_METRICS.items()}
     return trl
@@ -471,15 +473,6 @@ def step_tokens(rollout) -> int:
     tool results, the model's tokens only, as TRL's tool mask counts them)."""
     groups = [g.policy_samples for g in rollout.generated]
     return sum(len(g.generation_prompt(i)) + model_tokens(g.completions[i]) for g in groups for i in g.on_policy)
-
-
-def train_summary(history: list[dict], length, batch, runtime: float) -> dict[str, float]:
-    """transformers' last log line over the steps this call ran (``trl_train_summary``; ``length``: the RunLength,
-    ``batch``: the step's BatchShape)."""
-    done = length.optimizer_steps_done
-    return trl_train_summary([m.get("loss") for m in history], [done(m["step"]) - done(m["step"] - 1) for m in history],
-                             runtime=runtime, epoch=history[-1].get("epoch", length.epoch(history[-1]["step"])),
-                             completions_per_optimizer_step=batch.micro_batch * batch.accumulation * batch.world_size)
 
 
 class StepLog:

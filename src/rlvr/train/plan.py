@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 from rlvr.config import ExperimentConfig
 from rlvr.config.batch import BatchShape
 from rlvr.core.advantages import AdvantageSettings
+from rlvr.core.entropy_control import EntropyControl
 from rlvr.core.losses import LossSettings
 from rlvr.rollout import engine_class
 from rlvr.rollout.environments import Environments
@@ -96,6 +97,7 @@ class AdvantagePlan:
     settings: AdvantageSettings  # the estimator and its settings (rlvr.core.advantages)
     anchor_in_stats: bool  # DaGRPO: an anchor's reward enters its group's σ
     report_pairs: bool  # DaGRPO is on: log the dagrpo/ pair metrics on every step
+    normalize_then_sum: bool = False  # multi_objective_aggregation=normalize_then_sum (GDPO), else sum_then_normalize
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,10 @@ class UpdateSettings:
     head_chunk: int  # > 0: the LM head on this many tokens at a time (rlvr.core.lm_head); 0: plain logits
     autocast: str | None  # StepPlan.autocast
     is_correction: ISCorrection | None = None  # the sampler/trainer IS correction (None: off)
+    entropy_control: EntropyControl | None = None  # TRL's adaptive entropy bonus (None: the fixed entropy_coef)
+    # the off-policy mask's behaviour log-probs: the sampler's (vLLM's, as TRL's with use_vllm) or old (False)
+    off_policy_from_sampler: bool = False
+    ref_sync: tuple[float, int] | None = None  # sync_ref_model's (alpha, every optimiser steps); None: off
 
 
 @dataclass(frozen=True)
@@ -163,7 +169,7 @@ def compile_plan(cfg: ExperimentConfig, *, world_size: int = 1) -> StepPlan:
     """The decisions of :class:`StepPlan` for a validated config, on ``world_size`` processes."""
     a, d, t, r = cfg.algorithm, cfg.dagrpo, cfg.tagrpo, cfg.rollout
     # a researcher's own estimator, loss or aggregation (path/file.py:fn): loaded, checked, registered
-    user_parts = load_algorithm_parts(advantage_estimator=a.advantage_estimator, policy_loss=a.policy_loss,
+    user_parts = load_algorithm_parts(advantage_estimator=a.advantage_estimator, policy_loss=a.policy,
                                       aggregation=a.aggregation, objects=dict(cfg.python.algorithm_parts))
     batch = cfg.batch_shape(world_size)
     autocast = autocast_dtype(cfg)
@@ -175,8 +181,7 @@ def compile_plan(cfg: ExperimentConfig, *, world_size: int = 1) -> StepPlan:
             prompts_per_step=batch.prompts_per_step,
             responses_per_prompt=r.num_generations * (t.responses_per_prompt_factor if t.equal_sampling else 1),
             rephrased=t.enabled, pooled=t.pooled, max_completion_length=r.max_completion_length,
-            sampling=Sampling(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, min_p=r.min_p,
-                              repetition_penalty=r.repetition_penalty),
+            sampling=Sampling(**r.sampling_settings),
             dynamic_sampling=a.dynamic_sampling,
             max_rounds=a.max_num_gen_batches if a.dynamic_sampling else 1, seed=cfg.run.seed,
             autocast=autocast, tools=tool_settings(cfg),
@@ -192,6 +197,7 @@ def compile_plan(cfg: ExperimentConfig, *, world_size: int = 1) -> StepPlan:
                 contrast=d.contrast if d.pair_masking else "reward",
             ),
             anchor_in_stats=d.anchor_in_stats, report_pairs=d.enabled,
+            normalize_then_sum=a.multi_objective_aggregation == "normalize_then_sum",
         ),
         dagrpo=DaGRPOSettings(score_alpha=d.score_alpha, anchors=d.anchors, anchor_max_correct=d.anchor_max_correct,
                               anchor_placement=d.anchor_placement, anchor_overlong=d.anchor_overlong,
@@ -288,16 +294,27 @@ def autocast_dtype(cfg: ExperimentConfig) -> str | None:
 
 
 def update_settings(cfg: ExperimentConfig, batch: BatchShape, autocast: str | None) -> UpdateSettings:
-    a, t, o = cfg.algorithm, cfg.tagrpo, cfg.optim
+    a, t, o, ob = cfg.algorithm, cfg.tagrpo, cfg.optim, cfg.objective
     truncated_is = t.enabled and t.ratio_anchor == "truncated_is"
+    correction = is_correction(cfg)
     loss = LossSettings(
-        policy_loss=a.policy_loss, epsilon=a.epsilon, epsilon_high=a.epsilon_high, dual_clip=a.dual_clip,
+        policy_loss=a.policy, epsilon=a.epsilon, epsilon_high=a.epsilon_high, dual_clip=a.dual_clip,
         importance_level=a.importance_sampling_level, ratio_cap=t.truncated_is_cap if truncated_is else None,
         beta=a.beta, kl_ratio_weighted=a.use_bias_correction_kl and a.beta > 0,
         anchor_psi=cfg.dagrpo.anchor_psi, anchor_gamma=cfg.dagrpo.anchor_gamma,
         aggregation=a.aggregation, max_completion_length=cfg.rollout.max_completion_length,
         entropy_coef=a.entropy_coef,
+        is_level=None if correction is None else correction.mode.split("_")[0],
+        sapo_temperature_pos=ob.sapo_temperature_pos, sapo_temperature_neg=ob.sapo_temperature_neg,
+        vespo_k_pos=ob.vespo_k_pos, vespo_lambda_pos=ob.vespo_lambda_pos, vespo_k_neg=ob.vespo_k_neg,
+        vespo_lambda_neg=ob.vespo_lambda_neg, clip_cov_ratio=ob.clip_cov_ratio, clip_cov_lb=ob.clip_cov_lb,
+        clip_cov_ub=ob.clip_cov_ub, kl_cov_ratio=ob.kl_cov_ratio, ppo_kl_coef=ob.ppo_kl_coef,
+        top_entropy_quantile=ob.top_entropy_quantile, off_policy_mask_threshold=ob.off_policy_mask_threshold,
     )
+    entropy = None
+    if ob.use_adaptive_entropy:
+        entropy = EntropyControl(start=a.entropy_coef, minimum=ob.entropy_coef_min, maximum=ob.entropy_coef_max,
+                                 delta=ob.entropy_coef_delta, target=ob.entropy_target)
     return UpdateSettings(
         loss=loss, num_iterations=a.num_iterations, num_minibatches=batch.optimizer_steps_per_pass,
         per_device_train_batch_size=batch.micro_batch,
@@ -310,7 +327,11 @@ def update_settings(cfg: ExperimentConfig, batch: BatchShape, autocast: str | No
         needs_reference=a.beta > 0,
         head_chunk=o.lm_head_chunk_tokens,
         autocast=autocast,
-        is_correction=is_correction(cfg),
+        is_correction=correction,
+        entropy_control=entropy,
+        # TRL's use_vllm: the sampler's own log-probs (an engine whose kernels are not the trainer's), else old
+        off_policy_from_sampler=engine_class(cfg.rollout.rollout_engine).is_correction_by_default,
+        ref_sync=(ob.ref_model_mixup_alpha, ob.ref_model_sync_steps) if ob.sync_ref_model else None,
     )
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
-from rlvr.core.lm_head import chunked_token_logprobs
+from rlvr.core.lm_head import Fp32Head, chunked_token_logprobs
 from rlvr.core.logprobs import entropy_from_logits, token_logprobs
 from rlvr.models.activation_checkpointing import decoder_layers
 from rlvr.rollout.base import left_pad
@@ -224,7 +224,7 @@ def lm_head(model) -> torch.nn.Linear:
     inner = getattr(model, "module", model)  # DDP
     head = inner.get_output_embeddings()
     config = getattr(inner, "config", None)
-    if type(head) is not torch.nn.Linear:
+    if type(head) not in (torch.nn.Linear, Fp32Head):
         raise ValueError(f"lm_head_chunk_tokens needs a plain nn.Linear LM head, this model has "
                          f"{type(head).__name__} (e.g. LoRA on lm_head); set lm_head_chunk_tokens=0")
     if getattr(config, "final_logit_softcapping", None):
@@ -238,9 +238,12 @@ def _chunked_head(head: torch.nn.Linear, tokens: torch.Tensor, *, temperature: f
                   with_entropy: bool, entropy_grad: bool = False):
     """Inside, ``head(h)`` returns [n, T', 2]: the log-prob of ``tokens`` (with grad) and the entropy
     (zeros unless ``with_entropy``; with grad only with ``entropy_grad``)."""
+    fp32 = isinstance(head, Fp32Head)  # cast_lm_head_to_fp32: the product in float32, autocast off
+
     def forward(hidden):
-        lp, ent = chunked_token_logprobs(hidden, head.weight, tokens, bias=head.bias, temperature=temperature,
-                                         chunk_tokens=chunk, with_entropy=with_entropy)
+        with torch.autocast(hidden.device.type, enabled=not fp32) if fp32 else contextlib.nullcontext():
+            lp, ent = chunked_token_logprobs(hidden.float() if fp32 else hidden, head.weight, tokens, bias=head.bias,
+                                             temperature=temperature, chunk_tokens=chunk, with_entropy=with_entropy)
         # detached unless a loss uses it: the backward then gets no entropy gradient to add
         return torch.stack([lp, ent if entropy_grad else ent.detach()], dim=-1)
 

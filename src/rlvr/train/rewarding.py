@@ -6,11 +6,13 @@ Reward functions receive TRL GRPOTrainer's keyword arguments (``rlvr.rewards.rew
 message-list prompts, ``[{"role": "assistant", "content": ...}]``, as in TRL; with function tools the turns as TRL
 gives them: assistant messages with their ``tool_calls``, and ``tool`` messages), ``completion_ids``
 (token ids), every other dataset column as a keyword list aligned with the completions
-(:func:`reward_columns`, as TRL's ``_calculate_rewards``: a short ``solution`` read as the gold still arrives as ``solution``;
-rlvr adds ``answer``, its gold, and ``id``), ``trainer_state`` (a ``transformers.TrainerState``:
-``global_step`` = steps finished before this one, ``max_steps``), ``log_extra`` and ``log_metric``.
-``log_metric(name, value)`` values are averaged over the step's calls (every rank, every round)
-into ``reward_fn/<name>`` in metrics.jsonl; ``log_extra(column, values)`` (one value per
+(:func:`reward_columns`, as TRL's ``_calculate_rewards``: a TRL config's rows pass the dataset's columns as they
+are; rlvr's own add ``answer``, its gold, and ``id``, and a short ``solution`` read as the gold still arrives as
+``solution``; a function declaring ``reads_gold``, rlvr's verifier, gets the gold as ``answer`` in both),
+``trainer_state`` (a ``transformers.TrainerState``: ``global_step`` = steps finished before this one,
+``max_steps``), ``log_extra`` and ``log_metric``. ``log_metric(name, value)`` values are averaged over the step's
+calls (every rank, every round) into ``reward_fn/<name>`` in metrics.jsonl (TRL's log: ``name``, as TRL logs it,
+rlvr.train.trl_log); ``log_extra(column, values)`` (one value per
 completion of the call) adds ``column`` to those completions' records in samples.jsonl.
 
 Failure policy (docs/training.md, "When a reward function fails"). A call *fails* when the
@@ -101,13 +103,14 @@ class Rewarder:
             encode = (lambda text: self.tokenizer(text, add_special_tokens=False)["input_ids"]) if self.tokenizer else None
             ids = [[encode(text) if encode else None for text in row_texts] for row_texts in texts]
         keys = sorted({key for row in rows for key in reward_columns(row)})
-        prompts, completions = [], []
+        prompts, completions, golds = [], [], []  # golds: for the functions that read rlvr's gold (reads_gold)
         columns: dict[str, list] = {key: [] for key in keys}
         for r, (row, row_texts) in enumerate(zip(rows, texts)):
             conversational = isinstance(row["prompt"], list)
             row_columns = reward_columns(row)
             for k, text in enumerate(row_texts):
                 prompts.append(row["prompt"])
+                golds.append(row.get("answer"))
                 turns = messages[r][k] if messages is not None else ()
                 completions.append(([dict(m) for m in turns] if turns else [{"role": "assistant", "content": text}])
                                    if conversational else text)
@@ -121,7 +124,8 @@ class Rewarder:
         if environments is not None:  # environment_factory: each completion's instance (TRL's ``environments``)
             trl_kwargs["environments"] = environments
         totals, parts, counts = combine_rewards(self.funcs, self.weights, prompts, completions, columns,
-                                                failures=failures, timeout_s=self.timeout_s, extra_kwargs=trl_kwargs)
+                                                failures=failures, timeout_s=self.timeout_s, extra_kwargs=trl_kwargs,
+                                                gold=golds)
         self.last_failure.update(failures)
         stats = {f"rewards/{key}": float(value) for key, value in counts.items()}
         stats["rewards/calls"] = 1.0
@@ -152,6 +156,7 @@ class Rewarder:
             end = start + len(group.texts)
             group.rewards = totals[start:end]
             group.reward_parts = {name: values[start:end] for name, values in parts.items()}
+            group.reward_weights = dict(zip(self.names, self.weights))
             group.reward_extras = {column: values[start:end] for column, values in extras.items()}
             group.rewarded = [any(values[i] is not None for values in parts.values()) for i in range(start, end)]
             group.correctness = self.correctness
@@ -288,11 +293,12 @@ def reward_columns(row: dict) -> dict:
     """The columns a reward function receives for ``row`` (TRL's convention, ``_calculate_rewards``:
     every dataset column but the prompt), under the names the dataset gave them.
 
-    The gold is in ``answer`` (as rlvr verifies it) and also under the column it was read from:
-    a row whose only answer was a short ``solution`` (TRL's math datasets) still passes
-    ``solution``, so ``trl.rewards.accuracy_reward(completions, solution)`` finds it.
+    A row kept as given (a TRL config, or environments: ``DATASET_ROW``) passes exactly the dataset's columns,
+    as TRL does. rlvr's own rows pass the gold in ``answer`` (as rlvr verifies it) and ``id`` too, and the gold
+    under the column it was read from: a row whose only answer was a short ``solution`` (TRL's math datasets)
+    still passes ``solution``, so ``trl.rewards.accuracy_reward(completions, solution)`` finds it.
     """
-    if DATASET_ROW in row:  # environment runs: the dataset's columns as given, exactly TRL's
+    if DATASET_ROW in row:  # the dataset's columns as given, exactly TRL's
         return {key: value for key, value in row[DATASET_ROW].items() if key not in ("prompt", "completion",
                                                                                       "completion_ids")}
     columns = {key: value for key, value in row.items() if key not in INTERNAL_FIELDS}

@@ -5,10 +5,11 @@ The loop (``trainer.py``) reads these decisions, never the config:
 - **folder**: where the run writes (``output_dir``, or a new folder named after ``algo``), whether a folder
   holding a run is continued (``resume``, ``resume_from_checkpoint``, ``force_resume``) or replaced
   (``overwrite_output_dir``), and the resolved config it records (config.yaml, the trackers);
-- **saving** (:class:`SavePlan`): when a checkpoint is due (``save_strategy``, ``save_steps``, an epoch), how
-  many are kept, LoRA's merged model;
-- **logging**: completions to samples.jsonl, the progress bar, the trackers (``report_to``, ``run_name``,
-  ``logging_dir``);
+- **saving** (:class:`SavePlan`): when a checkpoint is due (``save_strategy``, ``save_steps``, an epoch, an
+  improved ``metric_for_best_model``), how many are kept, LoRA's merged model;
+- **logging**: TRL's log (:class:`LoggingPlan`: ``logging_strategy``, ``logging_steps``, ``logging_first_step``,
+  ``include_num_input_tokens_seen``, ``skip_memory_metrics``), completions to samples.jsonl, the progress bar,
+  the trackers (``report_to``, ``run_name``, ``logging_dir``);
 - **stopping**: after how many non-finite optimiser steps in a row; the gradient-spike factor;
 - **prompts**: their length limit and what happens to longer ones (``truncation``), the data order
   (``seed``, ``shuffle``);
@@ -18,6 +19,7 @@ The loop (``trainer.py``) reads these decisions, never the config:
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,27 +29,65 @@ from rlvr.train.plan import RunLength, StepPlan
 
 @dataclass(frozen=True)
 class SavePlan:
-    """When the run writes a checkpoint, and what it keeps."""
+    """When the run writes a checkpoint, and what it keeps (transformers' ``save_strategy`` rules)."""
 
-    strategy: str  # steps | epoch | no
-    save_steps: int  # strategy=steps: in the run's counter (optimiser steps for a TRL-shaped config)
+    strategy: str  # steps | epoch | best | no
+    save_steps: float  # strategy=steps: in the run's counter (optimiser steps for a TRL-shaped config); < 1: a fraction
     keep_last: int | None  # save_total_limit (None: all)
     merged_model: bool  # LoRA: also the merged full model
+    best_metric: str | None = None  # strategy=best: the metric's key in the step's line (eval/<name>)
+    greater_is_better: bool = True
+    trained_with: str = "grpo"  # the algorithm the model card names (algo)
 
     def every(self, length: RunLength) -> int:
-        """Steps between checkpoints (0: only the last): save_steps (in the run's counter), an epoch (in rlvr's
-        steps), or none."""
-        return {"steps": self.save_steps, "epoch": length.steps_per_epoch, "no": 0}[self.strategy]
+        """Steps between checkpoints (0: none between): save_steps (in the run's counter; a fraction below 1 of the
+        run's length, rounded up, as transformers' ``TrainerState.compute_steps``), an epoch (in rlvr's steps)."""
+        steps = self.save_steps
+        if 0 < steps < 1:
+            steps = math.ceil(steps * length.counter(length.steps))
+        return {"steps": int(steps), "epoch": length.steps_per_epoch}.get(self.strategy, 0)
 
     def due(self, length: RunLength, step: int) -> bool:
-        """A checkpoint at the end of ``step``: a multiple of save_steps was reached during it (TRL saves at that
-        optimiser step; rlvr at the end of the step holding it), or the step ends an epoch."""
+        """A scheduled checkpoint at the end of ``step``: a multiple of save_steps was reached during it (TRL saves
+        at that optimiser step; rlvr at the end of the step holding it), or the step ends an epoch; with either
+        strategy also the last step, as transformers saves at the end of training (best: :meth:`best_value`)."""
+        if self.strategy in ("steps", "epoch") and step == length.steps:
+            return True
         every = self.every(length)
         if not every:
             return False
         if self.strategy == "epoch":
             return step % every == 0
         return length.counter(step) // every > length.counter(step - 1) // every
+
+    def best_value(self, metrics: dict) -> float | None:
+        """strategy=best: the value of the metric in ``metrics``, a step's line, when the step evaluated (its line
+        has eval/ keys); None otherwise. ValueError when it evaluated without the metric (transformers' KeyError)."""
+        if self.strategy != "best" or not any(key.startswith("eval/") for key in metrics):
+            return None
+        if self.best_metric not in metrics:
+            found = sorted(key.removeprefix("eval/") for key in metrics if key.startswith("eval/"))
+            raise ValueError(f"metric_for_best_model={self.best_metric.removeprefix('eval/')} is not among the "
+                             f"evaluation's metrics ({', '.join(found)}): name one of them")
+        return float(metrics[self.best_metric])
+
+    def improves(self, value: float, best: float | None) -> bool:
+        return best is None or (value > best if self.greater_is_better else value < best)
+
+
+@dataclass(frozen=True)
+class LoggingPlan:
+    """When TRL's log gets an entry, and what it holds beside TRL's metrics (``rlvr.train.trl_log`` writes it)."""
+
+    strategy: str  # steps | epoch | no
+    steps: float  # logging_steps: a count, or a fraction (below 1) of the run's units
+    first_step: bool  # logging_first_step
+    tokens_seen: bool  # include_num_input_tokens_seen (all / non_padding: TRL's count either way)
+    memory: bool  # not skip_memory_metrics: transformers' memory metrics in the end-of-training entry
+
+    def every(self, units: int) -> int:
+        """logging_steps in units (transformers' ``compute_steps``: a fraction of the run, rounded up)."""
+        return math.ceil(units * self.steps) if self.steps < 1 else int(self.steps)
 
 
 @dataclass(frozen=True)
@@ -59,6 +99,7 @@ class RunPlan:
     force_resume: bool
     overwrite_output_dir: bool
     save: SavePlan
+    logging: LoggingPlan  # TRL's log (trainer_state.json's log_history, the trackers' TRL series, on_log)
     log_completions: bool
     progress_bar: bool
     report_to: tuple[str, ...]
@@ -83,13 +124,25 @@ def compile_run_plan(cfg: ExperimentConfig) -> RunPlan:
         resume=bool(r.resume or r.resume_from_checkpoint), resume_from_checkpoint=r.resume_from_checkpoint,
         force_resume=r.force_resume, overwrite_output_dir=r.overwrite_output_dir,
         save=SavePlan(strategy=r.save_strategy, save_steps=r.save_steps, keep_last=r.save_total_limit,
-                      merged_model=cfg.model.save_merged_model),
+                      merged_model=cfg.model.save_merged_model, best_metric=best_metric_key(r.metric_for_best_model),
+                      greater_is_better=r.greater_is_better if r.greater_is_better is not None else
+                      not str(r.metric_for_best_model).endswith("loss"), trained_with=cfg.algorithm.algo),
+        logging=LoggingPlan(strategy=r.logging_strategy, steps=r.logging_steps, first_step=r.logging_first_step,
+                            tokens_seen=r.include_num_input_tokens_seen != "no", memory=not r.skip_memory_metrics),
         log_completions=r.log_completions, progress_bar=r.progress_bar, report_to=tuple(r.report_to),
         run_name=r.run_name, logging_dir=r.logging_dir, max_skipped_steps=r.max_skipped_steps,
         grad_spike_factor=r.grad_spike_factor, truncation=cfg.rollout.truncation,
         max_prompt_length=cfg.rollout.max_prompt_length, seed=r.seed, shuffle=cfg.data.shuffle,
         ddp_timeout=r.ddp_timeout, config=cfg.to_dict(), flat=cfg.flat(),
     )
+
+
+def best_metric_key(name: str | None) -> str | None:
+    """metric_for_best_model's key in a step's line: ``eval/<name>``, transformers' ``eval_<name>`` (a name given
+    with its ``eval_`` or ``eval/`` prefix keeps it once)."""
+    if name is None:
+        return None
+    return "eval/" + name.removeprefix("eval_").removeprefix("eval/")
 
 
 def check_world(cfg: ExperimentConfig, world: int) -> None:

@@ -42,6 +42,7 @@ from transformers import get_scheduler
 from rlvr.config import ExperimentConfig
 from rlvr.config.sections import OptimConfig
 from rlvr.config.tagrpo import TAGRPOConfig
+from rlvr.core.lm_head import cast_lm_head_to_fp32
 from rlvr.data import PromptFormat, load_python_rows, load_rows
 from rlvr.data.input_limits import LengthCheck, check_lengths
 from rlvr.data.prompts import has_chat_template
@@ -63,7 +64,7 @@ from rlvr.rewards.sandbox.notebook import PythonNotebook
 from rlvr.rollout import build_engine, engine_class
 from rlvr.rollout.tool_loop import MarkdownPython, ToolLoop, notebook_runner
 from rlvr.run.trackers import require_trackers
-from rlvr.train.evaluation import TrainingEval, training_overlap
+from rlvr.train.evaluation import EvalSchedule, TrainingEval, eval_every, training_overlap
 from rlvr.train.memory_bound import check_update_memory
 from rlvr.train.plan import (
     EnginePlan,
@@ -167,9 +168,11 @@ def rows_need_gold(cfg: ExperimentConfig) -> bool:
 
 
 def row_rules(cfg: ExperimentConfig) -> dict:
-    """How the training rows are read (``rlvr.data.rows.normalize_row``): whether each needs a gold, and whether
-    they feed environments (a missing or empty prompt allowed, the row kept as given for reset)."""
-    return {"gold": rows_need_gold(cfg), "environment": bool(extra_reward_arguments(cfg))}
+    """How the training rows are read (``rlvr.data.rows.normalize_row``): whether each needs a gold, whether they
+    feed environments (a missing or empty prompt allowed, the row kept as given for reset), and whether the row as
+    given is kept (a TRL config: its reward functions get the dataset's columns, TRL's ``_calculate_rewards``)."""
+    return {"gold": rows_need_gold(cfg), "environment": bool(extra_reward_arguments(cfg)),
+            "keep_row": cfg.run.preset == "trl"}
 
 
 def load_training_rows(cfg: ExperimentConfig, dist: DistContext) -> list[dict]:
@@ -419,12 +422,16 @@ def build_models(cfg: ExperimentConfig, plan: StepPlan, dist: DistContext) -> Mo
         targets = m.lora_target_modules
         policy = apply_lora(policy, r=m.lora_r, alpha=m.lora_alpha, dropout=m.lora_dropout,
                             target_modules=targets if targets in (None, "all-linear")
-                            else [t.strip() for t in targets.split(",")])
+                            else [t.strip() for t in targets.split(",")], use_rslora=m.use_rslora,
+                            use_dora=m.use_dora, modules_to_save=[t.strip() for t in m.lora_modules_to_save.split(",")]
+                            if m.lora_modules_to_save else None)
     if not m.disable_dropout and dist.is_main:
         warn_unapplied_dropout(policy)
     device = resolve_device(m.device, local_rank=dist.local_rank if dist.enabled else None)
     train_in_float32_on_cpu(policy, device)
     policy.to(device).eval()
+    if m.cast_lm_head_to_fp32:  # (before the reference is copied: it gets the float32 head too, as TRL's)
+        cast_lm_head_to_fp32(policy)
     reference = None
     if plan.update.needs_reference:  # (a copy made before checkpointing wraps the policy's layers)
         reference = AdapterOffReference(policy) if m.lora_r > 0 else copy_for_reference(policy)  # LoRA: no copy
@@ -481,13 +488,14 @@ def build_training_eval(cfg: ExperimentConfig, plan: StepPlan, length: RunLength
     e = cfg.eval
     if not e.enabled:
         return None
-    every = length.steps_per_epoch if e.eval_strategy == "epoch" else e.eval_steps
+    every = eval_every(e.eval_steps, length.counter(length.steps)) if e.eval_strategy == "steps" else 0
+    schedule = EvalSchedule(e.eval_strategy, every=every, delay=e.eval_delay, on_start=e.eval_on_start)
     if plan.rollout.tools is not None and not plan.rollout.tools.builtin:
         raise ValueError(f"eval_data with function tools (tools={','.join(plan.rollout.tools.names)}): rlvr's pass@k "
                          "evaluation runs the built-in python tool only; drop eval_data, or evaluate the saved model "
                          "with your own script")
     return TrainingEval(
-        datasets=tuple(e.eval_data), every=every, max_steps=length.steps, n=e.eval_n,
+        datasets=tuple(e.eval_data), schedule=schedule, length=length, n=e.eval_n,
         ks=tuple(e.eval_k), temperature=e.eval_temperature, top_p=e.eval_top_p,
         max_completion_length=e.eval_max_completion_length or plan.rollout.max_completion_length,
         limit=e.eval_limit, prompt_format=prompt_format,

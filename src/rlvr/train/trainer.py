@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 import types
 from pathlib import Path
 
@@ -31,7 +30,6 @@ from rlvr.config.defaults_line import defaults_line
 from rlvr.data import PromptSampler
 from rlvr.data.prompts import PromptBuilder
 from rlvr.models.embedding import require_embedding_packages
-from rlvr.parallel.runtime import full_weights
 from rlvr.parallel.setup import init_distributed, shutdown_distributed
 from rlvr.run.callbacks import Callbacks
 from rlvr.run.folder import JsonlLog, RunFolderLock
@@ -41,14 +39,16 @@ from rlvr.run.start import check_output_dir, open_run_folder, run_folder
 from rlvr.run.stopping import StopOnSignal, TrainingInterrupted, TrainingStopped, count_skipped_steps, requested_stop
 from rlvr.run.trackers import Trackers, open_trackers
 from rlvr.train import setup
-from rlvr.train.checkpointing import Checkpointed, Counters, RunCheckpoints
+from rlvr.train.checkpointing import Checkpointed, Counters, Outputs, RunCheckpoints
 from rlvr.train.dagrpo import build_dagrpo_phase
+from rlvr.train.evaluation import evaluate_due
 from rlvr.train.experience import Experience, compute_advantages
 from rlvr.train.length_limits import apply_length_limits
 from rlvr.train.memory_bound import check_rollout_memory
-from rlvr.train.metrics import GradSpikes, PhaseTimer, StepLog, sample_records, train_summary, trl_log_name
+from rlvr.train.metrics import GradSpikes, PhaseTimer, StepLog, sample_records, trl_log_name
 from rlvr.train.plan import compile_plan, run_length
 from rlvr.train.rollout_phase import GroupGenerator, GroupIds, RolloutResult, Rollouts
+from rlvr.train.run_logs import MemoryMetrics, RunLogs
 from rlvr.train.run_plan import check_world, compile_run_plan, start_lines
 from rlvr.train.setup import build_models
 from rlvr.train.sft import sft_training_step
@@ -66,11 +66,13 @@ class Trainer:
     fine-tuning on the data's solutions (``training_step`` is then ``rlvr.train.sft.sft_training_step``).
     """
 
-    def __init__(self, cfg: ExperimentConfig, *, callbacks=()):
+    def __init__(self, cfg: ExperimentConfig, *, callbacks=(), outputs: Outputs | None = None):
         """``callbacks``: objects with ``on_step_end(step, metrics)`` / ``on_save(step, path)``, or
-        ``transformers.TrainerCallback`` objects, called on rank 0 (``callbacks.py``)."""
+        ``transformers.TrainerCallback`` objects, called on rank 0 (``callbacks.py``); ``outputs``: GRPOTrainer's."""
         self.cfg = cfg  # (set-up reads it; the loop reads the plans)
         self.run = run = compile_run_plan(cfg)  # the run's life: folder, saving, logging, stopping
+        self.memory = MemoryMetrics(skip=not run.logging.memory)  # transformers' memory metrics (stages init, train)
+        self.memory.begin("init")
         self.user_callbacks = list(callbacks)
         HubPush.check(cfg.run)  # push_to_hub offline or without a token: refused before any folder is made
         self.dist = init_distributed(timeout_s=run.ddp_timeout)
@@ -81,17 +83,19 @@ class Trainer:
                                      resume_from_checkpoint=run.resume_from_checkpoint, logging_dir=run.logging_dir)
         self.lock = RunFolderLock(self.output_dir) if self.dist.is_main else None  # one writer per folder
         try:
-            self._set_up(cfg)
+            self._set_up(cfg, outputs or Outputs(training_args=run.config))
         except BaseException:
             if self.lock is not None:
                 self.lock.release()
             raise
+        finally:
+            self.memory.end()
 
-    def _set_up(self, cfg: ExperimentConfig) -> None:
+    def _set_up(self, cfg: ExperimentConfig, outputs: Outputs) -> None:
         """Everything but the run folder: data, model, engine, rewards, the phases, optimiser, logs."""
         run, main = self.run, self.dist.is_main
         check_output_dir(self.output_dir, resume=run.resume, overwrite=run.overwrite_output_dir)
-        hub = HubPush.from_config(cfg.run, self.output_dir) if main else None  # offline: refused now
+        self.hub = hub = HubPush.from_config(cfg.run, self.output_dir) if main else None  # offline: refused now
         torch.manual_seed(run.seed)
         check_rollout_memory(completions_per_process=self.plan.batch.completions_per_process,
                              max_completion_length=self.plan.rollout.max_completion_length)  # before any work
@@ -115,15 +119,16 @@ class Trainer:
                                 length_limits=self.length_limits, prompts=self.prompts)
         self.skipped_in_a_row = 0  # optimiser steps since the last finite one
         self.trackers = Trackers({})  # report_to's are opened by rank 0 when the run starts (train)
-        self.hub = hub
-        self.callbacks = Callbacks(self.user_callbacks, output_dir=self.output_dir, max_steps=self.max_steps,
-                                   objects={"model": self.policy, "processing_class": self.tokenizer,
-                                            "optimizer": self.optimizer, "lr_scheduler": self.scheduler})
+        self.callbacks = Callbacks(self.user_callbacks, output_dir=self.output_dir, objects={
+            "model": self.policy, "processing_class": self.tokenizer, "optimizer": self.optimizer,
+            "lr_scheduler": self.scheduler}, max_steps=self.length.optimizer_steps)  # (TRL's: optimiser steps)
+        self.logs = RunLogs(self.plan, self.length, run, callbacks=self.callbacks, metrics_log=self.metrics_log,
+                            samples_log=self.samples_log, main=main)  # TRL's log, metrics.jsonl, samples.jsonl
         self.checkpoints = RunCheckpoints(
             Checkpointed(self.policy, self.tokenizer, self.optimizer, self.scheduler, self.engine, self.rollouts,
-                         self.sampler, self.group_ids, self.grad_spikes), output_dir=self.output_dir, dist=self.dist,
-            length=self.length, save=run.save, train_batch_size=self.plan.batch.micro_batch, hub=hub,
-            metrics_log=self.metrics_log, samples_log=self.samples_log)
+                         self.sampler, self.group_ids, self.grad_spikes, self.update), output_dir=self.output_dir,
+            dist=self.dist, length=self.length, save=run.save, train_batch_size=self.plan.batch.micro_batch, hub=hub,
+            logs=(self.metrics_log, self.samples_log), outputs=outputs, trl_log=self.logs.trl_log)
         if self.plan.mode == "sft":  # supervised fine-tuning on the anchors: SFT's step in place of RL's
             self.training_step = types.MethodType(sft_training_step, self)
 
@@ -213,36 +218,30 @@ class Trainer:
 
     # ----------------------------------------------------------------- the loop
     def train(self) -> list[dict]:
-        """Run (or resume) to max_steps; return the metrics of the steps run now.
-
-        Ctrl-C, SIGTERM or SIGHUP: the step under way is finished, a checkpoint written, and
-        ``TrainingInterrupted`` raised (``rlvr/run/stopping.py``); a second signal stops at once.
-        """
+        """Run (or resume) to max_steps; return the metrics of the steps run now. Ctrl-C, SIGTERM or SIGHUP: the
+        step under way is finished, a checkpoint written, and ``TrainingInterrupted`` raised
+        (``rlvr/run/stopping.py``); a second signal stops at once."""
         main, run = self.dist.is_main, self.run
-        history, progress, started = [], None, time.time()
+        history, progress = [], None
         try:
+            self.memory.begin("train")
             start = self.step_done = self._start()
+            self.logs.start(start, tokens=self.step_log.num_tokens)
             if main:  # TensorBoard / W&B / trackio / MLflow (trackers.py: TRL's tags), sent the resolved config
                 self.trackers = open_trackers(list(run.report_to), run_name=run.run_name,
                                               logging_dir=os.path.abspath(run.logging_dir) if run.logging_dir else None,
                                               output_dir=self.output_dir, config=run.config, log_name=trl_log_name)
             progress = Progress(self.max_steps, start, enabled=run.progress_bar and main)
             with StopOnSignal() as stop:
+                evaluate_due(self, start, at_start=True)  # eval_on_start (TRL's), also on resume
                 for step in range(start + 1, self.max_steps + 1):
                     result = self.training_step(step)
                     metrics, self.step_done = result.metrics, step
-                    if self.evaluation is not None and self.evaluation.due(step):
-                        with full_weights(self.policy):  # FSDP2: gathered on every rank, used by rank 0
-                            if main:
-                                metrics.update(self.evaluation.run(self.policy, self.tokenizer, self.output_dir, step))
-                            self.dist.barrier()
-                    if main:
-                        samples = result.samples if run.log_completions else []
-                        metrics.update(self.trackers.log_step(self.length.counter(step), metrics, samples))
-                        self.metrics_log.write([metrics])
-                        if run.log_completions:
-                            self.samples_log.write(result.samples)
-                        self.callbacks.step_end(step, metrics)
+                    self.logs.record(step, result)  # TRL's log: the entries of the step's optimiser steps
+                    metrics.update(evaluate_due(self, step, in_line=True))  # rlvr's pass@k: into the step's line
+                    if main:  # the trackers, metrics.jsonl, samples.jsonl
+                        self.logs.write(step, result, self.trackers)
+                    evaluated = evaluate_due(self, step)  # TRL's: an entry of its own, after the step's line
                     history.append(metrics)
                     progress.update(metrics)
                     if result.update is not None:  # non-finite optimiser steps in a row: stop after too many
@@ -250,15 +249,12 @@ class Trainer:
                             self.skipped_in_a_row, step=step, taken=result.update.optimizer_steps,
                             trailing=result.update.trailing_skips, limit=run.max_skipped_steps)
                     stopping = requested_stop(stop, self.dist)  # a signal, on any rank
-                    if step == self.max_steps or run.save.due(self.length, step) or stopping:
-                        path = self.save(step, final=step == self.max_steps)
-                        if main:
-                            self.callbacks.saved(step, path)
+                    path = self.save(step, metrics=metrics | evaluated, stopping=bool(stopping))  # a signal saves too
+                    if main and path is not None:
+                        self.callbacks.saved(step, path)
                     if stopping and step < self.max_steps:
                         raise TrainingInterrupted(stopping, step, path, self.output_dir)
-            if main and history:  # transformers' end-of-training line, to the trackers
-                self.trackers.log_summary(self.length.counter(self.max_steps),
-                                          train_summary(history, self.length, self.plan.batch, time.time() - started))
+            self.logs.finish(self.trackers, self.memory.end())  # transformers' end-of-training entry of TRL's log
         finally:
             if progress is not None:
                 progress.close()
@@ -271,26 +267,29 @@ class Trainer:
         return history
 
     def close(self) -> None:
-        """Release what the run holds (``train`` does, however it ends; a caller stepping the trainer itself
-        calls it): the rollout thread, a vLLM server's weight group, the reward workers, trackers, the folder lock."""
+        """Release the rollout thread, a vLLM server's weight group, the reward workers, trackers, the folder lock."""
         self.rollouts.close()
         if hasattr(self.engine, "close"):  # vllm_mode=server: leave the weight group (the server keeps running)
             self.engine.close()
         self.rewarder.close()
+        self.memory.end()  # (transformers' peak-memory thread, when a step raised)
         self.trackers.close()
         if self.lock is not None:
             self.lock.release()
 
-    def save(self, step: int, *, final: bool = False) -> Path | None:
-        """The checkpoint of the end of ``step`` (checkpointing.py); ``final``: the model also at output_dir."""
-        return self.checkpoints.save(step, Counters(self.skipped_in_a_row, self.step_log.num_tokens), final=final)
+    def save(self, step: int, metrics: dict, stopping: bool = False) -> Path | None:
+        """The end of ``step``'s saving: checkpointing.py's ``end_of_step`` (the checkpoint written, on rank 0)."""
+        return self.checkpoints.end_of_step(step, Counters(self.skipped_in_a_row, self.step_log.num_tokens), metrics,
+                                            stopping=stopping)
 
     def _start(self) -> int:
         """Open the run folder (run/start.py); on resume restore the newest checkpoint. Returns the last step done."""
         run = self.run
+        self.checkpoints.check_plan(evaluates=self.evaluation is not None)  # save_strategy=best needs evaluations
         found = open_run_folder(self.output_dir, self.dist, resume=run.resume, force_resume=run.force_resume,
                                 resume_from_checkpoint=run.resume_from_checkpoint, overwrite=run.overwrite_output_dir,
-                                config=run.config, flat=run.flat, logs=(self.metrics_log, self.samples_log))
+                                config=run.config, flat=run.flat,
+                                logs=(self.metrics_log, self.samples_log, self.checkpoints.eval_log))
         if found is None:
             return 0
         step, counters = self.checkpoints.restore(found, config=run.config, force=run.force_resume)

@@ -37,32 +37,51 @@ backward that synchronises gradients is a collective.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
+from rlvr.core.entropy_control import EntropyController
 from rlvr.core.importance import ISWeights, importance_weights
-from rlvr.core.losses import PolicyLoss, aggregate, entropy_bonus, policy_loss
+from rlvr.core.loss_variants import cispo_clipped, high_entropy_mask, off_policy_mask, vespo_weights
+from rlvr.core.losses import LossSettings, PolicyLoss, aggregate, entropy_bonus, log_ratio, policy_loss
 from rlvr.parallel.runtime import ALONE, DistContext, autocast, full_weights, gradient_sync, unwrap
 from rlvr.train.experience import Experience, length_buckets, minibatches, pad_rows
 from rlvr.train.plan import UpdateSettings
 from rlvr.train.response_logprobs import collate, response_logprobs, response_logprobs_no_grad
+
+ENTROPY_STATE = "entropy_ctrl_state.json"  # TRL's file: the adaptive entropy control's coefficient and last entropy
+# sync_ref_model: the reference moves with the policy (not *.safetensors: those are the policy's weights)
+REFERENCE_WEIGHTS = "reference_model.pt"
 
 # sums over a step's micro-batches of each micro-batch's own mean (train/update.py accumulates them)
 # (clip_low_min / clip_high_max: over the micro-batches with a row to take them over, clip_extreme_micro of them,
 # as TRL's NaN of a micro-batch with none is left out of its logged mean; policy_loss: TRL's, with entropy_coef)
 MICRO_MEANS = ("micro_batches", "entropy_micro", "kl_micro", "clip_low_micro", "clip_high_micro",
                "clip_region_micro", "clip_low_min_micro", "clip_high_max_micro", "clip_extreme_micro",
-               "policy_loss_micro")
+               "policy_loss_micro", "cispo_clip_micro", "vespo_phi_micro")
 
 # per-token sums of a micro-batch, accumulated on the device; summed over ranks at the end. The *_micro ones
 # are sums over micro-batches of a micro-batch's own mean, as TRL logs its train metrics (micro_means)
 TOKEN_SUMS = ("tokens", "clipped_tokens", "kl_sum", "entropy_sum", "mismatch_sum", "mismatch_tokens",
               "gap_sum", "gap_tokens", "is_ratio_sum", "is_units", "is_tokens", "is_adjusted_tokens",
-              "is_weight_sum", *MICRO_MEANS)
+              "is_weight_sum", "bonus_entropy_sum", "bonus_tokens", *MICRO_MEANS)
 # running maxima of a micro-batch (max-reduced over ranks): the IS ratio's max and −min, on the first pass
 TOKEN_MAXES = ("is_ratio_max", "is_ratio_neg_min", "is_weight_max", "is_weight_neg_min")
+
+
+@dataclass
+class OptimizerStepLog:
+    """One optimiser step as TRL's log counts it (``rlvr.train.trl_log``): its loss, gradient norm and rate, and the
+    sums of its micro-batches' statistics (``TOKEN_SUMS``, over every rank)."""
+
+    loss: float
+    grad_norm: float
+    learning_rate: float
+    sums: dict[str, float]
 
 
 @dataclass
@@ -76,8 +95,23 @@ class UpdateResult:
     skipped_steps: int = 0
     trailing_skips: int = 0  # skipped since the last optimiser step taken
     grad_norms: list[float] = field(default_factory=list)
+    entropy_coefs: list[float] = field(default_factory=list)  # the bonus's coefficient after each optimiser step
     sums: dict[str, float] = field(default_factory=lambda: dict.fromkeys(TOKEN_SUMS, 0.0))
     maxes: dict[str, float] = field(default_factory=lambda: dict.fromkeys(TOKEN_MAXES, -math.inf))
+    steps: list[OptimizerStepLog] = field(default_factory=list)  # each optimiser step, taken or skipped
+
+    def record_step(self, loss: float, grad_norm: float) -> None:
+        """Keep the optimiser step just run: its sums are what it added to :attr:`sums` (this rank's, until
+        :meth:`reduce_steps`)."""
+        recorded = {name: sum(step.sums[name] for step in self.steps) for name in TOKEN_SUMS}
+        self.steps.append(OptimizerStepLog(loss, grad_norm, self.lr_used,
+                                           {name: self.sums[name] - recorded[name] for name in TOKEN_SUMS}))
+
+    def reduce_steps(self, ctx: DistContext) -> None:
+        """Each optimiser step's sums over the ranks (one collective; every rank ran as many steps)."""
+        flat = ctx.sum_floats([step.sums[name] for step in self.steps for name in TOKEN_SUMS])
+        for i, step in enumerate(self.steps):
+            step.sums = dict(zip(TOKEN_SUMS, flat[i * len(TOKEN_SUMS):(i + 1) * len(TOKEN_SUMS)]))
 
     @property
     def prompt_gap(self) -> float | None:
@@ -160,6 +194,8 @@ class LossInputs:
     mask: torch.Tensor  # the tokens trained on
     is_anchor: torch.Tensor | None  # [n] (None: no anchor in the micro-batch, and no anchor term)
     is_weights: torch.Tensor | None  # the IS correction's w_t (anchors 1; None: off)
+    keep: torch.Tensor | None  # [n, T] or [n, 1] the policy term's tokens kept (TRL's off-policy and entropy masks)
+    bonus_mask: torch.Tensor  # the tokens of the entropy bonus (TRL: the mask and top_entropy_quantile's)
     correction: ISWeights | None  # the IS correction's weights and statistics (None: off)
     sampled: torch.Tensor | None  # the sampler's log-probs (on the on-policy pass, or with the correction)
     shown: torch.Tensor  # every response token, anchors excluded
@@ -182,6 +218,8 @@ class PolicyUpdate:
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.pad_token_id, self.ref_model, self.ctx = pad_token_id, ref_model, ctx
         self.max_optimizer_steps = max_optimizer_steps
+        control = settings.entropy_control
+        self.entropy = EntropyController(control) if control is not None else None  # (a checkpoint's state)
 
     def __call__(self, exp: Experience, advantages: torch.Tensor) -> UpdateResult:
         """Update the policy on ``exp`` with ``advantages`` [N]; neither is changed."""
@@ -203,6 +241,8 @@ class PolicyUpdate:
                                     first_pass=iteration == 0)
         for name, value in zip(TOKEN_SUMS, ctx.sum_floats([result.sums[n] for n in TOKEN_SUMS])):
             result.sums[name] = value  # token sums are per rank; loss, steps and grad norms already global
+        if ctx.enabled:
+            result.reduce_steps(ctx)
         if s.is_correction is not None:  # (every rank has the same settings: the collective is on all or none)
             result.maxes = dict(zip(TOKEN_MAXES, ctx.max_floats([result.maxes[n] for n in TOKEN_MAXES])))
         result.lr = self.scheduler.get_last_lr()[0]
@@ -219,6 +259,22 @@ class PolicyUpdate:
                 ref = self._logprobs(self.ref_model, exp.reference_prompt_ids, exp, mine, micro)
             sampled_old = self._sampled_old(exp, mine, micro, old_computed=old is not None)
         return old, ref, sampled_old
+
+    def write_state(self, folder: Path) -> None:
+        """What a checkpoint keeps of the update beyond the optimiser: the adaptive entropy control's state (TRL's
+        entropy_ctrl_state.json) and, with sync_ref_model, the reference's weights (reference_model.pt)."""
+        if self.entropy is not None:
+            (folder / ENTROPY_STATE).write_text(json.dumps(self.entropy.state_dict()), encoding="utf-8")
+        if self.s.ref_sync is not None and self.ref_model is not None:
+            torch.save(self.ref_model.state_dict(), folder / REFERENCE_WEIGHTS)
+
+    def read_state(self, folder: Path) -> None:
+        """:meth:`write_state`'s files of a checkpoint, where present (TRL's checkpoints hold no reference)."""
+        if self.entropy is not None and (folder / ENTROPY_STATE).is_file():
+            self.entropy.load_state_dict(json.loads((folder / ENTROPY_STATE).read_text(encoding="utf-8")))
+        if self.s.ref_sync is not None and self.ref_model is not None and (folder / REFERENCE_WEIGHTS).is_file():
+            state = torch.load(folder / REFERENCE_WEIGHTS, map_location=_device(self.ref_model), weights_only=True)
+            self.ref_model.load_state_dict(state)
 
     def _run_is_done(self) -> bool:
         """The run's optimiser steps are all taken (the scheduler's count: every step taken or skipped)."""
@@ -272,19 +328,33 @@ class PolicyUpdate:
         buckets = plans[ctx.rank]
         count = max(len(p) for p in plans)  # every rank runs as many micro-batches (collective backward)
         stats = Statistics(result)
+        before = (result.sums["bonus_entropy_sum"], result.sums["bonus_tokens"])
         for k in range(count):
             with gradient_sync(self.model, enabled=k == count - 1):
                 if k >= len(buckets):
+                    if s.loss.top_entropy_quantile < 1 and ctx.enabled:  # the quantile's gather is collective
+                        ctx.gather_objects([])
                     _zero_loss_pass(self.model, self.pad_token_id)
                     continue
                 inputs = self.loss_inputs(batch, buckets[k], keep, on_policy=on_policy)
-                loss, out, policy = self._backward(inputs, num_tokens=num_tokens, num_sequences=len(mini))
+                loss, out, policy = self.loss(inputs, num_tokens=num_tokens, num_sequences=len(mini))
+                (loss * ctx.world_size if ctx.world_size != 1 else loss).backward()  # DDP/FSDP average: to a sum
                 stats.add(loss, {**micro_statistics(out, inputs, s, on_policy=on_policy, first_pass=first_pass),
                                  **({"policy_loss_micro": policy} if policy is not None else {})})
         params = [p for p in self.model.parameters() if p.requires_grad]
         max_norm = s.max_grad_norm if s.max_grad_norm > 0 else math.inf
         loss, grad_norm = stats.read(_full(torch.nn.utils.clip_grad_norm_(params, max_norm)), result)
         self._apply(ctx.sum_floats([loss])[0], grad_norm, result)
+        self._entropy_after_step(result, before)
+
+    def _entropy_after_step(self, result: UpdateResult, before: tuple[float, float]) -> None:
+        """TRL's adaptive bonus: the step's entropy over the bonus's tokens (``before``: the running sums before the
+        step; every rank's) moves the coefficient; the coefficient after the step is logged (TRL's entropy_coef)."""
+        if self.entropy is not None:
+            window = [result.sums["bonus_entropy_sum"] - before[0], result.sums["bonus_tokens"] - before[1]]
+            self.entropy.step(*self.ctx.sum_floats(window))
+        if bonus_on(self.s):
+            result.entropy_coefs.append(self.entropy.coef if self.entropy is not None else self.s.loss.entropy_coef)
 
     def _apply(self, loss: float, grad_norm: float, result: UpdateResult) -> None:
         """Take the optimiser step when the loss and gradient norm are finite (else skip it and count), and move
@@ -299,8 +369,13 @@ class PolicyUpdate:
             result.skipped_steps += 1
             result.trailing_skips += 1
         result.lr_used = self.scheduler.get_last_lr()[0]  # before the schedule moves on: this step's rate
+        result.record_step(loss, grad_norm)  # (TRL's log: rlvr.train.trl_log)
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
+        if self.s.ref_sync is not None and self.ref_model is not None:
+            alpha, every = self.s.ref_sync
+            if getattr(self.scheduler, "last_epoch", 0) % every == 0:  # TRL's SyncRefModelCallback: global_step
+                sync_reference(unwrap(self.model), self.ref_model, alpha)
 
     def loss_inputs(self, batch: OptimizerBatch, rows: list[int], keep: torch.Tensor, *,
                     on_policy: bool) -> LossInputs:
@@ -311,7 +386,7 @@ class PolicyUpdate:
         width = collated.response_width
         with autocast(_device(self.model), s.autocast):  # bf16=true: bf16 compute, fp32 log-probs and loss
             logprobs, entropy = response_logprobs(self.model, collated, temperature=s.temperature, with_entropy=True,
-                                      entropy_grad=s.loss.entropy_coef > 0, head_chunk=s.head_chunk)
+                                      entropy_grad=bonus_on(s), head_chunk=s.head_chunk)
         device = logprobs.device
         own = (collated.response_mask if all(exp.tool_masks[i] is None for i in rows)  # no tools: every token
                else exp.model_token_mask(rows, width))  # [n, T]: the model's tokens (a tool's result: context only)
@@ -322,7 +397,8 @@ class PolicyUpdate:
         has_anchor = bool(anchor.any())
         anchor = anchor.to(device)
         sampled = None  # [n, T] the sampler's log-probs (anchors: 0, they have none)
-        if on_policy or s.is_correction is not None:
+        off_policy_sampled = s.loss.off_policy_mask_threshold is not None and s.off_policy_from_sampler
+        if on_policy or s.is_correction is not None or off_policy_sampled:
             sampled = pad_rows([torch.tensor(exp.sampling_logprobs[i]) for i in rows], width).to(device)
         weights = correction = None
         if s.is_correction is not None:  # w_t from log π_old (on the prompt o was sampled from) vs log π_sampler
@@ -330,31 +406,77 @@ class PolicyUpdate:
             correction = importance_weights(_is_numerator(batch, rows, old), sampled, mask & ~anchor.unsqueeze(-1),
                                             mode=c.mode, clip_min=c.clip_min, clip_max=c.clip_max)
             weights = torch.where(anchor.unsqueeze(-1), 1.0, correction.weights)  # anchors: 1 (not sampled)
+        advantages = batch.advantages[rows].to(device)
+        keep, bonus_mask = self._token_masks(logprobs, entropy, sampled if off_policy_sampled else old, advantages,
+                                             mask, anchor)
         return LossInputs(
-            logprobs=logprobs, entropy=entropy, old=old, ref=ref, advantages=batch.advantages[rows].to(device),
+            logprobs=logprobs, entropy=entropy, old=old, ref=ref, advantages=advantages, keep=keep,
+            bonus_mask=bonus_mask,
             mask=mask, is_anchor=anchor if has_anchor else None, is_weights=weights, correction=correction,
             sampled=sampled, shown=own.to(device) & ~anchor.unsqueeze(-1),
             on_own_prompt=exp.on_own_prompt[rows].unsqueeze(-1).to(device))
 
-    def _backward(self, x: LossInputs, *, num_tokens: float,
-                  num_sequences: int) -> tuple[torch.Tensor, PolicyLoss, torch.Tensor | None]:
-        """The micro-batch's share of the optimiser step's loss (module doc), backpropagated; (loss, per-token out,
-        TRL's ``policy_loss`` of the micro-batch — its policy term before the step's share, dapo's as it is — when
-        TRL logs it, i.e. with the entropy bonus, else None)."""
+    def _token_masks(self, logprobs: torch.Tensor, entropy: torch.Tensor, behaviour: torch.Tensor,
+                     advantages: torch.Tensor, mask: torch.Tensor, anchor: torch.Tensor):
+        """(keep, bonus mask): TRL's off-policy sequence mask (log-probs of the behaviour policy: the sampler's
+        under vLLM, as TRL's use_vllm, else old) and top_entropy_quantile's token mask (the quantile over every
+        process's sampled tokens of the micro-batch), both keeping anchors (not sampled: out of the quantile);
+        keep None when neither is on. The entropy bonus acts on the mask's tokens the entropy mask keeps."""
+        s, keep, bonus_mask = self.s.loss, None, mask
+        anchor = anchor.unsqueeze(-1)  # [n, 1]
+        if s.top_entropy_quantile < 1:
+            sampled = mask & ~anchor
+            threshold = None
+            if self.ctx.enabled:  # TRL: the quantile of every process's tokens
+                values = [torch.as_tensor(v) for v in self.ctx.gather_objects(entropy.detach()[sampled].float().cpu())]
+                every = torch.cat(values) if values else torch.zeros(0)
+                threshold = torch.quantile(every, 1 - s.top_entropy_quantile).to(entropy.device) if every.numel() \
+                    else torch.tensor(math.inf, device=entropy.device)
+            high = high_entropy_mask(entropy, sampled, s.top_entropy_quantile, threshold)
+            keep, bonus_mask = high | anchor, mask & high
+        if s.off_policy_mask_threshold is not None:
+            kept = off_policy_mask(logprobs, behaviour, advantages, mask, s.off_policy_mask_threshold) | anchor
+            keep = kept if keep is None else keep & kept
+        return keep, bonus_mask
+
+    def loss(self, x: LossInputs, *, num_tokens: float,
+             num_sequences: int) -> tuple[torch.Tensor, PolicyLoss, torch.Tensor | None]:
+        """The micro-batch's share of the optimiser step's loss (module doc); (loss, per-token out, TRL's
+        ``policy_loss`` of the micro-batch — its policy term before the step's share, dapo's as it is — when TRL
+        logs it, i.e. with the entropy bonus, else None). TRL's evaluation loss is this on one whole batch
+        (rlvr.train.evaluation_trl)."""
         s = self.s.loss
         out = policy_loss(x.logprobs, x.old, x.advantages, x.mask, s, is_anchor=x.is_anchor, ref_logprobs=x.ref,
-                          is_weights=x.is_weights)  # (w_t before β·KL, as TRL)
+                          is_weights=x.is_weights, keep=x.keep)  # (masks and w_t before β·KL, as TRL)
         loss = aggregate(out.per_token, x.mask, s.aggregation, max_completion_length=s.max_completion_length,
                          num_tokens=num_tokens, num_sequences=num_sequences)
         policy = None
-        if s.entropy_coef > 0:  # TRL's bonus: this micro-batch's mean entropy, by its share of the step
+        if bonus_on(self.s):  # TRL's bonus: this micro-batch's mean entropy, by its share of the step
             unshared = s.aggregation in ("dapo", "token_mean")  # (their normaliser is the step's: no share to undo)
             policy = loss.detach().to(torch.float64) * (1 if unshared else num_sequences / len(x.advantages))
-            loss = loss - entropy_bonus(x.entropy, x.mask, coef=s.entropy_coef,
+            coef = self.entropy.applied() if self.entropy is not None else s.entropy_coef
+            loss = loss - entropy_bonus(x.entropy, x.bonus_mask, coef=coef,
                                         share=len(x.advantages) / num_sequences, is_anchor=x.is_anchor)
-        scale = self.ctx.world_size
-        (loss * scale if scale != 1 else loss).backward()  # DDP/FSDP average over ranks: scale to a sum
         return loss, out, policy
+
+    @torch.no_grad()
+    def evaluation_loss(self, exp: Experience, advantages: torch.Tensor) -> tuple[float, dict[str, float]]:
+        """TRL's loss of ``exp`` in evaluation (its ``prediction_step``: ``compute_loss`` in eval mode, no gradient):
+        :meth:`loss` of the whole batch as one micro-batch with its own denominators (TRL's eval normaliser has no
+        accumulation: dapo's is the batch's tokens), old = the log-probs (the policy that sampled it: ratio 1), the
+        reference's when β > 0; and the batch's statistics by ``TOKEN_SUMS`` name (one micro-batch's means, as
+        ``rlvr.train.metrics.trl_update_metrics`` reads them)."""
+        s, rows = self.s, list(range(len(exp)))
+        keep = ~exp.truncated if s.mask_truncated else torch.ones_like(exp.truncated)
+        ref = (self._logprobs(self.ref_model, exp.reference_prompt_ids, exp, rows, s.per_device_train_batch_size)
+               if s.needs_reference else None)
+        x = self.loss_inputs(OptimizerBatch(exp, advantages, None, ref, [rows]), rows, keep, on_policy=False)
+        num_tokens = float(sum(exp.model_tokens(i) for i in rows if keep[i]))
+        loss, out, policy = self.loss(x, num_tokens=num_tokens, num_sequences=len(rows))
+        values = micro_statistics(out, x, s, on_policy=False, first_pass=False)
+        if policy is not None:
+            values["policy_loss_micro"] = policy
+        return float(loss), {name: float(value) for name, value in values.items()}
 
 
 def micro_statistics(out: PolicyLoss, x: LossInputs, s: UpdateSettings, *, on_policy: bool,
@@ -369,6 +491,10 @@ def micro_statistics(out: PolicyLoss, x: LossInputs, s: UpdateSettings, *, on_po
               **micro_means(out, entropy, x.mask, anchor, sequence_level=s.loss.importance_level == "sequence")}
     if out.kl_sum is not None:
         values["kl_sum"] = d(out.kl_sum)
+    values |= variant_statistics(x, s.loss, anchor)
+    if s.entropy_control is not None:  # the adaptive bonus's window: the entropy over the bonus's tokens
+        bonus = x.bonus_mask & ~anchor.unsqueeze(-1)
+        values |= {"bonus_entropy_sum": d(entropy[bonus].sum()), "bonus_tokens": d(bonus.sum())}
     if on_policy:  # sampler vs trainer log-probs; for responses scored on another prompt than the one they
         # were sampled from (TA-GRPO's q_0 vs q_j) the gap |log π(o|q_j) − log π(o|q_0)| instead
         gap = (x.logprobs.detach() - x.sampled).abs()  # [n, T]
@@ -382,6 +508,40 @@ def micro_statistics(out: PolicyLoss, x: LossInputs, s: UpdateSettings, *, on_po
                    "is_ratio_max": d(st["ratio_max"]), "is_ratio_neg_min": d(-st["ratio_min"]),
                    "is_weight_max": d(st["weight_max"]), "is_weight_neg_min": d(-st["weight_min"])}
     return values
+
+
+def variant_statistics(x: LossInputs, s: LossSettings, anchor: torch.Tensor) -> dict[str, torch.Tensor]:
+    """TRL's metrics of its other loss types, one micro-batch's mean (float64 on the device): ``cispo_clip_ratio``
+    (the capped tokens' fraction; per sequence under GSPO's ratio) and ``vespo/phi_seq_mean`` (the γ-weights'
+    mean over the sequences); anchors left out."""
+    sampled = x.mask.bool() & ~anchor.unsqueeze(-1)
+    if s.policy_loss == "cispo":
+        ratio = log_ratio(x.logprobs.detach(), x.old, x.mask, importance_level=s.importance_level).exp()
+        adv = x.advantages.unsqueeze(-1) if x.advantages.dim() == 1 else x.advantages
+        flags = cispo_clipped(ratio, adv, sampled, s)
+        if s.importance_level == "sequence":
+            rows = ~anchor
+            fraction = flags.any(-1)[rows].double().mean() if bool(rows.any()) else torch.zeros((), device=ratio.device)
+        else:
+            fraction = flags.sum().double() / sampled.sum().clamp(min=1)
+        return {"cispo_clip_micro": fraction.to(torch.float64)}
+    if s.policy_loss == "vespo":
+        phi = vespo_weights(x.logprobs.detach(), x.old, x.advantages, x.mask, s, x.is_weights)[~anchor]  # [rows, 1]
+        return {"vespo_phi_micro": phi.double().mean() if phi.numel() else torch.zeros((), dtype=torch.float64,
+                                                                                        device=phi.device)}
+    return {}
+
+
+def bonus_on(s: UpdateSettings) -> bool:
+    """TRL's entropy bonus is on: a coefficient, or the adaptive control (which may raise it from 0)."""
+    return s.loss.entropy_coef > 0 or s.entropy_control is not None
+
+
+def sync_reference(policy, reference, alpha: float) -> None:
+    """TRL's SyncRefModelCallback (TR-DPO): every reference parameter ← α · the policy's + (1 − α) · its own."""
+    with torch.no_grad():
+        for ref, own in zip(reference.parameters(), policy.parameters(), strict=True):
+            ref.mul_(1.0 - alpha).add_(own.to(ref.dtype), alpha=alpha)
 
 
 def micro_means(out, entropy: torch.Tensor, mask: torch.Tensor, is_anchor: torch.Tensor, *,

@@ -12,16 +12,22 @@ with each key is docs/from_trl.md's table); ``model`` is a name, a folder or a l
 ``processing_class`` or the model's own folder gives the tokenizer); ``reward_funcs`` callables and names;
 ``train_dataset`` a ``datasets.Dataset``, an ``IterableDataset`` (with ``max_steps``, as TRL requires: the rows the
 run consumes are read from it) or a list of row dicts;
-``peft_config`` a peft ``LoraConfig`` (its r, alpha, dropout and target modules); ``callbacks``
+``peft_config`` a peft ``LoraConfig`` (its r, alpha, dropout, target modules, use_rslora, use_dora and
+modules_to_save); ``callbacks``
 transformers ``TrainerCallback`` objects, called on train begin/end, step end, log, save and evaluate.
+``train()`` returns transformers' ``TrainOutput`` and leaves ``state.log_history`` as TRL's (rlvr.train.trl_log: an
+entry every ``logging_steps``, TRL's keys, the end-of-training entry last).
 rlvr's :class:`~rlvr.train.trainer.Trainer` is built at the first ``train()`` (or ``model`` access), so
-``train(resume_from_checkpoint=True)`` on an output_dir with checkpoints resumes as TRL's does.
+``train(resume_from_checkpoint=True)`` on an output_dir with checkpoints resumes as TRL's does. The output folder is
+TRL's: checkpoints as ``save_strategy`` asks, each with training_args.bin (``args``), the model card README.md at
+output_dir, and the model at output_dir's top only when the script calls ``save_model()``.
 
-``evaluate()`` samples ``eval_dataset``'s prompts (G each), scores them with the run's reward functions and
-returns TRL's rollout metrics prefixed ``eval_`` (``eval_reward``, ``eval_rewards/<name>/mean``,
-``eval_completions/mean_length``, ...); TRL's ``eval_loss`` is not computed. With ``eval_strategy: steps``
-it runs every ``eval_steps`` optimiser steps during training. Arguments TRL takes that rlvr has no
-counterpart for (a reward model, custom optimisers, a rollout function, quantisation) are refused
+``evaluate()`` is TRL's: ``eval_dataset``'s prompts sampled (``num_generations_eval`` each) in batches of
+``per_device_eval_batch_size``, scored with the run's reward functions, TRL's loss and metrics of each batch, as
+``eval_loss``, ``eval_runtime``, ..., ``eval_reward``, ``eval_entropy``, ... (rlvr.trl_api.evaluation); with
+``eval_strategy`` steps or epoch (``eval_steps``, ``eval_delay``) and ``eval_on_start`` it runs during training too,
+each an entry of its own in ``state.log_history``, the trackers and the callbacks. Arguments TRL takes that rlvr
+has no counterpart for (a reward model, custom optimisers, a rollout function, quantisation) are refused
 with the reason. ``tools=[fn, ...]`` and ``environment_factory`` are TRL's: the chat template lists the tools (an
 environment's methods), the model's calls run in this process and their results are masked out of the loss
 (docs/training.md, "Tools" and "Environments").
@@ -35,12 +41,21 @@ import sys
 from pathlib import Path
 
 from rlvr.trl_api.config import GRPOConfig, config_overrides
+from rlvr.trl_api.evaluation import (
+    EVAL_DEFAULTS,
+    MODEL_PREPARATION,
+    TrainingEvaluation,
+    eval_options,
+    evaluate_datasets,
+    log_entry,
+    merged,
+)
 
 logger = logging.getLogger(__name__)
 
-# TRL's evaluation keys: this class runs TRL-style evaluation on eval_dataset itself (rlvr's own eval_data
-# evaluation is pass@k with the verifier)
-EVAL_KEYS = ("eval_strategy", "eval_steps", "do_eval", "eval_on_start", "per_device_eval_batch_size")
+# TRL's evaluation keys: this class runs TRL's evaluation on eval_dataset itself (rlvr.trl_api.evaluation; rlvr's
+# own eval_data evaluation is pass@k with the verifier)
+EVAL_KEYS = tuple(EVAL_DEFAULTS)
 _REFUSED = {
     "reward_processing_classes": "rlvr has no reward models; give reward functions",
     "quantization_config": "rlvr does not load quantised models (dtype=bfloat16 halves the memory)",
@@ -73,7 +88,8 @@ class GRPOTrainer:
             args = GRPOConfig(output_dir=f"{str(name).split('/')[-1]}-GRPO")
         self.args = args
         overrides = config_overrides(args)
-        self._eval = {key: overrides.pop(key) for key in EVAL_KEYS if key in overrides}
+        self._eval = eval_options({key: overrides.pop(key) for key in EVAL_KEYS if key in overrides}, overrides,
+                                  has_dataset=eval_dataset is not None)  # refused now, as TRL's Trainer refuses it
         self.eval_dataset = eval_dataset
         overrides.update(preset="trl", model=model, reward_funcs=reward_funcs or [])
         if tools:  # TRL's tools=[fn, ...]: listed by the chat template, called in this process (docs/training.md)
@@ -112,6 +128,7 @@ class GRPOTrainer:
     def _built(self, resume=None):
         """rlvr's Trainer, built once (again when ``train`` is asked to resume and it was built without)."""
         from rlvr.config import build_config
+        from rlvr.train.checkpointing import Outputs
         from rlvr.train.trainer import Trainer
 
         if self._trainer is not None and (resume is None or resume == self._resumed_with):
@@ -122,56 +139,56 @@ class GRPOTrainer:
         if resume is not None:
             extra = {"resume": True} if resume is True else {"resume_from_checkpoint": str(resume)}
             cfg = build_config({**self._overrides, **extra})
-        self._trainer = Trainer(cfg, callbacks=self.callbacks)
-        if self.eval_dataset is not None and self._eval.get("eval_strategy", "no") == "steps":
+        # TRL's output folder: training_args.bin holds args; the model at output_dir only from save_model()
+        outputs = Outputs(training_args=self.args, final_model=False)
+        self._trainer = Trainer(cfg, callbacks=self.callbacks, outputs=outputs)
+        if self.eval_dataset is not None and (self._eval.strategy != "no" or self._eval.on_start):
             # (rlvr's own eval_data evaluation is off here: a GRPOConfig has no such key, and EVAL_KEYS are TRL's)
-            self._trainer.evaluation = _DuringTraining(self)  # its metrics join the step's line as eval/<name>
+            self._trainer.evaluation = TrainingEvaluation(self._trainer, self._eval, self.eval_dataset)
         self._resumed_with = resume
         return self._trainer
 
     # ------------------------------------------------------------------ TRL's methods
     def train(self, resume_from_checkpoint=None, **_ignored):
         """Train to max_steps (or the epochs); ``resume_from_checkpoint``: True (the newest checkpoint of
-        output_dir) or a checkpoint folder. Returns transformers' ``TrainOutput``."""
+        output_dir) or a checkpoint folder. Returns transformers' ``TrainOutput(global_step, training_loss,
+        metrics)``, its metrics the end-of-training entry of TRL's log (rlvr.train.trl_log) without its step."""
         from transformers.trainer_utils import TrainOutput
 
         trainer = self._built(resume_from_checkpoint if resume_from_checkpoint not in (None, False) else None)
         callbacks = trainer.callbacks
         callbacks.event("on_train_begin")
-        history = trainer.train()
+        trainer.train()
         self.state = self._state(trainer)
         callbacks.event("on_train_end", state=self.state)
-        losses = [m["train/loss"] for m in history if m.get("train/loss") is not None]
-        return TrainOutput(self.state.global_step, sum(losses) / len(losses) if losses else 0.0,
-                           {"train_loss": sum(losses) / len(losses) if losses else 0.0})
+        metrics = dict(trainer.logs.summary)
+        return TrainOutput(self.state.global_step, metrics["train_loss"], metrics)
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict:
-        """TRL's rollout metrics on ``eval_dataset`` (module docstring), prefixed ``<metric_key_prefix>_``; a dict
-        of datasets: each one's prefixed ``<metric_key_prefix>_<name>_``, as TRL does."""
-        from rlvr.train.evaluation_trl import rollout_metrics
-
+        """TRL's evaluation of ``eval_dataset`` (default: the trainer's; a dict of datasets: each one's
+        ``<metric_key_prefix>_<name>_loss``, ...): ``<metric_key_prefix>_loss``, the speed metrics, TRL's
+        ``eval_<name>`` batch metrics and ``epoch``, logged as transformers logs an evaluation
+        (rlvr.trl_api.evaluation); ``ignore_keys`` concerns model outputs, which TRL's evaluation has none of."""
         data = eval_dataset if eval_dataset is not None else self.eval_dataset
         if data is None:
             raise ValueError("evaluate() needs an eval_dataset (GRPOTrainer(eval_dataset=...) or evaluate(eval_dataset=...))")
         trainer = self._built(self._resumed_with)
-        named = data if isinstance(data, dict) or (hasattr(data, "keys") and not hasattr(data, "column_names")) \
-            else {None: data}
-        metrics = {}
-        for name, dataset in named.items():
-            prefix = metric_key_prefix if name is None else f"{metric_key_prefix}_{name}"
-            metrics |= {f"{prefix}_{k}": v for k, v in rollout_metrics(trainer, _rows(dataset)).items()}
-        if self.state is not None:
-            self.state.log_history.append({**metrics, "step": self.state.global_step})
-        trainer.callbacks.event("on_evaluate", metrics=metrics)
-        return metrics
+        step = getattr(trainer, "step_done", 0)
+        if self.state is None and (not self._overrides.get("beta") or "lora_r" in self._overrides):
+            setattr(trainer, MODEL_PREPARATION, 0.0)  # TRL's accelerator has no model prepared yet (evaluation.py)
+        entries = evaluate_datasets(trainer, data, self._eval.settings, step=step, prefix=metric_key_prefix,
+                                    preparation_time=getattr(trainer, MODEL_PREPARATION, None))
+        history = self.state.log_history if self.state is not None else []  # (before train(): TRL's state is new at
+        # train(), so its log_history starts without this entry)
+        for entry in entries:
+            log_entry(trainer, entry, step=step, live=False, history=history)
+        return merged(entries)
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
-        """The policy (LoRA: its adapter) and tokenizer into ``output_dir`` (default: the run's output_dir)."""
+        """The policy (LoRA: its adapter), tokenizer and training_args.bin into ``output_dir`` (default: the run's
+        output_dir, whose final model it then is), as transformers' ``Trainer.save_model`` writes them."""
         trainer = self._built(self._resumed_with)
-        folder = Path(output_dir) if output_dir is not None else trainer.output_dir
-        folder.mkdir(parents=True, exist_ok=True)
-        trainer.policy.save_pretrained(folder)
-        trainer.tokenizer.save_pretrained(folder)
+        trainer.checkpoints.save_model(Path(output_dir) if output_dir is not None else trainer.output_dir)
 
     def add_callback(self, callback) -> None:
         if self._trainer is not None:
@@ -180,47 +197,34 @@ class GRPOTrainer:
 
     @staticmethod
     def _state(trainer):
-        """transformers' TrainerState as the last checkpoint's trainer_state.json holds it (optimiser steps)."""
+        """transformers' TrainerState as the last checkpoint's trainer_state.json holds it (optimiser steps), and the
+        end-of-training entry after its log_history, as ``trainer.state`` after TRL's ``train()``."""
         from transformers import TrainerState
 
         hf = trainer.checkpoints.hf_state(trainer.step_done, trainer.step_log.num_tokens)
+        if trainer.logs.trl_log.summary_entry is not None:
+            hf["log_history"].append(dict(trainer.logs.trl_log.summary_entry))
         return TrainerState(**{k: v for k, v in hf.items() if k in TrainerState.__dataclass_fields__})
 
 
-class _DuringTraining:
-    """``eval_strategy: steps``: evaluate() every ``eval_steps`` optimiser steps, in the trainer's place for its
-    training-time evaluation, so the metrics join the step's line (metrics.jsonl ``eval/<name>``; trackers
-    ``eval/<name>``, as transformers tags ``eval_<name>``)."""
-
-    def __init__(self, owner: GRPOTrainer):
-        self.owner = owner
-
-    def due(self, step: int) -> bool:
-        owner, trainer = self.owner, self.owner._trainer
-        every = owner._eval.get("eval_steps") or getattr(owner.args, "logging_steps", None) or 10  # TRL's fallback
-        every = int(every) if every >= 1 else max(1, round(every * trainer.length.optimizer_steps))  # a ratio
-        return trainer.length.counter(step) // every > trainer.length.counter(step - 1) // every
-
-    def run(self, policy, tokenizer, output_dir, step: int) -> dict:
-        metrics = self.owner.evaluate()
-        return {"eval/" + key.removeprefix("eval_"): value for key, value in metrics.items()}
+# peft LoraConfig field -> rlvr's option (the same meaning: rlvr builds the LoraConfig from them, models/loading.py)
+LORA_FIELDS = {"r": "lora_r", "lora_alpha": "lora_alpha", "lora_dropout": "lora_dropout",
+               "target_modules": "lora_target_modules", "use_rslora": "use_rslora", "use_dora": "use_dora",
+               "modules_to_save": "lora_modules_to_save"}
 
 
 def lora_options(peft_config) -> dict:
     """rlvr's LoRA options for a peft ``LoraConfig``; a field rlvr has no counterpart for, set, is refused."""
     defaults = type(peft_config)()
-    supported = {"r": "lora_r", "lora_alpha": "lora_alpha", "lora_dropout": "lora_dropout",
-                 "target_modules": "lora_target_modules"}
     ignored = {"task_type", "inference_mode", "peft_type", "base_model_name_or_path", "revision", "runtime_config"}
     for name, value in vars(peft_config).items():
-        if name not in supported and name not in ignored and value != getattr(defaults, name, value):
-            raise ValueError(f"peft_config.{name}={value!r}: rlvr's LoRA takes r, lora_alpha, lora_dropout and "
-                             "target_modules only")
-    targets = peft_config.target_modules
-    if targets is not None and not isinstance(targets, str):
-        targets = ",".join(sorted(targets))
-    return {"lora_r": peft_config.r, "lora_alpha": peft_config.lora_alpha, "lora_dropout": peft_config.lora_dropout,
-            "lora_target_modules": targets}
+        if name not in LORA_FIELDS and name not in ignored and value != getattr(defaults, name, value):
+            raise ValueError(f"peft_config.{name}={value!r}: rlvr's LoRA takes {', '.join(LORA_FIELDS)} only")
+    options = {option: getattr(peft_config, name) for name, option in LORA_FIELDS.items()}
+    for option in ("lora_target_modules", "lora_modules_to_save"):  # peft's lists and sets: rlvr's comma lists
+        if options[option] is not None and not isinstance(options[option], str):
+            options[option] = ",".join(sorted(options[option]))
+    return options
 
 
 def _environment_rows(overrides: dict) -> list[dict]:
