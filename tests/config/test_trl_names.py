@@ -218,7 +218,8 @@ def test_preset_trl_is_trls_defaults_and_the_users_keys_still_win():
 def test_a_trl_only_name_makes_the_config_trls_and_preset_rlvr_keeps_rlvrs():
     assert build_config({"model_name_or_path": "tiny-random"}).run.preset == "trl"
     assert build_config({"num_train_epochs": 1, "max_steps": -1}).run.preset == "rlvr"  # an rlvr option too
-    assert build_config({"per_device_eval_batch_size": 5}).run.preset == "trl"
+    assert build_config({"use_vllm": False}).run.preset == "trl"
+    assert build_config({"per_device_eval_batch_size": 5}).run.preset == "rlvr"  # an rlvr option too (eval_mode=trl)
     assert build_config({"logging_steps": 5}).run.preset == "rlvr"  # an rlvr option too (TRL's log, every 5 steps)
     assert build_config({"model": "tiny-random", "learning_rate": 1e-6}).run.preset == "rlvr"  # shared names decide nothing
     kept = build_config({"model_name_or_path": "tiny-random", "preset": "rlvr"})
@@ -265,14 +266,20 @@ def test_eval_strategy_evaluates_on_the_test_split():
 
 
 def test_a_recipes_eval_on_start_delay_and_generations():
-    """The keys the Python API's TRL evaluation takes mean the same in a recipe (pass@k there): eval_on_start alone
-    evaluates the test split before the first step (TRL's eval_strategy stays no); eval_delay and a fractional
-    eval_steps are kept for the schedule; num_generations_eval is eval_n (default num_generations, as TRL's), the
-    default k kept to <= n; refused against an eval_n that says otherwise."""
+    """The keys the Python API's TRL evaluation takes mean the same in a recipe, which evaluates as TRL does
+    (eval_mode=trl): eval_on_start alone evaluates the test split before the first step (TRL's eval_strategy stays
+    no); eval_delay and a fractional eval_steps are kept for the schedule; num_generations_eval is eval_n (default
+    num_generations, as TRL's); refused against an eval_n that says otherwise. pass@k's own settings are refused
+    there; an rlvr config keeps pass@k."""
     cfg = build_config({"dataset_name": "d/x", "eval_on_start": True, "num_generations": 2})
     e = cfg.eval
-    assert (e.eval_strategy, e.eval_on_start, e.eval_data, e.eval_n, e.eval_k) == ("no", True, ["d/x:split=test"],
-                                                                                   2, [1, 2])
+    assert (e.eval_strategy, e.eval_on_start, e.eval_data, e.eval_n, e.eval_mode) == ("no", True, ["d/x:split=test"],
+                                                                                      2, "trl")
+    with pytest.raises(ValueError, match="eval_k.*pass@k's setting; eval_mode=trl evaluates as TRL does"):
+        build_config({"dataset_name": "d/x", "eval_on_start": True, "eval_k": [1]})
+    assert build_config({"dataset_name": "d/x", "eval_on_start": True, "eval_mode": "passk",
+                         "num_generations": 2}).eval.eval_k == [1, 2]
+    assert build_config({"eval_data": ["gsm8k-100"], "eval_steps": 2}).eval.eval_mode == "passk"
     e = build_config({"dataset_name": "d/x", "eval_strategy": "steps", "eval_steps": 0.25, "eval_delay": 4,
                       "num_generations_eval": 4}).eval
     assert (e.eval_steps, e.eval_delay, e.eval_n, e.eval_k, e.eval_on_start) == (0.25, 4.0, 4, [1, 2, 4], False)

@@ -244,3 +244,25 @@ def test_evaluation_settings_are_refused_as_trl_refuses_them(tmp_path):
     with pytest.raises(ValueError, match="eval_steps=2.5: use a whole number"):
         GRPOTrainer(model="tiny", reward_funcs=[reward], args=GRPOConfig(**args, eval_strategy="steps", eval_steps=2.5),
                     train_dataset=ROWS, eval_dataset=EVAL_ROWS)
+
+
+def test_a_recipe_run_by_rlvr_train_evaluates_as_trl(tmp_path, model_dir, monkeypatch):  # noqa: F811
+    """The same evaluation from a config (rlvr train's path: TRL's keys, the eval data a file): a TRL-shaped config
+    evaluates as TRL does (eval_mode=trl, chosen by its TRL keys), entries of their own with TRL's keys, steps and
+    values, beside TRL's own run of the same options."""
+    import json
+
+    from .test_trl_training_step import run_rlvr
+
+    eval_file = tmp_path / "eval.jsonl"
+    eval_file.write_text("".join(json.dumps(row) + "\n" for row in EVAL_ROWS))
+    options = CASES["steps"]
+    run = run_rlvr(tmp_path / "rlvr", model_dir, {**options, "eval_data": [str(eval_file)]}, GroupedCompletions(False),
+                   monkeypatch)
+    ours = [line for line in run.log_history if is_evaluation(line)]
+    trl, *_ = run_trl_evaluating(tmp_path / "trl", model_dir, options, monkeypatch, before=False)
+    theirs = trl.evaluations[:len(ours)]  # (TRL's last: the script's evaluate() after train())
+    assert [e["step"] for e in ours] == EVALUATIONS["steps"][:2] == [e["step"] for e in theirs]
+    for i, (mine, their) in enumerate(zip(ours, theirs, strict=True)):
+        assert_same_entry(mine, their, f"evaluation {i} (step {their['step']})")
+    assert not any(key.startswith("eval/") for line in run.log_history for key in line)  # no pass@k metrics

@@ -69,7 +69,8 @@ def verl() -> types.SimpleNamespace:
     verl_f = types.SimpleNamespace(**_functions(root / "utils" / "torch_functional.py", ("masked_sum", "masked_mean"),
                                                 dict(base)))
     names = ("compute_grpo_outcome_advantage", "compute_rloo_outcome_advantage", "agg_loss",
-             "compute_policy_loss_vanilla", "kl_penalty", "kl_penalty_forward")
+             "compute_policy_loss_vanilla", "kl_penalty", "kl_penalty_forward", "compute_policy_loss_clip_cov",
+             "compute_policy_loss_kl_cov")
     return types.SimpleNamespace(**_functions(root / "trainer" / "ppo" / "core_algos.py", names,
                                               {**base, "verl_F": verl_f}))
 
@@ -187,7 +188,7 @@ COV_CASES = {
 
 @pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean"])
 @pytest.mark.parametrize(("loss_mode", "index"), [(m, i) for m, cases in COV_CASES.items() for i in range(len(cases))])
-def test_clip_cov_and_kl_cov_are_verls(verl_cov, loss_mode, index, mode):
+def test_clip_cov_and_kl_cov_are_verls(verl, loss_mode, index, mode):
     """verl's Clip-Cov and KL-Cov policy losses (policy_loss.loss_mode clip_cov / kl_cov, settings under their verl
     names) = rlvr's policy_loss=clip_cov / kl_cov, then aggregate: the loss and its gradient. Clip-Cov draws its
     tokens with torch's generator (randperm): both sides run from the same seed, so they draw the same tokens."""
@@ -196,7 +197,7 @@ def test_clip_cov_and_kl_cov_are_verls(verl_cov, loss_mode, index, mode):
     advantages = _advantages("grpo", REWARDS, GROUPS)[:, None].expand(-1, T)
     options = COV_CASES[loss_mode][index]
     theirs_lp, ours_lp = logp.clone().requires_grad_(), logp.clone().requires_grad_()
-    function = verl_cov.compute_policy_loss_clip_cov if loss_mode == "clip_cov" else verl_cov.compute_policy_loss_kl_cov
+    function = verl.compute_policy_loss_clip_cov if loss_mode == "clip_cov" else verl.compute_policy_loss_kl_cov
     torch.manual_seed(11)
     theirs, metrics = function(old, theirs_lp, advantages, mask, loss_agg_mode=mode,
                                config=_CovActorConfig(0.2, 0.28, **options))
@@ -214,15 +215,3 @@ def test_clip_cov_and_kl_cov_are_verls(verl_cov, loss_mode, index, mode):
     else:  # some tokens were penalised: the loss differs from the plain −A·ρ
         plain = aggregate(-advantages * (logp - old).exp(), mask, settings.aggregation)
         assert abs(float(ours) - float(plain)) > 1e-6
-
-
-@pytest.fixture(scope="module")
-def verl_cov() -> types.SimpleNamespace:
-    root = _verl_root()
-    base = {"torch": torch, "np": np, "defaultdict": defaultdict, "Optional": Optional, "Any": Any,
-            "AlgoConfig": type("AlgoConfig", (), {}), "ActorConfig": type("ActorConfig", (), {})}
-    verl_f = types.SimpleNamespace(**_functions(root / "utils" / "torch_functional.py", ("masked_sum", "masked_mean"),
-                                                dict(base)))
-    names = ("agg_loss", "compute_policy_loss_clip_cov", "compute_policy_loss_kl_cov")
-    return types.SimpleNamespace(**_functions(root / "trainer" / "ppo" / "core_algos.py", names,
-                                              {**base, "verl_F": verl_f}))

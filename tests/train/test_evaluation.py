@@ -52,7 +52,7 @@ def test_the_schedule_counts_trls_optimiser_steps():
     """TRL-shaped runs count optimiser steps (2 a step here): eval_steps=3 falls inside steps 2 (optimiser steps 3-4)
     and 3 (5-6); rlvr evaluates at the end of the step holding it. The last step always (transformers' rule), an
     epoch's end with eval_strategy=epoch, nothing before eval_delay."""
-    from rlvr.train.evaluation import EvalSchedule, eval_every
+    from rlvr.train.eval_schedule import EvalSchedule, eval_every
     from rlvr.train.plan import RunLength
 
     length = RunLength(steps=4, steps_per_epoch=2, optimizer_steps_per_step=2, optimizer_steps=8,

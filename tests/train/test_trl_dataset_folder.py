@@ -29,7 +29,7 @@ def test_a_folder_trains_on_its_train_split_and_evaluates_on_its_test_split(tmp_
         "model_name_or_path": "tiny-random", "dataset_name": str(folder), "dataset_train_split": "train",
         "dataset_test_split": "test", "eval_strategy": "steps", "eval_steps": 1, "max_steps": 2,
         "per_device_train_batch_size": 8, "num_generations": 4, "max_completion_length": 8, "log_completions": True,
-        "eval_n": 1, "eval_k": [1], "output_dir": str(run), "progress_bar": False, "verifier_workers": 1,
+        "eval_mode": "passk", "eval_n": 1, "eval_k": [1], "output_dir": str(run), "progress_bar": False, "verifier_workers": 1,
     })
     Trainer(cfg).train()
     samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]

@@ -9,6 +9,10 @@ from dataclasses import dataclass
 from rlvr.config.fields import _f, _fail
 
 EVAL_STRATEGIES = ("no", "steps", "epoch")
+EVAL_MODES = ("passk", "trl")
+# pass@k's own settings: TRL's evaluation samples as the training does (eval_mode=trl refuses them set)
+PASSK_ONLY = {"eval_k": [1, 2, 4], "eval_temperature": 0.6, "eval_top_p": 0.95, "eval_max_completion_length": None,
+              "eval_limit": None}
 
 
 @dataclass(frozen=True)
@@ -23,7 +27,12 @@ class EvalConfig:
                                     "eval_strategy says (TRL name)")
     eval_data: list[str] = _f([], "datasets to evaluate on (same forms as data=, or a benchmark name); "
                                   "needs eval_steps >= 1")
-    eval_n: int = _f(4, "samples per problem")
+    eval_mode: str = _f("passk", "passk: pass@k with the verifier (rlvr's), the metrics in the step's line | trl: "
+                                 "TRL's evaluation, an eval_* entry of its own with TRL's loss and rollout metrics "
+                                 "on the eval data's prompts (a TRL recipe's eval_strategy chooses it)")
+    per_device_eval_batch_size: int = _f(8, "eval_mode=trl: completions per evaluation batch, a multiple of eval_n "
+                                            "(TRL name)")
+    eval_n: int = _f(4, "samples per problem (eval_mode=trl: TRL's num_generations_eval)")
     eval_k: list[int] = _f([1, 2, 4], "k values of pass@k (each <= eval_n)")
     eval_temperature: float = _f(0.6, "sampling temperature for evaluation")
     eval_top_p: float = _f(0.95, "nucleus p for evaluation")
@@ -52,10 +61,24 @@ class EvalConfig:
             _fail("eval_steps", self.eval_steps, f"0 never evaluates, so eval_data={self.eval_data} is unused: set "
                   "eval_steps=K to evaluate every K steps and at the end (K >= max_steps: only at the end), or "
                   "drop eval_data (and run `rlvr eval` on the saved model)")
-        if self.eval_n < 1 or not self.eval_k or any(k < 1 or k > self.eval_n for k in self.eval_k):
+        if self.eval_n < 1 or (self.eval_mode == "passk" and (not self.eval_k or any(k < 1 or k > self.eval_n
+                                                                                    for k in self.eval_k))):
             _fail("eval_k", (self.eval_k, self.eval_n), "every k must be between 1 and eval_n")
         if self.eval_temperature < 0 or not 0 < self.eval_top_p <= 1:
             _fail("eval_temperature/eval_top_p", (self.eval_temperature, self.eval_top_p),
                   "use temperature >= 0 (0: greedy) and top_p in (0, 1]")
         if self.eval_limit is not None and self.eval_limit < 1:
             _fail("eval_limit", self.eval_limit, "use a positive count or null")
+        if self.eval_mode not in EVAL_MODES:
+            _fail("eval_mode", self.eval_mode, f"choose one of {EVAL_MODES}")
+        if self.eval_mode == "trl":
+            self._check_trl_mode()
+
+    def _check_trl_mode(self) -> None:
+        if self.per_device_eval_batch_size < 1 or self.per_device_eval_batch_size % self.eval_n:
+            _fail("per_device_eval_batch_size", self.per_device_eval_batch_size, f"an evaluation batch holds whole "
+                  f"groups, as TRL requires: use a positive multiple of eval_n (num_generations_eval) = {self.eval_n}")
+        given = [name for name, default in PASSK_ONLY.items() if getattr(self, name) != default]
+        if given:
+            _fail(given[0], getattr(self, given[0]), "pass@k's setting; eval_mode=trl evaluates as TRL does (sampling "
+                  "as the training does, TRL's loss and rollout metrics): drop it, or use eval_mode=passk")

@@ -68,8 +68,6 @@ ACCEPTED: dict[str, tuple[Any, str]] = {
     # GRPOConfig.to_dict() writes <HUB_TOKEN> in place of any token, None included
     "hub_token": (lambda v: v in (None, "<HUB_TOKEN>"), ("a token in a config file ends up in config.yaml: set the HF_TOKEN "
                                        "environment variable instead")),
-    "per_device_eval_batch_size": (any_value, ("rlvr's pass@k evaluation batches by its own memory budget, the "
-                                   "result is the same (rlvr.GRPOTrainer's TRL evaluation: its batches, as TRL's)")),
     "dataloader_num_workers": (any_value, NO_DATALOADER),
     "dataloader_pin_memory": (any_value, NO_DATALOADER),
     "pad_to_multiple_of": (lambda v: v in ("auto", None), ("rlvr pads to the longest sequence, as TRL's auto does "
@@ -106,7 +104,7 @@ ACCEPTED: dict[str, tuple[Any, str]] = {
 # speed, memory or where logs print. docs/from_trl.md's table says so for each; tests/config/test_grpo_config_keys.py
 # walks every GRPOConfig field and fails on one that is not honoured, refused past TRL's default, or in this list.
 SAME_IN_TRL = frozenset({
-    "label_smoothing_factor", "use_cache", "torch_empty_cache_steps", "log_on_each_node", "per_device_eval_batch_size",
+    "label_smoothing_factor", "use_cache", "torch_empty_cache_steps", "log_on_each_node",
     "prediction_loss_only", "eval_do_concat_batches", "eval_use_gather_object", "eval_accumulation_steps",
     "include_for_metrics", "batch_eval_metrics", "enable_jit_checkpoint", "hub_always_push", "dataloader_drop_last",
     "dataloader_num_workers", "dataloader_pin_memory", "dataloader_persistent_workers", "dataloader_prefetch_factor",
@@ -280,6 +278,7 @@ def _translate_eval(trl: dict[str, Any], overrides: dict[str, Any], out: dict[st
             out["eval_strategy"] = "no"  # TRL's default (rlvr's is steps): only eval_on_start's evaluation
     if not trl:  # an rlvr config: its eval options are its own
         return []
+    out.setdefault("eval_mode", overrides.get("eval_mode", "trl"))  # TRL's evaluation: its loss and rollout metrics
     if strategy == "steps" and overrides.get("eval_steps") is None:
         out["eval_steps"] = int(overrides.get("logging_steps") or 10)  # TRL: eval_steps defaults to logging_steps
     if "eval_data" not in overrides:
@@ -306,7 +305,7 @@ def _eval_samples(trl: dict[str, Any], overrides: dict[str, Any], out: dict[str,
         return []
     n = int(given or overrides.get("num_generations") or RolloutConfig.num_generations)
     out["eval_n"] = n
-    if "eval_k" not in overrides:
+    if "eval_k" not in overrides and out.get("eval_mode") != "trl":
         out["eval_k"] = [k for k in EvalConfig().eval_k if k <= n]
     return []
 

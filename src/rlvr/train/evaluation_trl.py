@@ -25,30 +25,22 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import torch
 
 from rlvr.data.prompts import PromptBuilder
-from rlvr.data.sources import load_python_rows
+from rlvr.data.sources import load_python_rows, load_rows
 from rlvr.train.experience import Experience, compute_advantages
 from rlvr.train.metrics import trl_log_name, trl_rollout_metrics, trl_update_metrics
 from rlvr.train.rewarding import logged_metric_means
 from rlvr.train.rollout_phase import GroupGenerator, GroupIds
 from rlvr.train.setup import build_rewarder, chat_rows, question_rows, row_rules
+from rlvr.train.trl_evaluation import TrlEvalSettings
 from rlvr.train.update import bonus_on
 
 EVAL_SEED = 1_000_003  # the evaluation's sampling seed (+ the batch's index): the same samples at every call
 NOT_LOGGED = ("loss", "grad_norm", "learning_rate")  # trl_update_metrics' train-only values
-
-
-@dataclass(frozen=True)
-class TrlEvalSettings:
-    """How TRL's evaluation samples (its GRPOConfig's evaluation keys, checked by the caller)."""
-
-    num_generations: int  # completions per prompt (num_generations_eval, default num_generations)
-    batch_size: int  # completions per batch (per_device_eval_batch_size): whole groups
-    seed: int  # the eval sampler's permutation (TRL: args.seed)
 
 
 def eval_order(num_prompts: int, seed: int) -> list[int]:
@@ -58,12 +50,13 @@ def eval_order(num_prompts: int, seed: int) -> list[int]:
 
 def trl_evaluation(trainer, data, settings: TrlEvalSettings, *, prefix: str = "eval",
                    preparation_time: float | None = None) -> dict[str, float | None]:
-    """TRL's ``evaluate()`` metrics of ``data`` (a Dataset or row dicts) with ``trainer``'s current policy: ``<prefix>_loss``,
+    """TRL's ``evaluate()`` metrics of ``data`` (a Dataset, row dicts or a dataset spec) with ``trainer``'s current policy: ``<prefix>_loss``,
     the speed metrics, then TRL's batch metrics as ``eval_<name>`` (the module doc); no ``epoch`` (the caller's).
     ``preparation_time``: transformers' ``<prefix>_model_preparation_time`` (None: not logged)."""
     start = time.time()
     cfg = trainer.cfg
-    rows = chat_rows(question_rows(load_python_rows(data, **row_rules(cfg)), cfg), cfg)
+    loaded = load_rows(data, **row_rules(cfg)) if isinstance(data, str) else load_python_rows(data, **row_rules(cfg))
+    rows = chat_rows(question_rows(loaded, cfg), cfg)  # (a str: a dataset spec, eval_mode=trl's eval_data)
     rows = [rows[i] for i in eval_order(len(rows), settings.seed)]
     prompts_per_batch = settings.batch_size // settings.num_generations
     rollout = replace(trainer.plan.rollout, responses_per_prompt=settings.num_generations, rephrased=False)

@@ -64,7 +64,8 @@ from rlvr.rewards.sandbox.notebook import PythonNotebook
 from rlvr.rollout import build_engine, engine_class
 from rlvr.rollout.tool_loop import MarkdownPython, ToolLoop, notebook_runner
 from rlvr.run.trackers import require_trackers
-from rlvr.train.evaluation import EvalSchedule, TrainingEval, eval_every, training_overlap
+from rlvr.train.eval_schedule import EvalSchedule, eval_every
+from rlvr.train.evaluation import TrainingEval, training_overlap
 from rlvr.train.memory_bound import check_update_memory
 from rlvr.train.plan import (
     EnginePlan,
@@ -77,6 +78,7 @@ from rlvr.train.plan import (
 )
 from rlvr.train.rewarding import Rewarder, reward_columns
 from rlvr.train.sft import sft_rows
+from rlvr.train.trl_evaluation import EvalOptions, TrainingEvaluation
 
 logger = logging.getLogger(__name__)
 
@@ -453,6 +455,37 @@ def check_eval_overlap(cfg: ExperimentConfig, rows: list[dict]) -> None:
         training_overlap(rows, list(cfg.eval.eval_data), limit=cfg.eval.eval_limit)
 
 
+def build_training_eval(cfg: ExperimentConfig, plan: StepPlan, length: RunLength, prompt_format: PromptFormat, *,
+                        trainer=None, evaluate=None) -> TrainingEval | TrainingEvaluation | None:
+    """The evaluation during training (``eval_data``), or None: rlvr's pass@k, or (``eval_mode=trl``) TRL's
+    evaluation of the eval data's prompts, an entry of its own (rlvr.train.trl_evaluation): ``evaluate`` (the
+    trainer's rlvr.train.evaluation_trl.trl_evaluation) on ``trainer``."""
+    e = cfg.eval
+    if not e.enabled:
+        return None
+    if e.eval_mode == "trl":
+        options = EvalOptions(e.eval_strategy, float(e.eval_steps), float(e.eval_delay), e.eval_on_start,
+                              num_generations=e.eval_n, batch_size=e.per_device_eval_batch_size, seed=cfg.run.seed)
+        data = e.eval_data[0] if len(e.eval_data) == 1 else {spec: spec for spec in e.eval_data}
+        return TrainingEvaluation(trainer, options, data, evaluate)
+    every = eval_every(e.eval_steps, length.counter(length.steps)) if e.eval_strategy == "steps" else 0
+    schedule = EvalSchedule(e.eval_strategy, every=every, delay=e.eval_delay, on_start=e.eval_on_start)
+    if plan.rollout.tools is not None and not plan.rollout.tools.builtin:
+        raise ValueError(f"eval_data with function tools (tools={','.join(plan.rollout.tools.names)}): rlvr's pass@k "
+                         "evaluation runs the built-in python tool only; drop eval_data, or evaluate the saved model "
+                         "with your own script")
+    return TrainingEval(
+        datasets=tuple(e.eval_data), schedule=schedule, length=length, n=e.eval_n,
+        ks=tuple(e.eval_k), temperature=e.eval_temperature, top_p=e.eval_top_p,
+        max_completion_length=e.eval_max_completion_length or plan.rollout.max_completion_length,
+        limit=e.eval_limit, prompt_format=prompt_format,
+        answer_extraction=cfg.reward.answer_extraction, seed=cfg.run.seed, model_name=cfg.model.model,
+        **({} if plan.rollout.tools is None else {  # the run's tools: its evaluations answer with them too
+            "tools": plan.rollout.tools.names[0], "max_tool_calling_iterations": plan.rollout.tools.max_iterations,
+            "tool_output_chars": plan.rollout.tools.output_chars}),
+    )
+
+
 def build_rewarder(cfg: ExperimentConfig, *, max_steps: int, tokenizer, tools: ToolSettings | None = None) -> Rewarder:
     """The reward phase: the verifier pool, the reward functions (by name, in the preset's dialect) and their
     weights, and the failure policy. ``tools``: the plan's; an environment class's ``get_reward`` is one more reward,
@@ -480,30 +513,6 @@ def _reward_specs(cfg: ExperimentConfig) -> list:
 def code_settings(cfg: ExperimentConfig) -> CodeSettings:
     """How model-written code runs: code rewards' programs and the python tool's cells alike."""
     return CodeSettings(sandbox=cfg.reward.code_sandbox, extraction=cfg.reward.code_extraction)
-
-
-def build_training_eval(cfg: ExperimentConfig, plan: StepPlan, length: RunLength,
-                        prompt_format: PromptFormat) -> TrainingEval | None:
-    """The evaluation during training (``eval_data``), or None."""
-    e = cfg.eval
-    if not e.enabled:
-        return None
-    every = eval_every(e.eval_steps, length.counter(length.steps)) if e.eval_strategy == "steps" else 0
-    schedule = EvalSchedule(e.eval_strategy, every=every, delay=e.eval_delay, on_start=e.eval_on_start)
-    if plan.rollout.tools is not None and not plan.rollout.tools.builtin:
-        raise ValueError(f"eval_data with function tools (tools={','.join(plan.rollout.tools.names)}): rlvr's pass@k "
-                         "evaluation runs the built-in python tool only; drop eval_data, or evaluate the saved model "
-                         "with your own script")
-    return TrainingEval(
-        datasets=tuple(e.eval_data), schedule=schedule, length=length, n=e.eval_n,
-        ks=tuple(e.eval_k), temperature=e.eval_temperature, top_p=e.eval_top_p,
-        max_completion_length=e.eval_max_completion_length or plan.rollout.max_completion_length,
-        limit=e.eval_limit, prompt_format=prompt_format,
-        answer_extraction=cfg.reward.answer_extraction, seed=cfg.run.seed, model_name=cfg.model.model,
-        **({} if plan.rollout.tools is None else {  # the run's tools: its evaluations answer with them too
-            "tools": plan.rollout.tools.names[0], "max_tool_calling_iterations": plan.rollout.tools.max_iterations,
-            "tool_output_chars": plan.rollout.tools.output_chars}),
-    )
 
 
 # keyword arguments every reward function gets besides the dataset's columns (TRL 1.16's)

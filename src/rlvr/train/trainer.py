@@ -42,6 +42,7 @@ from rlvr.train import setup
 from rlvr.train.checkpointing import Checkpointed, Counters, Outputs, RunCheckpoints
 from rlvr.train.dagrpo import build_dagrpo_phase
 from rlvr.train.evaluation import evaluate_due
+from rlvr.train.evaluation_trl import trl_evaluation
 from rlvr.train.experience import Experience, compute_advantages
 from rlvr.train.length_limits import apply_length_limits
 from rlvr.train.memory_bound import check_rollout_memory
@@ -178,7 +179,8 @@ class Trainer:
         self.update = PolicyUpdate(self.plan.update, self.train_model, self.optimizer, self.scheduler,
                                    pad_token_id=self.tokenizer.pad_token_id, ref_model=self.ref_model, ctx=self.dist,
                                    max_optimizer_steps=self.length.optimizer_steps)
-        self.evaluation = setup.build_training_eval(cfg, self.plan, self.length, self.prompt_format)
+        self.evaluation = setup.build_training_eval(cfg, self.plan, self.length, self.prompt_format, trainer=self,
+                                                    evaluate=trl_evaluation)  # (eval_mode=trl: TRL's)
 
     # ----------------------------------------------------------------- the algorithm
     def training_step(self, step: int) -> StepResult:

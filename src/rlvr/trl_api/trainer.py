@@ -129,6 +129,7 @@ class GRPOTrainer:
         """rlvr's Trainer, built once (again when ``train`` is asked to resume and it was built without)."""
         from rlvr.config import build_config
         from rlvr.train.checkpointing import Outputs
+        from rlvr.train.evaluation_trl import trl_evaluation
         from rlvr.train.trainer import Trainer
 
         if self._trainer is not None and (resume is None or resume == self._resumed_with):
@@ -144,7 +145,8 @@ class GRPOTrainer:
         self._trainer = Trainer(cfg, callbacks=self.callbacks, outputs=outputs)
         if self.eval_dataset is not None and (self._eval.strategy != "no" or self._eval.on_start):
             # (rlvr's own eval_data evaluation is off here: a GRPOConfig has no such key, and EVAL_KEYS are TRL's)
-            self._trainer.evaluation = TrainingEvaluation(self._trainer, self._eval, self.eval_dataset)
+            self._trainer.evaluation = TrainingEvaluation(self._trainer, self._eval, self.eval_dataset,
+                                                          trl_evaluation)
         self._resumed_with = resume
         return self._trainer
 
@@ -176,8 +178,10 @@ class GRPOTrainer:
         step = getattr(trainer, "step_done", 0)
         if self.state is None and (not self._overrides.get("beta") or "lora_r" in self._overrides):
             setattr(trainer, MODEL_PREPARATION, 0.0)  # TRL's accelerator has no model prepared yet (evaluation.py)
-        entries = evaluate_datasets(trainer, data, self._eval.settings, step=step, prefix=metric_key_prefix,
-                                    preparation_time=getattr(trainer, MODEL_PREPARATION, None))
+        from rlvr.train.evaluation_trl import trl_evaluation
+
+        entries = evaluate_datasets(trainer, data, self._eval.settings, trl_evaluation, step=step,
+                                    prefix=metric_key_prefix, preparation_time=getattr(trainer, MODEL_PREPARATION, None))
         history = self.state.log_history if self.state is not None else []  # (before train(): TRL's state is new at
         # train(), so its log_history starts without this entry)
         for entry in entries:
