@@ -505,6 +505,11 @@ class RunConfig:
                                                 "num_completions_to_print: null)")
     progress_bar: bool = _f(True, "show a progress bar")
     grad_spike_factor: float = _f(5.0, "count a grad-norm spike when it exceeds this many times the running median")
+    logprob_mismatch_warn: float = _f(0.1, "warn, naming the engine and the usual causes, and set "
+                                           "rollout/logprob_mismatch_alarm, at a step whose mean |sampler - trainer| "
+                                           "log-prob (rollout/logprob_mismatch) exceeds this; 0: off")
+    max_logprob_mismatch: float | None = _f(None, "stop the run at a step whose rollout/logprob_mismatch exceeds "
+                                                  "this (null: never)")
     max_skipped_steps: int = _f(3, "stop when this many optimiser steps in a row had a non-finite loss or gradient")
     nproc: int = _f(1, "processes on this machine (rlvr train nproc=N launches torchrun); under torchrun leave 1")
     parallelism: str = _f("ddp", "how ranks share the policy: ddp (a full copy each) | fsdp (FSDP2 fully_shard)")
@@ -566,6 +571,9 @@ class RunConfig:
         self._check_best()
         if self.grad_spike_factor <= 1:
             _fail("grad_spike_factor", self.grad_spike_factor, "use a factor > 1 (e.g. 5)")
+        if self.logprob_mismatch_warn < 0 or (self.max_logprob_mismatch is not None and self.max_logprob_mismatch <= 0):
+            _fail("logprob_mismatch_warn/max_logprob_mismatch", (self.logprob_mismatch_warn, self.max_logprob_mismatch),
+                  "use thresholds > 0 in nats (0 turns the warning off, null the stop)")
         if self.max_skipped_steps < 1:
             _fail("max_skipped_steps", self.max_skipped_steps, "use a positive count, e.g. 3")
         if self.resume_from_checkpoint is not None and (self.overwrite_output_dir or not self.resume_from_checkpoint):

@@ -36,6 +36,7 @@ processes first): the same with equal micro-batches, close otherwise.
 
 from __future__ import annotations
 
+import logging
 import math
 import resource
 import statistics
@@ -46,9 +47,12 @@ from contextlib import contextmanager
 import torch
 
 from rlvr.eval import group_diversity
+from rlvr.run.stopping import TrainingStopped
 from rlvr.train.experience import Group
 from rlvr.train.rewarding import LOGGED_METRIC_PREFIX, logged_metric_means
 from rlvr.train.update import UpdateResult, bonus_on
+
+logger = logging.getLogger(__name__)
 
 WINDOW = 50  # running median over the last WINDOW steps
 MIN_HISTORY = 5  # no verdict before this many steps
@@ -475,6 +479,41 @@ def step_tokens(rollout) -> int:
     return sum(len(g.generation_prompt(i)) + model_tokens(g.completions[i]) for g in groups for i in g.on_policy)
 
 
+# The sampler/trainer gap's alarm: a large ``rollout/logprob_mismatch`` (the mean |log π_sampler − log π_trainer|
+# over the on-policy pass's tokens) is the signature of a bug, not of noise. A correct engine in the trainer's dtype
+# gives ~1e-6 here (rlvr's and the hf engine on CPU); an engine whose log-probs are one position off gave 1.09 in a
+# contributor's trial. The usual causes, in the field too: the engine's log-probs of a warped distribution (top_p,
+# top_k, min_p, a repetition penalty renormalised into them), another dtype or kernels (bf16 sampling against an fp32
+# trainer), weights not synchronised after an update, another prompt or chat template than the trainer scores.
+#
+# At a step above ``logprob_mismatch_warn`` the run warns, naming the engine and these causes, and logs
+# ``rollout/logprob_mismatch_alarm`` = 1 (0 otherwise); above ``max_logprob_mismatch`` it stops with the same text.
+CAUSES = ("log-probs of a warped distribution (top_p/top_k/min_p/repetition_penalty renormalised by the engine), "
+          "another dtype or kernels than the trainer's, weights not synchronised after an update, or another prompt "
+          "or chat template than the trainer scores")
+
+
+class MismatchAlarm:
+    """``check(step, mismatch)`` per step: the metric, a warning, or a stop (module doc)."""
+
+    def __init__(self, limits: tuple[float, float | None], *, engine: str):
+        self.warn, self.stop = limits
+        self.engine = engine
+
+    def check(self, step: int, mismatch: float | None) -> dict[str, int]:
+        if mismatch is None or not self.warn and self.stop is None:
+            return {}
+        text = (f"step {step}: the sampler's and the trainer's log-probs differ by {mismatch:.3g} nats per token "
+                f"(rollout/logprob_mismatch) with rollout_engine={self.engine}; a correct engine in the trainer's "
+                f"dtype gives ~1e-6. Usual causes: {CAUSES}")
+        if self.stop is not None and mismatch > self.stop:
+            raise TrainingStopped(f"{text}. Stopped: max_logprob_mismatch={self.stop} (raise it, or null to go on)")
+        alarm = bool(self.warn) and mismatch > self.warn
+        if alarm:
+            logger.warning("%s (logprob_mismatch_warn=%s)", text, self.warn)
+        return {"rollout/logprob_mismatch_alarm": int(alarm)}
+
+
 class StepLog:
     """The step's line of metrics.jsonl: rlvr's names, TRL's beside them, as TRL computes them (built at set-up).
 
@@ -498,6 +537,7 @@ class StepLog:
         self.scheduler, self.epoch, self.with_score = scheduler, epoch, with_score
         self.length_limits, self.prompts = length_limits, prompts
         self.num_tokens = 0
+        self.mismatch = MismatchAlarm(plan.logprob_mismatch, engine=plan.engine.name)
 
     def line(self, step: int, rollout, advantage_metrics: dict, update, timer: PhaseTimer) -> dict:
         """The line of ``step`` (``rollout``: its RolloutResult; ``update``: its UpdateResult or None)."""
@@ -509,6 +549,7 @@ class StepLog:
             **step_metrics(step, rollout, advantage_metrics, train, reward_names=self.reward_names,
                            tagrpo=plan.tagrpo_metrics, prompt_gap=update.prompt_gap if update else None),
             **self.grad_spikes.update(train["train/grad_norm"]),
+            **self.mismatch.check(step, train["rollout/logprob_mismatch"]),
             **timer.metrics(with_score=self.with_score),
             **memory_metrics(self.device),
             **truncation_metrics(self.length_limits, self.prompts, rollout.generated),

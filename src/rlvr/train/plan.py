@@ -158,6 +158,8 @@ class StepPlan:
     diversity_every: int  # log rollout/diversity every K steps (0: never)
     diversity_groups: int
     num_completions_to_log: int | None  # None: all
+    # (warn above, stop above): the sampler/trainer log-prob gap's alarm (rlvr.train.metrics.MismatchAlarm; 0 / None: off)
+    logprob_mismatch: tuple[float, float | None] = (0.0, None)
 
 
 def step_kind(cfg: ExperimentConfig) -> str:
@@ -207,6 +209,7 @@ def compile_plan(cfg: ExperimentConfig, *, world_size: int = 1) -> StepPlan:
         tagrpo_metrics=t.enabled,
         diversity_every=t.diversity_steps, diversity_groups=t.diversity_groups,
         num_completions_to_log=cfg.run.num_completions_to_log,
+        logprob_mismatch=(cfg.run.logprob_mismatch_warn, cfg.run.max_logprob_mismatch),
     )
     # each of them called once on a synthetic batch: one that cannot run stops here, before the model loads
     probe_algorithm_parts(replace(plan.advantages.settings, estimator=a.advantage_estimator), plan.update.loss,
