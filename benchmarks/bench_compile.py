@@ -6,7 +6,7 @@ Run (from the repository root, after `make setup`; a C++ compiler is needed for 
     .venv/bin/python benchmarks/bench_compile.py --parts update --repeats 3
     .venv/bin/python benchmarks/bench_compile.py --quick               # tiny-random model, seconds
 
-update   One micro-batch of the policy update as the trainer runs it: ``rlvr.train.response_logprobs.score``
+update   One micro-batch of the policy update as the trainer runs it: ``rlvr.train.batching.score``
          (shared prefix: 4 distinct prompts x 8 responses by default) + a token-mean policy-gradient
          loss + backward. "eager" is rlvr's code as it is; "compiled" is the same model with every
          decoder layer's MLP and two RMSNorms compiled by ``torch.compile(dynamic=True)`` (regional
@@ -51,7 +51,7 @@ import torch
 from rlvr.models import load_policy, smollm2_path
 from rlvr.rollout import Sampling, static_decoder
 from rlvr.rollout.decode_engine import DecodeEngine
-from rlvr.train.response_logprobs import collate, response_logprobs
+from rlvr.train.batching import collate, response_logprobs
 
 
 def _load(model_name: str):

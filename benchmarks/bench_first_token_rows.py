@@ -6,7 +6,7 @@ Run alone (from the repository root):
     .venv/bin/python benchmarks/bench_first_token_rows.py                 # SmolLM2-135M, 4 prompts x 8, 128 tokens
     .venv/bin/python benchmarks/bench_first_token_rows.py --repeats 3 --tokens 64
 
-One micro-batch as the trainer scores it (`rlvr.train.response_logprobs.response_logprobs`: the shared
+One micro-batch as the trainer scores it (`rlvr.train.batching.response_logprobs`: the shared
 prompt pass, then the responses reading its keys/values), forward and backward of the mean log-prob,
 timed for both ways of giving each response its prompt's rows (the first-token logits and every layer's
 keys/values), alternating so background load hits both alike. Prints the median of each and the ratio,
@@ -34,7 +34,7 @@ def indexed_rows(onehot: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
 
 
 def one_pass(model, batch) -> tuple[float, torch.Tensor, torch.Tensor]:
-    from rlvr.train.response_logprobs import response_logprobs
+    from rlvr.train.batching import response_logprobs
 
     model.zero_grad(set_to_none=True)
     start = time.perf_counter()
@@ -55,7 +55,7 @@ def main() -> None:
     args = parser.parse_args()
     from rlvr.models import load_policy
     from rlvr.train import response_logprobs as module
-    from rlvr.train.response_logprobs import collate
+    from rlvr.train.batching import collate
 
     model, tokenizer = load_policy("smollm2-135m")
     model.eval()

@@ -149,8 +149,9 @@ def run_one(name: str, args) -> dict:
     from rlvr.config import build_config
     from rlvr.models.activation_checkpointing import enable_activation_checkpointing
     from rlvr.rollout import Completion
-    from rlvr.train.experience import Experience, Group
+    from rlvr.train.experience import Experience
     from rlvr.train.plan import compile_plan
+    from rlvr.train.rollout_phase import Group
     from rlvr.train.setup import build_optimizer
     from rlvr.train.update import PolicyUpdate
 

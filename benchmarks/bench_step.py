@@ -150,6 +150,7 @@ def record_lengths(rec: dict, lengths: list[int]) -> None:
 
 # --------------------------------------------------------------------------- rlvr
 def build_rlvr(args, dtype: str, beta: float, model_path: str, out_dir: str):
+    """(rlvr's Trainer, its config: the Trainer keeps none once set up)."""
     from rlvr.config import build_config
     from rlvr.train.trainer import Trainer
 
@@ -175,7 +176,7 @@ def build_rlvr(args, dtype: str, beta: float, model_path: str, out_dir: str):
         return completions
 
     trainer.engine.generate = generate
-    return trainer
+    return trainer, cfg
 
 
 def rlvr_step(trainer, step: int) -> dict:
@@ -277,16 +278,15 @@ def build_trl(args, dtype: str, beta: float, model_path: str, rows: list[dict], 
 
 
 # --------------------------------------------------------------------------- checks
-def check_prompt_tokens(rlvr_trainer, trl_trainer, rows: list[dict], count: int = 8) -> str:
+def check_prompt_tokens(rlvr_trainer, cfg, trl_trainer, rows: list[dict], count: int = 8) -> str:
     from rlvr.data import prompt_messages
 
-    cfg = rlvr_trainer.cfg
     same = 0
     for row in rows[:count]:
         messages = prompt_messages(row["prompt"], system_prompt=cfg.data.system_prompt,
                                    instruction=cfg.data.instruction)
         trl_ids = list(trl_trainer._tokenize_prompts([messages])[0][0])
-        same += trl_ids == rlvr_trainer.prompts.ids(row)
+        same += trl_ids == rlvr_trainer.prompt_builder.ids(row)
     return f"{same}/{count} prompts tokenised identically"
 
 
@@ -317,11 +317,10 @@ def check_loss_numerics(trl_trainer, beta: float, temperature: float = 1.0) -> d
 
     Everything rlvr's side makes (the collated batch, the advantages) goes to the model's device, as a run
     does; under transformers' gradient checkpointing in train mode (TRL's default) the model drops the KV
-    cache, and ``response_logprobs`` then scores each row unshared (``rlvr.train.response_logprobs``).
+    cache, and ``response_logprobs`` then scores each row unshared (``rlvr.train.batching``).
     """
     from rlvr.core.losses import LossSettings, aggregate, clip, kl_k3
-    from rlvr.train.experience import pad_rows
-    from rlvr.train.response_logprobs import collate, response_logprobs, response_logprobs_no_grad
+    from rlvr.train.batching import collate, pad_rows, response_logprobs, response_logprobs_no_grad
 
     full = trl_trainer._bench_last_inputs
     sub = {key: full[key][:CHECK_ROWS] for key in
@@ -384,8 +383,8 @@ def run_setting(args, name: str, model_path: str) -> dict:
     dtype, beta = SETTINGS[name]
     total = args.warmup + args.steps
     tmp = tempfile.mkdtemp(prefix=f"bench_step_{name}_")
-    rlvr_trainer = build_rlvr(args, dtype, beta, model_path, os.path.join(tmp, "rlvr"))
-    rows = load_rows(rlvr_trainer.cfg.data.data)
+    rlvr_trainer, rlvr_cfg = build_rlvr(args, dtype, beta, model_path, os.path.join(tmp, "rlvr"))
+    rows = load_rows(rlvr_cfg.data.data)
     records = {"rlvr": [], "trl": []}
 
     def after_trl_step(step: int, rec: dict) -> None:
@@ -399,9 +398,9 @@ def run_setting(args, name: str, model_path: str) -> dict:
               f"/{rec.get('len_max', 0)}) | rlvr {r['step']:.1f} s (len {r.get('len_mean', 0):.0f}"
               f"/{r.get('len_max', 0)})", flush=True)
 
-    trl_trainer = build_trl(args, dtype, beta, model_path, rows, rlvr_trainer.cfg, os.path.join(tmp, "trl"),
+    trl_trainer = build_trl(args, dtype, beta, model_path, rows, rlvr_cfg, os.path.join(tmp, "trl"),
                             after_trl_step)
-    prompt_check = check_prompt_tokens(rlvr_trainer, trl_trainer, rows)
+    prompt_check = check_prompt_tokens(rlvr_trainer, rlvr_cfg, trl_trainer, rows)
     trl_opt = str(trl_trainer.args.optim)
     rlvr_opt = f"torch.optim.AdamW(fused={rlvr_trainer.optimizer.defaults.get('fused')})"
     print(f"  [{name}] {prompt_check}; TRL optim={trl_opt}; rlvr optim={rlvr_opt}; rlvr engine="

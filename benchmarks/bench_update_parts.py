@@ -5,7 +5,7 @@ Run (from the repository root, after `make setup`):
     .venv/bin/python benchmarks/bench_update_parts.py                  # 32 x (65 + 128) tokens, fp32
     .venv/bin/python benchmarks/bench_update_parts.py --dtype bfloat16 --threads 1
 
-It rebuilds what `rlvr.train.response_logprobs.score` + `update.PolicyUpdate.optimizer_step` do on one micro-batch of random
+It rebuilds what `rlvr.train.batching.score` + `update.PolicyUpdate.optimizer_step` do on one micro-batch of random
 token ids (SmolLM2-135M, batch x (prompt + completion) tokens), timing each piece separately:
 
   body      the transformer stack, with grad (model.model)

@@ -292,18 +292,18 @@ def rlvr_steps(args, part: str, steps: int, record: dict, save, **extra) -> None
     from rlvr.train.trainer import Trainer
 
     reset_peak(args)
-    trainer = Trainer(rlvr_config(args, part, **extra))
+    cfg = rlvr_config(args, part, **extra)  # (the Trainer keeps no config once set up)
+    trainer = Trainer(cfg)
     never_stop(trainer)
     record["steps"], record["rollouts"] = [], []
     record["after_set_up"] = memory_now(args)
-    cfg = trainer.cfg
     record["settings"] = {"dtype": cfg.model.dtype, "bf16": cfg.model.bf16,
                           "gradient_checkpointing": cfg.model.gradient_checkpointing,
                           "lm_head_chunk_tokens": cfg.optim.lm_head_chunk_tokens,
                           "per_device_train_batch_size": cfg.optim.per_device_train_batch_size,
                           "device": str(trainer.device)}
     save()
-    round_ = trainer.rollouts.round
+    round_ = trainer.generation.round
 
     def timed_round(step, **kwargs):  # a step cut in its update still keeps its rollout's numbers
         synchronize(args)
@@ -322,7 +322,7 @@ def rlvr_steps(args, part: str, steps: int, record: dict, save, **extra) -> None
         save()
         return groups
 
-    trainer.rollouts.round = timed_round
+    trainer.generation.round = timed_round
     try:
         for step in range(1, steps + 1):
             synchronize(args)
@@ -459,8 +459,9 @@ def one_update(args, shape: str, options: dict, groups: list[tuple[list[int], in
     from rlvr.models.activation_checkpointing import enable_activation_checkpointing
     from rlvr.models.loading import apply_lora
     from rlvr.rollout import Completion
-    from rlvr.train.experience import Experience, Group
+    from rlvr.train.experience import Experience
     from rlvr.train.plan import compile_plan
+    from rlvr.train.rollout_phase import Group
     from rlvr.train.setup import build_optimizer
     from rlvr.train.update import PolicyUpdate
 

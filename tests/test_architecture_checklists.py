@@ -45,6 +45,7 @@ from rlvr.train.dry_run import dry_run_report
 from rlvr.train.plan import compile_plan
 from rlvr.train.rewarding import reward_columns
 from rlvr.train.trainer import Trainer
+from tests.helpers.package_copy import failed_tests, run_tests_on_copy
 
 DATA = "rg:basic_arithmetic:size=64"
 COMPLETIONS = 8  # prompts_per_step × num_generations: every completion goes to samples.jsonl
@@ -416,9 +417,38 @@ def test_add_a_reward_function(tmp_path, monkeypatch):
 # ---------------------------------------------------------------------------------------------
 # The three core checklists, followed in a copy of the package, run from the command line
 
+COPY_REFERENCES = '''
+
+def toy_half_grpo(inputs, s):
+    """Half GRPO's advantage, from GRPO's loop reference (the toy estimator's contract)."""
+    return 0.5 * grpo(inputs, s)
+
+
+def toy_constant_pg(logprobs, old_logprobs, advantages, mask, s):
+    """epsilon − A·(log π − log π_old) at every trained token, none clipped (the toy loss's contract)."""
+    adv = _advantages(advantages)
+
+    def token(i, t):
+        return s.epsilon - adv[i] * (logprobs[i, t].to(F64) - old_logprobs[i, t].detach().to(F64)), False
+
+    return _token_table(logprobs, mask, token)
+
+
+def on_policy_toy_constant_pg(logprobs, advantages, s):
+    """epsilon at every token at ratio 1."""
+    return torch.full(logprobs.shape, s.epsilon, dtype=F64)
+
+
+def toy_double_token_mean(per_token, mask, d):
+    """Twice the token mean (the toy aggregation's contract)."""
+    return 2 * token_mean(per_token, mask, d)
+'''
+
 COPY_ESTIMATOR = '''
 
-@register_advantage("toy_half_grpo")
+@register_advantage("toy_half_grpo", reference=references.toy_half_grpo,
+                    invariants=("zero_mean_per_group", "shift_invariant", "permutation_equivariant",
+                                "uniform_group_zero"))
 def toy_half_grpo(inputs: AdvantageInputs, settings: AdvantageSettings) -> torch.Tensor:
     """Half GRPO's advantage (a toy of the checklist test)."""
     return 0.5 * grpo(inputs, settings)
@@ -426,15 +456,16 @@ def toy_half_grpo(inputs: AdvantageInputs, settings: AdvantageSettings) -> torch
 
 COPY_LOSS_AND_AGGREGATION = '''
 
-@register_policy_loss("toy_constant_pg")
+@register_policy_loss("toy_constant_pg", reference=references.toy_constant_pg,
+                      on_policy=references.on_policy_toy_constant_pg)
 def toy_constant_pg(logprobs, old_logprobs, advantages, mask, settings):
     """epsilon at every trained token in value, the plain policy gradient in gradient (a checklist toy)."""
     mask = mask.bool()
-    loss = settings.epsilon - advantages.unsqueeze(-1) * (logprobs - old_logprobs)  # [N, T]
-    return torch.where(mask, loss, torch.zeros_like(loss)), mask.clone()
+    loss = settings.epsilon - advantages.detach().unsqueeze(-1) * (logprobs - old_logprobs.detach())  # [N, T]
+    return torch.where(mask, loss, torch.zeros_like(loss)), torch.zeros_like(mask)  # nothing clipped
 
 
-@register_aggregation("toy_double_token_mean")
+@register_aggregation("toy_double_token_mean", reference=references.toy_double_token_mean)
 def toy_double_token_mean(per_token, m, d: Denominators):
     """Twice verl's token-mean (a checklist toy)."""
     return 2 * _token_mean(per_token, m, d)
@@ -444,15 +475,25 @@ def toy_double_token_mean(per_token, m, d: Denominators):
 @pytest.mark.slow
 def test_the_core_checklists_in_a_copy_of_the_package(tmp_path):
     """"Add an advantage estimator", "Add a loss" and "Add a loss aggregation" done exactly as they say, in a copy
-    of src/rlvr: one decorated function appended to core/advantages.py, two to core/losses.py, nothing else
-    edited. A fresh interpreter on the copy accepts the three names in the dry run and trains one step whose
-    advantages are half GRPO's and whose loss is 2·epsilon (the toy loss's value under the toy aggregation)."""
+    of src/rlvr: one decorated function appended to core/advantages.py, two to core/losses.py, each declaring its
+    contract with a reference appended to core/references.py, nothing else edited. The generated contract suites
+    (tests/contracts/) run on the copy and pass for the three toys; a fresh interpreter on the copy accepts the three
+    names in the dry run and trains one step whose advantages are half GRPO's and whose loss is 2·epsilon (the toy
+    loss's value under the toy aggregation)."""
     package = tmp_path / "src" / "rlvr"
     shutil.copytree(Path(rlvr.__file__).parent, package, ignore=shutil.ignore_patterns("__pycache__"))
     with (package / "core" / "advantages.py").open("a") as f:
         f.write(COPY_ESTIMATOR)
     with (package / "core" / "losses.py").open("a") as f:
         f.write(COPY_LOSS_AND_AGGREGATION)
+    with (package / "core" / "references.py").open("a") as f:
+        f.write(COPY_REFERENCES)
+    suites = [f"tests/contracts/test_{name}_contract.py" for name in ("estimator", "loss", "aggregation")]
+    checked = run_tests_on_copy(tmp_path / "src", *suites, "-k", "toy_", "-rA")
+    assert checked.returncode == 0 and not failed_tests(checked), checked.stdout[-3000:]
+    passed = [line for line in checked.stdout.splitlines() if line.startswith("PASSED ")]
+    for toy in ("toy_half_grpo", "toy_constant_pg", "toy_double_token_mean"):  # each toy went through its suite
+        assert sum(toy in line for line in passed) >= 3, (toy, checked.stdout[-3000:])
     (tmp_path / "alternating.py").write_text(ALTERNATING_REWARD)
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "src"), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     epsilon = 0.3125
@@ -472,7 +513,7 @@ def test_the_core_checklists_in_a_copy_of_the_package(tmp_path):
     assert [abs(r["advantage"]) for r in records] == pytest.approx([0.5 * math.sqrt(3) / 2] * COMPLETIONS, rel=1e-5)
     (m,) = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert m["train/loss"] == pytest.approx(2 * epsilon, abs=1e-6)
-    assert m["train/clip_frac"] == 1.0 and m["train/grad_norm"] > 0
+    assert m["train/clip_frac"] == 0.0 and m["train/grad_norm"] > 0
     # the unedited package refuses the names
     done = subprocess.run([*command, "--dry-run"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
                           check=False, env={**env, "PYTHONPATH": str(Path(rlvr.__file__).parents[1])})

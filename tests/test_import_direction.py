@@ -47,7 +47,9 @@ ALLOWED: dict[str, set[str]] = {
     "rephrase_cli": {"core", "rephrase_cli"} | LEVEL_ONE,
     "eval_cli": {"dependencies", "core", "eval_cli", "config", "run"} | LEVEL_ONE,
     "report_cli": {"core", "report", "report_cli", "eval"},
-    "cli": {"dependencies", "core", "config", "train", "run", "report", "cli", "report_cli", "rephrase_cli", "eval_cli", "threads"}
+    "vllm_serve_cli": {"rollout", "models", "vllm_serve_cli"},  # the command; the server is rollout/vllm_server.py
+    "cli": {"dependencies", "core", "config", "train", "run", "report", "cli", "report_cli", "rephrase_cli", "eval_cli",
+            "vllm_serve_cli", "threads"}
            | LEVEL_ONE,
 }
 CORE_THIRD_PARTY = {"torch"}
@@ -328,7 +330,8 @@ SUBROOMS: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {
     # the code sandbox: runs generated programs in worker processes it starts; a worker must load nothing but
     # the standard library (no torch, no reward code): the sandbox imports only itself (the worker's own
     # sibling files by their top-level names: it runs by path, outside rlvr)
-    "rlvr.rewards.sandbox": (("rlvr.rewards.sandbox",), frozenset({"worker_kernel", "worker_program"})),
+    "rlvr.rewards.sandbox": (("rlvr.rewards.sandbox",),
+                             frozenset({"worker_kernel", "worker_program", "worker_languages"})),
 }
 # rooms that only the listed packages may import (besides themselves)
 IMPORTED_ONLY_BY = {

@@ -1,6 +1,6 @@
 """One training step stays small to read: tools/step_files.py traces the rlvr files a step enters.
 
-Limits (issue 31; 21 since issue 38 added train/plan.py's step counter): a GRPO step enters at most 21 files of rlvr, a reader follows it (the step and the
+Limits (issue 31; 21 since issue 38 added train/plan.py's step counter, 20 again since issue 51): a GRPO step enters at most 20 files of rlvr, a reader follows it (the step and the
 functions it calls) in at most 8, and DaGRPO and TA-GRPO each add at most 3; the path from ``training_step``
 to the loss crosses at most 3 files (trainer.py, update.py, core/losses.py) in at most 5 calls (issue 43). Every
 thread the run starts from its set-up on is counted (issue 43). A change that breaks one prints the lists, so
@@ -65,7 +65,7 @@ def test_a_step_enters_few_files():
     result = step_files.measure()
     report = "\n".join(f"{name}: {files}" for name, files in result.items())
     grpo = result["grpo"]
-    assert len(grpo["entered"]) <= 21, report  # 21 since issue 38: train/plan.py's RunLength counts optimiser steps
+    assert len(grpo["entered"]) <= 20, report  # issue 51: the split of experience.py/update.py by job kept it at 20
     assert "rlvr/train/trainer.py" in grpo["entered"] and "rlvr/core/losses.py" in grpo["entered"], report
     assert all(len(files["reader"]) <= 8 for files in result.values()), report
     assert len(result["dagrpo"]["added"]) <= 3 and "rlvr/train/dagrpo.py" in result["dagrpo"]["added"], report

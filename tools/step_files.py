@@ -20,7 +20,7 @@ while the traced step runs. Reported per algorithm:
 What it cannot see: calls in other processes (a verifier's worker processes, a vLLM server) and code that is
 not Python (torch's kernels); threads started before the set-up (none of rlvr's).
 
-The limits (issue 31: entered <= 21 since issue 38, reader <= 8, each variant adds <= 3; issue 43: the loss
+The limits (issue 31: entered <= 20 (issue 51), reader <= 8, each variant adds <= 3; issue 43: the loss
 path) are checked by ``tests/test_step_files.py``; this script prints the lists so a change that adds one is
 easy to find.
 """
@@ -135,7 +135,7 @@ def trace_step(algo: str, overrides: dict, folder: Path) -> dict:
             trainer.training_step(2)
         finally:
             trace.stop()
-        trainer.rollouts.close()
+        trainer.generation.close()
         trainer.rewarder.close()
         if trainer.lock is not None:
             trainer.lock.release()

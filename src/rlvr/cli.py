@@ -22,8 +22,8 @@ from rlvr.config.presets import PRESET_HELP
 from rlvr.eval_cli import add_eval_parser, run_eval
 from rlvr.rephrase_cli import add_rephrase_parser, run_rephrase
 from rlvr.report_cli import add_report_parser, run_report
-from rlvr.rollout.vllm_server import add_vllm_serve_parser, run_vllm_serve
 from rlvr.run.supervise import become_supervised_child, report_finished, supervise, supervisor_pid
+from rlvr.vllm_serve_cli import add_vllm_serve_parser, run_vllm_serve
 
 
 def _train_help() -> str:

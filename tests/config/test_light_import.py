@@ -23,7 +23,8 @@ assert light[0] == set(advantages.ADVANTAGE_ESTIMATORS), (light[0], set(advantag
 assert light[1] == set(losses.POLICY_LOSSES), (light[1], set(losses.POLICY_LOSSES))
 assert sorted(light[2]) == sorted(losses.AGGREGATIONS), (light[2], set(losses.AGGREGATIONS))
 assert set(names.AGGREGATION_ALIASES.values()) <= set(losses.AGGREGATIONS)
-print("ok", sorted(light[0]), sorted(light[1]), sorted(light[2]))
+assert all(light), light  # the source was read: every family found its names
+print("ok")
 """
 
 
@@ -33,8 +34,7 @@ def test_the_light_names_are_the_registries_in_a_fresh_interpreter():
     result = subprocess.run([sys.executable, "-c", LIGHT_EQUALS_REGISTRY], capture_output=True, text=True,
                             timeout=120, check=False)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.startswith("ok ['dagrpo', 'grpo', 'rloo'] ['cispo', 'clip', 'clip_cov', 'kl_cov', 'sapo', "
-                                    "'vespo'] ['bnpo', 'dapo', 'seq_mean_token_mean', 'seq_mean_token_sum'")
+    assert result.stdout.strip() == "ok", result.stdout
 
 
 def test_the_anchor_shapings_the_loss_knows_are_the_ones_the_config_accepts():

@@ -17,11 +17,12 @@ import torch
 from rlvr.core.advantages import AdvantageSettings
 from rlvr.core.importance import importance_weights
 from rlvr.rollout.completion import Completion
-from rlvr.train.experience import Experience, Group, compute_advantages
+from rlvr.train.batching import collate, response_logprobs
+from rlvr.train.experience import Experience, compute_advantages
 from rlvr.train.metrics import trl_rollout_metrics
 from rlvr.train.plan import AdvantagePlan
-from rlvr.train.response_logprobs import collate, response_logprobs
 from rlvr.train.rewarding import Rewarder
+from rlvr.train.rollout_phase import Group
 
 from .conftest import GENERATIONS, TEMPERATURE, make_trl_trainer
 

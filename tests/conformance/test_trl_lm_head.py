@@ -10,7 +10,7 @@ import torch
 
 from rlvr.core.lm_head import Fp32Head, cast_lm_head_to_fp32
 from rlvr.models import load_policy
-from rlvr.train.response_logprobs import collate, response_logprobs
+from rlvr.train.batching import collate, response_logprobs
 
 from .conftest import GENERATIONS, MAX_COMPLETION_LENGTH, TEMPERATURE
 

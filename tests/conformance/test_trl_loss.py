@@ -2,7 +2,7 @@
 
 The same tiny model (float64 weights; TRL's fused LM head computes its log-probs in float32, and so does
 rlvr's scorer) and the same hand-built micro-batches go through TRL's method and through rlvr's pieces:
-``rlvr.train.response_logprobs.response_logprobs`` → ``rlvr.core.losses.policy_loss`` →
+``rlvr.train.batching.response_logprobs`` → ``rlvr.core.losses.policy_loss`` →
 ``rlvr.core.losses.aggregate`` (− ``entropy_bonus``). The loss (summed over an accumulation window), every
 parameter's gradient and TRL's per-micro-batch train metrics must agree to 1e-6.
 
@@ -27,8 +27,8 @@ from rlvr.core.importance import importance_weights
 from rlvr.core.loss_variants import high_entropy_mask, off_policy_mask, vespo_weights
 from rlvr.core.losses import LossSettings, aggregate, entropy_bonus, policy_loss
 from rlvr.core.names import resolve_aggregation, resolve_policy_loss
-from rlvr.train.response_logprobs import collate, response_logprobs
-from rlvr.train.update import micro_means, variant_statistics
+from rlvr.train.batching import collate, response_logprobs
+from rlvr.train.metrics import micro_means, variant_statistics
 
 from .conftest import MAX_COMPLETION_LENGTH, TEMPERATURE, make_trl_trainer
 
@@ -59,7 +59,7 @@ AGGREGATION = {"grpo": "seq_mean_token_mean", "dr_grpo": "seq_mean_token_sum_nor
 OTHER_LOSSES = {"cispo": ("cispo", "dapo"), "sapo": ("sapo", "seq_mean_token_mean"), "vespo": ("vespo", "dapo")}
 VARIANT_METRICS = {"cispo": {"cispo_clip_ratio": "cispo_clip_micro"},
                    "vespo": {"vespo/phi_seq_mean": "vespo_phi_micro"}, "sapo": {}}
-# TRL's per-micro-batch train metric -> rlvr.train.update.micro_means's key
+# TRL's per-micro-batch train metric -> rlvr.train.metrics.micro_means's key
 METRICS = {"entropy": "entropy_micro", "kl": "kl_micro", "clip_ratio/low_mean": "clip_low_micro",
            "clip_ratio/high_mean": "clip_high_micro", "clip_ratio/region_mean": "clip_region_micro",
            "clip_ratio/low_min": "clip_low_min_micro", "clip_ratio/high_max": "clip_high_max_micro"}
@@ -144,7 +144,7 @@ CASES = [
 class MicroBatch:
     """One micro-batch in both forms, with the fixed log-probs the cases feed TRL and rlvr alike."""
 
-    collated: object  # rlvr.train.response_logprobs.Collated
+    collated: object  # rlvr.train.batching.Collated
     inputs: dict  # TRL's inputs to _compute_loss (without the optional keys)
     advantages: torch.Tensor  # [4] float32, as TRL's _generate_and_score_completions gives them
     old: torch.Tensor  # [4, T] float32 log π_old, 0 at padding (as TRL's own)
@@ -397,7 +397,7 @@ def test_the_loss_and_its_gradient_are_trls(prepared, case, monkeypatch):
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_the_train_metrics_are_trls(prepared, case, monkeypatch):
     """TRL's own per-micro-batch metrics logged by _compute_loss (entropy, kl, clip_ratio/low_mean, high_mean,
-    region_mean, low_min, high_max) = rlvr.train.update.micro_means of rlvr's policy_loss output."""
+    region_mean, low_min, high_max) = rlvr.train.metrics.micro_means of rlvr's policy_loss output."""
     trainer, model, batches = prepared
     _, _, trl_metrics = _trl_loss(trainer, model, case, batches, monkeypatch)
     _, _, metrics = _rlvr_loss(model, case, batches)

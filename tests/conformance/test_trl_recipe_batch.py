@@ -201,8 +201,8 @@ def rlvr_run(path: Path, folder: Path, *, long: list[dict] | None = None, extra:
     trainer.rewarder.reward_groups = recording
     trainer.train()
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    long_prompt = trainer.prompts.ids({"id": "long-problem", "prompt": long}) if long else []
-    return Run(prompt_ids={question(row["prompt"]): trainer.prompts.ids(row) for row in trainer.rows}, steps=steps,
+    long_prompt = trainer.prompt_builder.ids({"id": "long-problem", "prompt": long}) if long else []
+    return Run(prompt_ids={question(row["prompt"]): trainer.prompt_builder.ids(row) for row in trainer.rows}, steps=steps,
                learning_rates=[line["learning_rate"] for line in lines],
                kept_groups=[line["rollout/kept_groups"] for line in lines], long_prompt=long_prompt)
 

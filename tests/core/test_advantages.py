@@ -23,7 +23,10 @@ from rlvr.core.advantages import (
 )
 from rlvr.core.names import ADVANTAGE_ESTIMATOR_NAMES, SCALE_REWARDS
 
-ESTIMATORS = ["grpo", "rloo"]
+# Every registered estimator (read from the registry: one added later is held to the properties below too).
+ESTIMATORS = list(ADVANTAGE_ESTIMATORS)
+# Rewards [1, 0, 0, 1] in one group: GRPO's ±√3/2·(1 − ~1e-6) (DaGRPO with τ = 0 is GRPO), RLOO's ±(2/3)/(σ + ε).
+FOUR_REWARDS = {"grpo": 0.8660239, "dagrpo": 0.8660239, "rloo": 1.1546986}
 F64 = torch.float64
 
 
@@ -349,9 +352,9 @@ def test_group_statistics_with_weights_is_over_the_weighted_members():
 def test_dtype_preserved(estimator, dtype):
     adv = _adv(estimator, _t([1.0, 0.0, 0.0, 1.0], dtype=dtype), _ids([0, 0, 0, 0]), scale_rewards="group")
     assert adv.dtype == dtype
-    # ±0.8660239 (GRPO) or ±(2/3)/(0.5773503 + 1e-6) = ±1.1546986 (RLOO), rounded to dtype.
-    value = 0.8660239 if estimator == "grpo" else 1.1546986
-    torch.testing.assert_close(adv, _t([value, -value, -value, value], dtype=dtype))
+    if estimator in FOUR_REWARDS:  # ±0.8660239 (GRPO) or ±(2/3)/(0.5773503 + 1e-6) = ±1.1546986 (RLOO), in dtype
+        value = FOUR_REWARDS[estimator]
+        torch.testing.assert_close(adv, _t([value, -value, -value, value], dtype=dtype))
 
 
 @pytest.mark.parametrize("estimator", ESTIMATORS)
@@ -360,5 +363,6 @@ def test_integer_rewards_are_not_truncated(estimator):
     # silently give all zeros.
     adv = _adv(estimator, torch.tensor([1, 0, 0, 1]), _ids([0, 0, 0, 0]), scale_rewards="group")
     assert adv.dtype == torch.get_default_dtype()
-    value = 0.8660239 if estimator == "grpo" else 1.1546986
-    torch.testing.assert_close(adv, torch.tensor([value, -value, -value, value]))
+    if estimator in FOUR_REWARDS:
+        value = FOUR_REWARDS[estimator]
+        torch.testing.assert_close(adv, torch.tensor([value, -value, -value, value]))

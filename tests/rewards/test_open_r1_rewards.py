@@ -11,6 +11,7 @@ import pytest
 
 from rlvr.rewards import MathAccuracy, format_reward, open_r1, resolve_reward
 from rlvr.rewards.open_r1 import OPEN_R1_CODE_REWARDS, OPEN_R1_GRADER_REWARDS, OPEN_R1_REWARDS
+from rlvr.rewards.registry import BUILTIN_REWARDS, TRL_SCRIPT_REWARDS
 
 FORMATTED = "<think>\nadd\n</think>\n<answer>\n5\n</answer>"
 
@@ -176,7 +177,7 @@ def test_prefixes_and_the_other_names_mean_the_same_in_both_dialects(pool, names
     assert resolve_reward("rlvr:format", names=names) is format_reward
     assert resolve_reward("open-r1:accuracy", names=names) is open_r1.accuracy_reward
     assert resolve_reward("open_r1:format", names=names) is open_r1.format_reward
-    for name in ("tag_count", "reasoning_steps", "length", "cosine", "repetition_penalty", "soft_overlong_punishment"):
+    for name in (n for n in OPEN_R1_REWARDS if n not in BUILTIN_REWARDS):  # open-r1's names rlvr has none of
         assert resolve_reward(name, names=names) is OPEN_R1_REWARDS[name]
         assert resolve_reward(f"open-r1:{name}", names=names) is OPEN_R1_REWARDS[name]
 
@@ -185,8 +186,10 @@ def test_prefixes_and_the_other_names_mean_the_same_in_both_dialects(pool, names
 def test_trl_script_names_are_trls_rewards(names):
     import trl.rewards
 
-    for name in ("accuracy_reward", "reasoning_accuracy_reward", "think_format_reward"):
-        assert resolve_reward(name, names=names) is getattr(trl.rewards, name)
+    for name, build in TRL_SCRIPT_REWARDS.items():  # TRL's own function, or the closure its script builds
+        fn, again = resolve_reward(name, names=names), build(trl.rewards)
+        assert getattr(fn, "__code__", type(fn)) is getattr(again, "__code__", type(again)), name
+        assert fn.__module__.startswith("trl.rewards"), name
     punish = resolve_reward("get_soft_overlong_punishment", names=names)
     ids = [[0] * n for n in (1024, 1025, 1152, 1280, 1281)]
     # L_max 1280, L_cache 256 (TRL's script): 0, (1024 - 1025)/256, (1024 - 1152)/256, -1, -1
@@ -215,11 +218,17 @@ def test_open_r1_code_rewards_resolve_in_both_dialects_and_prefixed(name):
         assert resolve_reward(spec, names=names).__name__ == f"{name}_reward"
 
 
+def _listed(names, prefix=""):
+    return ", ".join(prefix + name for name in names)
+
+
 @pytest.mark.parametrize("spec, names, match", [
-    ("acuracy", "rlvr", r"valid names \(rlvr\): accuracy, format \(rlvr's.*tag_count.*accuracy_reward.*file\.py"),
-    ("acuracy", "trl", r"valid names \(trl\): accuracy, format, reasoning_steps.*tag_count.*rlvr:accuracy.*think_format_reward"),
-    ("open-r1:nope", "rlvr", r"unknown open-r1 reward 'nope'; valid: accuracy, format"),
-    ("rlvr:tag_count", "trl", r"valid: rlvr:accuracy, rlvr:format"),
+    ("acuracy", "rlvr", (rf"valid names \(rlvr\): {_listed(BUILTIN_REWARDS)} \(rlvr's.*tag_count.*accuracy_reward"
+                         r".*file\.py")),
+    ("acuracy", "trl", (rf"valid names \(trl\): {_listed(OPEN_R1_REWARDS)} \(open-r1's; rlvr's are "
+                        rf"{_listed(BUILTIN_REWARDS, 'rlvr:')}\).*think_format_reward")),
+    ("open-r1:nope", "rlvr", rf"unknown open-r1 reward 'nope'; valid: {_listed(OPEN_R1_REWARDS)}"),
+    ("rlvr:tag_count", "trl", rf"valid: {_listed(BUILTIN_REWARDS, 'rlvr:')}$"),
 ])
 def test_unknown_names_list_the_dialects_names(spec, names, match):
     with pytest.raises(ValueError, match=match):

@@ -6,10 +6,13 @@ import pytest
 import torch
 
 from rlvr.rewards import BUILTIN_REWARDS, MathAccuracy, combine_rewards, format_reward, resolve_reward
+from rlvr.rewards.extract import DEFAULT_EXTRACTION
 
 
 def test_builtins(pool):
-    assert set(BUILTIN_REWARDS) == {"accuracy", "format"}
+    for name, build in BUILTIN_REWARDS.items():  # each name (and rlvr:name) is what its factory builds
+        for spec in (name, f"rlvr:{name}"):
+            assert type(resolve_reward(spec, pool)) is type(build(pool, DEFAULT_EXTRACTION)), spec
     assert isinstance(resolve_reward("accuracy", pool), MathAccuracy)
     assert resolve_reward("format", pool) is format_reward
     with pytest.raises(ValueError, match="needs a VerifierPool"):
@@ -38,7 +41,7 @@ def test_file_spec(tmp_path):
 
 
 @pytest.mark.parametrize("spec, error, match", [
-    ("acuracy", ValueError, r"accuracy, format.*module:function.*file\.py:function"),
+    ("acuracy", ValueError, rf"{', '.join(BUILTIN_REWARDS)} \(rlvr's.*module:function.*file\.py:function"),
     ("no_such_module_xyz:f", ValueError, "cannot import"),
     ("rlvr.rewards.math_rewards:nope", ValueError, "no attribute 'nope'"),
     ("rlvr.rewards.extract:MAX_ANSWER_CHARS", TypeError, "not a callable"),

@@ -15,7 +15,7 @@ from rlvr.models import eos_token_ids, tiny_random_model_and_tokenizer
 from rlvr.rollout import GREEDY, HFEngine, Sampling, decode_engine
 from rlvr.rollout.decode_engine import DecodeEngine, DecodeState, DeviceSampler
 from rlvr.rollout.kv_cache import PreallocatedLayer, make_cache
-from rlvr.train.response_logprobs import response_logprobs_no_grad
+from rlvr.train.batching import response_logprobs_no_grad
 
 
 def _engines(seed=0, eos=None, **kwargs):

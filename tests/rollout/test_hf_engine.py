@@ -4,7 +4,7 @@ import torch
 
 from rlvr.models import eos_token_ids, tiny_random_model_and_tokenizer
 from rlvr.rollout import GREEDY, HFEngine, Sampling
-from rlvr.train.response_logprobs import response_logprobs_no_grad
+from rlvr.train.batching import response_logprobs_no_grad
 
 
 def _engine(seed=0):

@@ -11,6 +11,7 @@ from rlvr.models.tiny import tiny_byte_tokenizer
 from rlvr.rollout.completion import Completion
 from rlvr.rollout.sampling import Sampling
 from rlvr.rollout.tool_loop import MarkdownPython, ToolCall, ToolLoop, ToolResult, Turn
+from tests.helpers.engines import local_engines
 
 TOKENIZER = tiny_byte_tokenizer()
 EOS = TOKENIZER.convert_tokens_to_ids("<|im_end|>")
@@ -210,7 +211,7 @@ class FirstTurnCalls:
         return ToolResult("no such tool", failed=True)
 
 
-@pytest.mark.parametrize("engine_name", ["rlvr", "hf"])
+@pytest.mark.parametrize("engine_name", local_engines())
 def test_every_engine_continues_after_a_result_with_the_trainers_logprobs(engine_name):
     """rlvr's decoder and transformers' generate in the loop (vLLM: tests/rollout/test_vllm_tools.py): the model's
     tokens after a result are sampled on the whole context, their log-probs the trainer's; the result's are 0."""
@@ -218,7 +219,7 @@ def test_every_engine_continues_after_a_result_with_the_trainers_logprobs(engine
 
     from rlvr.models import tiny_random_model_and_tokenizer
     from rlvr.rollout import build_engine
-    from rlvr.train.response_logprobs import response_logprobs_no_grad
+    from rlvr.train.batching import response_logprobs_no_grad
 
     model, tokenizer = tiny_random_model_and_tokenizer(seed=4)
     model.eval()

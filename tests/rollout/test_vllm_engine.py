@@ -25,7 +25,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from rlvr.models import apply_lora, tiny_random_model_and_tokenizer
 from rlvr.models.tiny import IM_END, PAD, tiny_byte_tokenizer
 from rlvr.rollout import GREEDY, HFEngine, Sampling, build_engine
-from rlvr.train.response_logprobs import response_logprobs_no_grad
+from rlvr.train.batching import response_logprobs_no_grad
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")

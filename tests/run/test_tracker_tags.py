@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 
 from rlvr.run import trackers
-from rlvr.train.metrics import TRL_SUMMARY, trl_log_name
+from rlvr.train.trl_metric_names import TRL_SUMMARY, trl_log_name
 
 STEP = 7
 GLOBAL = "train/global_step"

@@ -12,12 +12,15 @@ from rlvr.config import build_config
 from rlvr.models import tiny_random_model_and_tokenizer
 from rlvr.rewards import VerifierPool
 from rlvr.rollout import Completion
+from rlvr.train.batching import OptimizerBatch
 from rlvr.train.dagrpo import AnchorBank, inject_anchor, should_inject
-from rlvr.train.experience import Experience, Group, compute_advantages
+from rlvr.train.experience import Experience, compute_advantages
+from rlvr.train.metrics import UpdateResult
 from rlvr.train.plan import compile_plan
+from rlvr.train.rollout_phase import Group
 from rlvr.train.tagrpo import LogprobPrompts
 from rlvr.train.trainer import Trainer
-from rlvr.train.update import OptimizerBatch, PolicyUpdate, UpdateResult
+from rlvr.train.update import PolicyUpdate
 
 from .conftest import tiny_overrides
 from .test_update import NoScheduler, RecordingOptimizer, _experience, update_policy

@@ -17,8 +17,8 @@ from safetensors.torch import load_file
 
 from rlvr.config import build_config
 from rlvr.parallel.runtime import DistContext
+from rlvr.train.batching import rank_share
 from rlvr.train.trainer import Trainer
-from rlvr.train.update import rank_share
 
 from .conftest import tiny_overrides
 

@@ -10,8 +10,10 @@ import torch
 
 from rlvr.core.advantages import AdvantageSettings
 from rlvr.rollout import Completion
-from rlvr.train.experience import Experience, Group, compute_advantages, minibatches, pad_rows
+from rlvr.train.batching import minibatches, pad_rows
+from rlvr.train.experience import Experience, compute_advantages
 from rlvr.train.plan import AdvantagePlan
+from rlvr.train.rollout_phase import Group
 from rlvr.train.tagrpo import LogprobPrompts
 
 

@@ -14,8 +14,8 @@ from rlvr.config import build_config
 from rlvr.models import load_policy
 from rlvr.run.checkpoint_files import TRAINING_FILES, list_checkpoints
 from rlvr.run.export import FINAL_RECORD
-from rlvr.train.metrics import trl_log_name
 from rlvr.train.trainer import Trainer
+from rlvr.train.trl_metric_names import trl_log_name
 from tests.helpers.metrics import comparable
 
 from .conftest import LOWERCASE_REWARD, tiny_overrides

@@ -178,8 +178,8 @@ def test_truncation_left_keeps_the_last_tokens_and_counts_the_cut_prompts(tmp_pa
     trainer = Trainer(cfg)
     long_row = next(row for row in trainer.rows if row["id"] == "long")
     full = _tokenize(long_row)
-    cut = trainer.prompts.ids(long_row)
+    cut = trainer.prompt_builder.ids(long_row)
     assert len(full) > 120 and cut == full[-120:]  # the question's end and the generation prompt are kept
-    assert trainer.prompts.ids(trainer.rows[0]) == _tokenize(trainer.rows[0])  # short prompts untouched
+    assert trainer.prompt_builder.ids(trainer.rows[0]) == _tokenize(trainer.rows[0])  # short prompts untouched
     history = trainer.train()
     assert all(m["rollout/prompt_truncated_frac"] == pytest.approx(1 / 7) for m in history)

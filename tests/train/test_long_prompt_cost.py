@@ -76,6 +76,6 @@ def test_truncation_left_sets_up_a_run_on_a_10_mb_prompt_in_seconds(tmp_path, lo
                                       reward_funcs=[lowercase_reward]))
     start = time.monotonic()
     trainer = Trainer(cfg)
-    ids = trainer.prompts.ids(next(row for row in trainer.rows if row["id"] == "huge"))
+    ids = trainer.prompt_builder.ids(next(row for row in trainer.rows if row["id"] == "huge"))
     assert time.monotonic() - start < 20 and len(ids) == 120
     assert "lorem ipsum dolor sit amet" in TOKENIZER.decode(ids)  # the end of the question kept

@@ -12,9 +12,12 @@ import torch
 from rlvr.config import build_config
 from rlvr.models import tiny_random_model_and_tokenizer
 from rlvr.rollout import Completion
-from rlvr.train.experience import Experience, Group
+from rlvr.train.batching import OptimizerBatch
+from rlvr.train.experience import Experience
+from rlvr.train.metrics import UpdateResult
 from rlvr.train.plan import compile_plan
-from rlvr.train.update import OptimizerBatch, PolicyUpdate, UpdateResult
+from rlvr.train.rollout_phase import Group
+from rlvr.train.update import PolicyUpdate
 
 from .test_tagrpo import _trainer as tagrpo_trainer
 from .test_update import NoScheduler, RecordingOptimizer

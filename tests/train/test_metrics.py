@@ -11,21 +11,20 @@ import torch
 
 import rlvr.train.metrics as metrics_module
 from rlvr.rollout import Completion
-from rlvr.train.experience import Group
 from rlvr.train.metrics import (
     MIN_HISTORY,
-    TRL_METRICS,
     WINDOW,
     GradSpikes,
     PhaseTimer,
     dagrpo_rollout_metrics,
     memory_metrics,
-    metrics_table,
     rollout_metrics,
     sample_records,
     step_metrics,
     trl_update_metrics,
 )
+from rlvr.train.rollout_phase import Group
+from rlvr.train.trl_metric_names import TRL_METRICS, metrics_table
 
 
 def _group(gid: int, rewards: list[float], lengths: list[int], *, anchors=(), truncated=(), **fields) -> Group:

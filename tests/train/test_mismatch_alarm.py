@@ -60,3 +60,47 @@ def test_an_engine_with_shifted_log_probs_is_named_and_can_stop_the_run(tmp_path
     limit = round(line["rollout/logprob_mismatch"] / 2, 3)
     with pytest.raises(TrainingStopped, match=f"Stopped: max_logprob_mismatch={limit}"):
         Trainer(_cfg(tmp_path / "stopped", max_logprob_mismatch=limit)).train()
+
+
+class OffsetLogprobs(ShiftedLogprobs):
+    """The engine the trainer builds, reporting every token 2 nats likelier than it is (π_old/π_sampler = e^-2)."""
+
+    def generate(self, prompts, **kwargs):
+        completions = self.engine.generate(prompts, **kwargs)
+        for c in completions:
+            c.logprobs[:] = [value + 2.0 for value in c.logprobs]
+        return completions
+
+
+def test_the_correction_masking_most_tokens_raises_the_alarm(tmp_path, monkeypatch, caplog):
+    """The IS weights' spread: with the correction on (token_mask, C_min 0.5) every ratio e^-2 is outside its bounds,
+    so rollout/is_clipped_frac is 1 > IS_ADJUSTED_WARN; with logprob_mismatch_warn above the 2-nat gap, that alone sets
+    the alarm and warns, naming the engine. The right engine under the same correction masks nothing: no alarm."""
+    correction = {"vllm_importance_sampling_correction": True, "vllm_importance_sampling_mode": "token_mask",
+                  "vllm_importance_sampling_clip_min": 0.5, "logprob_mismatch_warn": 5.0}
+    with caplog.at_level(logging.WARNING, logger="rlvr.train.metrics"):
+        Trainer(_cfg(tmp_path / "right", **correction)).train()
+    line = _lines(tmp_path / "right")[0]
+    assert line["rollout/is_clipped_frac"] == 0.0 and line["rollout/logprob_mismatch_alarm"] == 0
+    assert not caplog.records
+    build_engine = train_setup.build_engine
+    monkeypatch.setattr(train_setup, "build_engine", lambda *a, **kw: OffsetLogprobs(build_engine(*a, **kw)))
+    with caplog.at_level(logging.WARNING, logger="rlvr.train.metrics"):
+        Trainer(_cfg(tmp_path / "offset", **correction)).train()
+    line = _lines(tmp_path / "offset")[0]
+    assert line["rollout/logprob_mismatch"] == pytest.approx(2.0, abs=1e-3)  # below its own threshold, 5
+    assert line["rollout/is_clipped_frac"] == 1.0 and line["rollout/logprob_mismatch_alarm"] == 1, line
+    (record,) = caplog.records
+    assert "is_clipped_frac" in record.getMessage() and "rollout_engine=rlvr" in record.getMessage()
+
+
+@pytest.mark.parametrize(("mismatch", "adjusted", "warn", "expected"), [
+    (0.05, 0.4, 0.1, 0), (0.05, 0.6, 0.1, 1), (0.2, 0.0, 0.1, 1), (None, 0.6, 0.1, 1), (0.05, None, 0.1, 0),
+    (3.0, 0.9, 0.0, None),  # logprob_mismatch_warn=0 turns the alarm off, both halves
+])
+def test_the_alarm_fires_on_either_signal_above_its_threshold(mismatch, adjusted, warn, expected):
+    from rlvr.train.metrics import IS_ADJUSTED_WARN, MismatchAlarm
+
+    assert IS_ADJUSTED_WARN == 0.5  # docs/training.md states this value
+    out = MismatchAlarm((warn, None), engine="rlvr").check(3, mismatch, adjusted)
+    assert out == ({} if expected is None else {"rollout/logprob_mismatch_alarm": expected})

@@ -30,7 +30,7 @@ def _plan(**overrides):
 def test_default_grpo_plan():
     plan = _plan(num_generations=6, prompts_per_step=3)
     assert plan.mode == "rl"
-    assert plan.prompts is None  # no rephrasings: every pass scores on q_0
+    assert plan.scoring_prompts is None  # no rephrasings: every pass scores on q_0
     assert plan.update.needs_old_logprobs is False
     assert plan.update.loss.ratio_cap is None
     assert plan.rollout.dynamic_sampling is False
@@ -61,7 +61,7 @@ def test_old_logprobs_needed_after_an_update(update):
 @pytest.mark.parametrize(("algo", "pooled"), [("tagrpo", True), ("tagrpo_unpooled", False)])
 def test_tagrpo_original_anchor(algo, pooled):
     plan = _plan(algo=algo, num_generations=4)
-    assert plan.prompts == ALL_QUESTION
+    assert plan.scoring_prompts == ALL_QUESTION
     assert plan.rollout.rephrased is True
     assert plan.rollout.pooled is pooled
     assert plan.rollout.responses_per_prompt == 4  # G per variant, not (N+1)·G
@@ -72,7 +72,7 @@ def test_tagrpo_original_anchor(algo, pooled):
 
 def test_tagrpo_unanchored():
     plan = _plan(algo="tagrpo_unanchored")
-    assert plan.prompts == ALL_SAMPLED
+    assert plan.scoring_prompts == ALL_SAMPLED
     assert plan.rollout.rephrased is True
     assert plan.update.needs_old_logprobs is False
     assert plan.update.loss.ratio_cap is None
@@ -81,7 +81,7 @@ def test_tagrpo_unanchored():
 @pytest.mark.parametrize(("extra", "cap"), [({}, 2.0), ({"truncated_is_cap": 3.5}, 3.5)])
 def test_tagrpo_truncated_is(extra, cap):
     plan = _plan(algo="tagrpo", ratio_anchor="truncated_is", num_iterations=1, **extra)
-    assert plan.prompts == TRUNCATED_IS
+    assert plan.scoring_prompts == TRUNCATED_IS
     # π_old(o|q_j) differs from π(o|q_0) even before any update: old log-probs are computed.
     assert plan.update.needs_old_logprobs is True
     assert plan.update.loss.ratio_cap == cap
@@ -92,7 +92,7 @@ def test_tagrpo_truncated_is(extra, cap):
 def test_ratio_anchor_without_rephrasings_changes_nothing(ratio_anchor):
     # Every response was sampled from q_0: the ratio anchor is moot (no LogprobPrompts: q_0 on every pass).
     plan = _plan(ratio_anchor=ratio_anchor)
-    assert plan.prompts is None
+    assert plan.scoring_prompts is None
     assert plan.rollout.rephrased is False
     assert plan.update.needs_old_logprobs is False
     assert plan.update.loss.ratio_cap is None
@@ -111,7 +111,7 @@ def test_equal_sampling(extra, expected_responses):
     plan = _plan(algo="equal_sampling", **extra)
     assert plan.rollout.responses_per_prompt == expected_responses
     assert plan.rollout.rephrased is False
-    assert plan.prompts is None  # no rephrasings are sampled, whatever ratio_anchor says: q_0 on every pass
+    assert plan.scoring_prompts is None  # no rephrasings are sampled, whatever ratio_anchor says: q_0 on every pass
     assert plan.update.loss.ratio_cap is None
     assert plan.update.needs_old_logprobs is False
     assert plan.tagrpo_metrics is False
@@ -215,7 +215,7 @@ def test_tagrpo_dagrpo_dapo_combination():
                  dynamic_sampling=True, num_generations=4)
     assert plan.mode == "rl"
     # TA-GRPO, truncated IS
-    assert plan.prompts == TRUNCATED_IS
+    assert plan.scoring_prompts == TRUNCATED_IS
     assert plan.rollout.rephrased is True
     assert plan.rollout.pooled is True
     assert plan.rollout.responses_per_prompt == 4

@@ -6,7 +6,7 @@ import torch
 from rlvr.config import build_config
 from rlvr.models import load_policy
 from rlvr.parallel.runtime import autocast
-from rlvr.train.response_logprobs import collate, response_logprobs
+from rlvr.train.batching import collate, response_logprobs
 from rlvr.train.trainer import Trainer
 
 from .conftest import tiny_overrides

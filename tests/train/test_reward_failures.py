@@ -12,9 +12,10 @@ import torch
 from rlvr.cli import main
 from rlvr.config import build_config
 from rlvr.rollout import Completion
-from rlvr.train.experience import Experience, Group, compute_advantages
+from rlvr.train.experience import Experience, compute_advantages
 from rlvr.train.plan import compile_plan
 from rlvr.train.rewarding import RewardFunctionFailed
+from rlvr.train.rollout_phase import Group
 from rlvr.train.trainer import Trainer
 
 from .conftest import tiny_overrides

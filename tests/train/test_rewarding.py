@@ -12,7 +12,6 @@ import torch
 from rlvr.data.rows import normalize_rows
 from rlvr.models.tiny import tiny_byte_tokenizer
 from rlvr.rollout import Completion
-from rlvr.train.experience import Group
 from rlvr.train.rewarding import (
     ERROR_WINDOW_STEPS,
     LoggedValues,
@@ -20,6 +19,7 @@ from rlvr.train.rewarding import (
     RewardFunctionFailed,
     logged_metric_means,
 )
+from rlvr.train.rollout_phase import Group
 
 ROWS = [{"id": "a", "prompt": "q1", "answer": "4"}, {"id": "b", "prompt": "q2", "answer": "7"}]
 

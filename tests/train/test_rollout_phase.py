@@ -7,8 +7,8 @@ import torch
 
 from rlvr.config import build_config
 from rlvr.rollout import Completion
-from rlvr.train.experience import Group
 from rlvr.train.rewarding import Rewarder
+from rlvr.train.rollout_phase import Group
 from rlvr.train.trainer import Trainer
 
 from .conftest import tiny_overrides

@@ -78,7 +78,7 @@ def test_a_step_minimises_the_nll_of_the_solutions(tmp_path):
         decoded = [trainer.tokenizer.decode(response[:-1]) for response in experience.response_ids]
         assert decoded == [sample["completion"] for sample in result.samples]
         assert decoded[0] == "One and one make two.\nThe answer is \\boxed{2}."
-        temperature = trainer.cfg.rollout.temperature
+        temperature = trainer.plan.update.temperature
         expected = _nll(frozen, experience.prompt_ids, experience.response_ids, temperature)
         assert result.metrics["train/loss"] == pytest.approx(expected, rel=1e-4)
         assert result.metrics["sft/anchor_rate"] == 1.0

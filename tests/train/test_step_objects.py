@@ -23,8 +23,8 @@ from tests.train.conftest import tiny_overrides
 
 CONFIG_TYPES = (ExperimentConfig, *SECTIONS.values())
 # what the step runs through (Trainer.training_step and the phases it calls)
-STEP_OBJECTS = ("plan", "rollouts", "generate_groups", "rewarder", "dagrpo", "update", "engine", "evaluation",
-                "grad_spikes", "prompts", "group_ids")
+STEP_OBJECTS = ("plan", "generation", "generate_groups", "rewarder", "dagrpo", "update", "engine", "evaluation",
+                "grad_spikes", "prompt_builder", "group_ids")
 ATOMS = (str, bytes, int, float, bool, complex, type(None), torch.Tensor, torch.dtype, torch.device, type,
          types.ModuleType, types.BuiltinFunctionType)
 
@@ -94,11 +94,17 @@ def trainer(tmp_path_factory, request):
                                       max_completion_length=8, reward_funcs=[f"{path}:alternating"]))
     trainer = Trainer(cfg)
     trainer.train()
+    trainer.test_cfg = cfg  # (the walks below leave this attribute out: the test's own handle on the config)
     return trainer
 
 
 def step_objects(trainer) -> dict:
     return {name: getattr(trainer, name) for name in STEP_OBJECTS}
+
+
+def trainer_objects(trainer) -> dict:
+    """Every attribute of the Trainer once set-up is done (the test's own handle on the config left out)."""
+    return {name: value for name, value in vars(trainer).items() if name != "test_cfg"}
 
 
 @pytest.mark.slow
@@ -109,12 +115,21 @@ def test_the_steps_objects_hold_no_config(trainer):
 
 
 @pytest.mark.slow
+def test_the_trainer_holds_no_config_after_set_up(trainer):
+    """Issue 51: nothing the Trainer keeps reaches the config once set-up is done (TRL's evaluation reads its data
+    and builds its rewarder from decisions made at set-up: ``eval_rows``, ``rewarder_recipe``)."""
+    roots = trainer_objects(trainer)
+    assert {"plan", "eval_rows", "rewarder_recipe", "checkpoints", "logs"} <= set(roots)
+    assert config_paths(roots) == []
+
+
+@pytest.mark.slow
 def test_the_walk_finds_a_config_kept_anywhere(trainer, monkeypatch):
     """The check can fail: a config kept as an attribute, in a list or dict, in a closure or by a bound method."""
-    cfg = trainer.cfg
+    cfg = trainer.test_cfg
     monkeypatch.setattr(trainer.update, "options", cfg, raising=False)
     monkeypatch.setattr(trainer.rewarder, "extra", [{"settings": cfg.algorithm}], raising=False)
-    monkeypatch.setattr(trainer.rollouts, "hook", lambda: cfg.rollout, raising=False)
+    monkeypatch.setattr(trainer.generation, "hook", lambda: cfg.rollout, raising=False)
 
     class Keeper:
         def __init__(self):
@@ -126,7 +141,11 @@ def test_the_walk_finds_a_config_kept_anywhere(trainer, monkeypatch):
     monkeypatch.setattr(trainer.engine, "callback", Keeper().method, raising=False)
     assert config_paths(step_objects(trainer)) == [
         "engine.callback.__self__.kept (RunConfig)",
+        "generation.hook.<closure cfg> (ExperimentConfig)",
         "rewarder.extra[0]['settings'] (AlgorithmConfig)",
-        "rollouts.hook.<closure cfg> (ExperimentConfig)",
         "update.options (ExperimentConfig)",
     ]
+    # the Trainer's walk finds each of them too (by whichever of its attributes reaches it first)
+    found = config_paths(trainer_objects(trainer))
+    assert sorted(path.rsplit(" (", 1)[1] for path in found) == [
+        "AlgorithmConfig)", "ExperimentConfig)", "ExperimentConfig)", "RunConfig)"], found

@@ -5,10 +5,10 @@ import torch
 
 from rlvr.config import build_config
 from rlvr.rollout import Completion
-from rlvr.train.experience import Experience, Group, minibatches
-from rlvr.train.metrics import tagrpo_rollout_metrics
-from rlvr.train.response_logprobs import response_logprobs_no_grad
-from rlvr.train.tagrpo import LogprobPrompts
+from rlvr.train.batching import minibatches, response_logprobs_no_grad
+from rlvr.train.experience import Experience
+from rlvr.train.rollout_phase import Group
+from rlvr.train.tagrpo import LogprobPrompts, tagrpo_rollout_metrics
 from rlvr.train.trainer import Trainer
 
 from .conftest import tiny_overrides
@@ -87,7 +87,7 @@ def test_equal_sampling_uses_n_plus_one_times_g_responses_to_q0(tmp_path):
     trainer.rewarder.close()
     assert [len(g.completions) for g in groups] == [16, 16]  # (3 + 1) * 4
     assert all(v == 0 for g in groups for v in g.variants)
-    q0 = {tuple(trainer.prompts.ids(row)) for row in REPHRASED}
+    q0 = {tuple(trainer.prompt_builder.ids(row)) for row in REPHRASED}
     assert len(seen[0]) == 32 and all(tuple(p) in q0 for p in seen[0])
 
 

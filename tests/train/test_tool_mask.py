@@ -10,7 +10,8 @@ import torch
 from rlvr.config import build_config
 from rlvr.models import tiny_random_model_and_tokenizer
 from rlvr.rollout import Completion
-from rlvr.train.experience import Experience, Group
+from rlvr.train.experience import Experience
+from rlvr.train.rollout_phase import Group
 from tests.train.test_update import NoScheduler, RecordingOptimizer, update_policy
 
 ADVANTAGES = torch.tensor([0.9, -0.7, 0.3, -0.5, 0.6, -0.2])

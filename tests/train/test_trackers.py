@@ -17,8 +17,8 @@ import yaml
 from rlvr.config import build_config, parse_cli_value
 from rlvr.config.sections import TRACKER_NAMES
 from rlvr.run import trackers
-from rlvr.train.metrics import TRL_SUMMARY, trl_log_name
 from rlvr.train.trainer import Trainer
+from rlvr.train.trl_metric_names import TRL_SUMMARY, trl_log_name
 
 from .conftest import LOWERCASE_REWARD, tiny_overrides
 

@@ -6,10 +6,9 @@ import math
 
 import pytest
 
-from rlvr.train.metrics import trl_update_metrics
+from rlvr.train.metrics import TOKEN_SUMS, trl_update_metrics
 from rlvr.train.run_plan import LoggingPlan
 from rlvr.train.trl_log import LogUnit, TrlLog, split_line
-from rlvr.train.update import TOKEN_SUMS
 
 
 def log(steps=2, strategy="steps", first=False, tokens=False) -> TrlLog:

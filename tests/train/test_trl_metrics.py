@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 
 from rlvr.rollout import Completion
-from rlvr.train.experience import Group
-from rlvr.train.metrics import TRL_METRICS, metrics_table, trl_rollout_metrics
+from rlvr.train.metrics import trl_rollout_metrics
+from rlvr.train.rollout_phase import Group
+from rlvr.train.trl_metric_names import TRL_METRICS, metrics_table
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "from_trl.md"
-START = "<!-- generated: rlvr.train.metrics.metrics_table(); tests/train/test_trl_metrics.py keeps it equal -->\n"
+START = "<!-- generated: rlvr.train.trl_metric_names.metrics_table(); tests/train/test_trl_metrics.py keeps it equal -->\n"
 
 
 def test_the_documented_table_is_the_code_s():

@@ -150,7 +150,7 @@ def test_verl_parquet_and_compute_score_train(tmp_path):
     for row in trainer.rows:  # verl's chat prompt, its own "####" instruction only: never rewritten
         assert row["prompt"][-1]["content"].endswith('output the final answer after "####".')
         text = trainer.tokenizer.apply_chat_template(row["prompt"], tokenize=False, add_generation_prompt=True)
-        assert trainer.prompts.ids(row) == trainer.tokenizer(text, add_special_tokens=False)["input_ids"]
+        assert trainer.prompt_builder.ids(row) == trainer.tokenizer(text, add_special_tokens=False)["input_ids"]
     history = trainer.train()
     assert len(history) == 2
     for metrics in history:

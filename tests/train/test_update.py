@@ -6,8 +6,10 @@ import torch
 from rlvr.config import build_config
 from rlvr.models import tiny_random_model_and_tokenizer
 from rlvr.rollout import Completion
-from rlvr.train.experience import Experience, Group, length_buckets, minibatches
+from rlvr.train.batching import length_buckets, minibatches
+from rlvr.train.experience import Experience
 from rlvr.train.plan import compile_plan
+from rlvr.train.rollout_phase import Group
 from rlvr.train.update import PolicyUpdate
 
 

@@ -9,8 +9,9 @@ import torch
 from rlvr.config import build_config
 from rlvr.models import tiny_random_model_and_tokenizer
 from rlvr.rollout import Completion
-from rlvr.train.experience import Experience, Group
+from rlvr.train.experience import Experience
 from rlvr.train.plan import ISCorrection, compile_plan
+from rlvr.train.rollout_phase import Group
 from rlvr.train.tagrpo import LogprobPrompts
 from rlvr.train.update import PolicyUpdate
 
@@ -128,7 +129,7 @@ def test_off_reads_no_sampler_log_probs_and_changes_nothing():
 
 
 def test_no_update_metrics_name_the_is_metrics():
-    from rlvr.train.update import UpdateResult
+    from rlvr.train.metrics import UpdateResult
 
     assert all(UpdateResult.no_update_metrics(0.0)[k] is None for k in IS_METRICS)
 

@@ -214,7 +214,7 @@ def run_one_step(tmp_path, rows, by_prompt, **overrides):
     initial = {n: p.detach().clone() for n, p in trainer.policy.named_parameters()}
     model0 = copy.deepcopy(trainer.policy)
     model64 = copy.deepcopy(model0).to(torch.float64).eval()
-    temperature = trainer.cfg.rollout.temperature
+    temperature = cfg.rollout.temperature
 
     def score(prompt, ids):
         with torch.no_grad():

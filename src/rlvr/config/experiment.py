@@ -11,7 +11,7 @@ from typing import Any
 from rlvr.config.batch import BatchShape, batch_shape
 from rlvr.config.dagrpo import DaGRPOConfig
 from rlvr.config.evaluation import EvalConfig
-from rlvr.config.fields import _check_finite, _fail
+from rlvr.config.fields import _check_finite, _fail, help_text
 from rlvr.config.objective import ObjectiveConfig
 from rlvr.config.origin import ConfigOrigin
 from rlvr.config.presets import PRESETS
@@ -180,7 +180,7 @@ def field_help() -> list[tuple[str, str, Any, str]]:
     for section, cls in SECTIONS.items():
         for f in dataclasses.fields(cls):
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-            rows.append((section, f.name, default, f.metadata.get("help", "")))
+            rows.append((section, f.name, default, help_text(f)))
     return rows
 
 

@@ -4,14 +4,24 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import field
 from typing import Any
 
 
-def _f(default: Any, help: str) -> Any:
+def _f(default: Any, help: str | Callable[[], str]) -> Any:
+    """A field with its default and its ``--help`` text; ``help`` may be a function of no arguments, called each time
+    the help is shown (:func:`help_text`): a list of registered names read from the registry then, so a name
+    registered later is listed too."""
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: type(default)(default), metadata={"help": help})
     return field(default=default, metadata={"help": help})
+
+
+def help_text(f: dataclasses.Field) -> str:
+    """A field's ``--help`` text (its help function called, see :func:`_f`)."""
+    text = f.metadata.get("help", "")
+    return text() if callable(text) else text
 
 
 def _fail(name: str, value: Any, fix: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from rlvr.config import option_help
 from rlvr.config.fields import _f, _fail
 from rlvr.config.presets import PRESETS
 from rlvr.core.names import (
@@ -95,11 +96,7 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class DataConfig:
-    data: str = _f(DEFAULT_DATA, "training data: rg:NAME[:k=v...], gsm8k-100, FILE.jsonl|.json|.parquet (verl's parquet "
-                                 "rows as they are), a dataset FOLDER[:split=S][:config=C] (as datasets.load_dataset "
-                                 "or load_from_disk reads it), or a Hub dataset id[:split=S][:config=C] (from Python "
-                                 "also a list of row dicts or a datasets.Dataset) (TRL: dataset_name, dataset_config, "
-                                 "dataset_train_split)")
+    data: str = _f(DEFAULT_DATA, option_help.data)  # the sources' registry (rlvr.data.source_registry) lists them
     dataset_prompt_column: str | None = _f(None, "the column holding the question (open-r1's name; null: prompt, else "
                                                  "question, else problem). With preset=trl a string question then "
                                                  "becomes a chat [system_prompt?, user], as open-r1's grpo.py builds it")
@@ -151,9 +148,7 @@ class RolloutConfig:
     generation_kwargs: dict | None = _f(None, "sampling settings for the engine only, over the ones above: temperature, "
                                               "top_p, top_k, min_p, repetition_penalty (TRL name; as in TRL the "
                                               "trainer's log-probs keep `temperature`); other keys are refused")
-    rollout_engine: str = _f("rlvr", "generation engine: rlvr (own loop on the transformers model: shared prefill, "
-                                     "preallocated KV cache, finished rows dropped), hf (transformers generate), "
-                                     "vllm (optional, own environment; vllm_mode: colocate or server)")
+    rollout_engine: str = _f("rlvr", option_help.rollout_engine)
     max_rollout_batch_size: int = _f(64, "rlvr/hf engines: at most this many sequences are decoded at once (bounds the "
                                          "KV cache; more are run in chunks). vLLM schedules its own batches")
     fused_decoding: bool = _f(True, "rollout_engine=rlvr: decode Llama/Qwen2/Mistral models with the static step (fixed "
@@ -267,9 +262,7 @@ class RolloutConfig:
 
 @dataclass(frozen=True)
 class RewardConfig:
-    reward_funcs: list[str] = _f(["accuracy"], "reward functions: accuracy, format, module:function, package.module.function, "
-                                               "file.py:function, or verl:<one of those> for a verl compute_score "
-                                               "(from Python also callables)")
+    reward_funcs: list[str] = _f(["accuracy"], option_help.reward_funcs)
     reward_weights: list[float] | None = _f(None, "one weight per reward function (default all 1)")
     verifier_workers: int = _f(2, "math-verify worker processes")
     verifier_timeout: float = _f(5.0, "seconds per verification; a timeout scores 0 and is counted")
@@ -311,27 +304,16 @@ class RewardConfig:
 
 @dataclass(frozen=True)
 class AlgorithmConfig:
-    algo: str = _f("grpo", "preset: grpo, dr_grpo, dapo, rloo, gspo (sets the defaults below)")
-    advantage_estimator: str = _f("grpo", "grpo | rloo | dagrpo (the masked pairwise form; algo=dagrpo's pair_masking "
-                                          "sets it), a name registered with rlvr.core.advantages.register_advantage, or "
-                                          "your own fn(inputs, settings) as path/file.py:fn (docs/extending.md) "
-                                          "(verl: algorithm.adv_estimator)")
+    algo: str = _f("grpo", option_help.algo)
+    advantage_estimator: str = _f("grpo", option_help.advantage_estimator)
     scale_rewards: str = _f("group", "group | batch | none (verl: norm_adv_by_std_in_grpo)")
     multi_objective_aggregation: str = _f("sum_then_normalize", "several reward functions: sum_then_normalize (the "
                                           "weighted sum's advantage) | normalize_then_sum (GDPO: each function's "
                                           "rewards normalised in its group, summed with the weights, then "
                                           "normalised over the batch) (TRL name)")
     advantage_eps: float = _f(1e-6, "epsilon added to the std (verl 1e-6; TRL 1e-4); >= 0 (a negative one is refused)")
-    loss_type: str = _f("token_mean", "verl's token_mean | seq_mean_token_mean | seq_mean_token_sum | "
-                                      "seq_mean_token_sum_norm (verl: loss_agg_mode), or TRL's dapo | grpo | dr_grpo | "
-                                      "bnpo | luspo with TRL's normalisers, or TRL's cispo | sapo | vespo (which choose "
-                                      "the policy loss too) (docs/training.md, 'Conventions'), or your own "
-                                      "fn(per_token, mask, denominators) as path/file.py:fn (docs/extending.md)")
-    policy_loss: str = _f("clip", "the sampled responses' per-token loss: clip (PPO's clipped surrogate; verl: "
-                                  "policy_loss.loss_mode=vanilla), cispo, sapo, vespo (TRL's), clip_cov, kl_cov "
-                                  "(verl's; settings: the objective section), a name registered with "
-                                  "rlvr.core.losses.register_policy_loss, or your own fn(logprobs, old_logprobs, "
-                                  "advantages, mask, settings) as path/file.py:fn (docs/extending.md)")
+    loss_type: str = _f("token_mean", option_help.loss_type)
+    policy_loss: str = _f("clip", option_help.policy_loss)
     epsilon: float = _f(0.2, "lower clip range (verl: clip_ratio_low)")
     epsilon_high: float | None = _f(None, "upper clip range, default = epsilon (verl: clip_ratio_high; DAPO 0.28)")
     dual_clip: float | None = _f(None, "dual-clip constant c for A<0 (verl: clip_ratio_c = 3.0); null disables")
@@ -507,7 +489,8 @@ class RunConfig:
     grad_spike_factor: float = _f(5.0, "count a grad-norm spike when it exceeds this many times the running median")
     logprob_mismatch_warn: float = _f(0.1, "warn, naming the engine and the usual causes, and set "
                                            "rollout/logprob_mismatch_alarm, at a step whose mean |sampler - trainer| "
-                                           "log-prob (rollout/logprob_mismatch) exceeds this; 0: off")
+                                           "log-prob (rollout/logprob_mismatch) exceeds this, or whose IS correction "
+                                           "truncated or masked over half its tokens; 0: off")
     max_logprob_mismatch: float | None = _f(None, "stop the run at a step whose rollout/logprob_mismatch exceeds "
                                                   "this (null: never)")
     max_skipped_steps: int = _f(3, "stop when this many optimiser steps in a row had a non-finite loss or gradient")

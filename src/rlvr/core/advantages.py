@@ -4,7 +4,9 @@
 
 ``grpo``, ``rloo`` and DaGRPO's masked pairwise form (``dagrpo``) are registered below; adding an
 estimator is one decorated function (docs/design/architecture.md, "Add an advantage estimator"). The
-settings are validated once, by the config; the estimators trust them.
+settings are validated once, by the config; the estimators trust them. Each declares its contract where it
+is registered (:class:`EstimatorContract`: a float64 reference from ``rlvr.core.references`` and the
+invariants it claims), which tests/contracts/test_estimator_contract.py holds it to.
 
 Groups are found from ``group_ids`` (a stable id carried with each response), never from positions
 in the batch: responses of one group may sit anywhere in the batch. Every group statistic comes
@@ -31,11 +33,12 @@ whatever τ (also an adaptive τ = κ·std on a group of equal scores).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, fields
 
 import torch
 
+from rlvr.core import references
 from rlvr.core.names import ADVANTAGE_ESTIMATOR_NAMES
 
 SCORE_TOL = 1e-6
@@ -76,13 +79,57 @@ class GroupStats:
 AdvantageFn = Callable[[AdvantageInputs, AdvantageSettings], torch.Tensor]
 ADVANTAGE_ESTIMATORS: dict[str, AdvantageFn] = {}
 
+# The invariants an estimator may claim (tests/contracts/test_estimator_contract.py checks each one claimed).
+ESTIMATOR_INVARIANTS = {
+    "zero_mean_per_group": "the advantages of each group sum to 0",
+    "shift_invariant": "adding a constant to every reward (and score) leaves the advantages unchanged",
+    "permutation_equivariant": "permuting the responses (within and across groups) permutes the advantages",
+    "uniform_group_zero": "a group whose rewards (and scores) are all equal gets exactly 0",
+    "singleton_zero": "a group of one response gets exactly 0",
+}
+OPTIONAL_INPUTS = tuple(f.name for f in fields(AdvantageInputs) if f.name not in ("rewards", "group_ids"))
 
-def register_advantage(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
-    """Decorator: ``fn(inputs, settings) -> [N]`` becomes the estimator ``advantage_estimator=name``."""
+
+@dataclass(frozen=True)
+class EstimatorContract:
+    """What an estimator declares at registration, and the generated suite checks it against."""
+
+    reference: AdvantageFn  # float64, a plain loop per group, written apart from the estimator (core/references.py)
+    invariants: tuple[str, ...] = ()  # names of ESTIMATOR_INVARIANTS it claims
+    needs: tuple[str, ...] = ()  # the optional AdvantageInputs fields it reads (the suite fills them)
+    settings: tuple[dict, ...] = ({},)  # AdvantageSettings overrides the suite checks it under
+
+    def __post_init__(self) -> None:
+        unknown = [n for n in self.invariants if n not in ESTIMATOR_INVARIANTS]
+        if unknown:
+            raise ValueError(f"unknown invariants {unknown}; claim some of {sorted(ESTIMATOR_INVARIANTS)}")
+        if any(n not in OPTIONAL_INPUTS for n in self.needs):
+            raise ValueError(f"needs={self.needs}: name AdvantageInputs fields among {OPTIONAL_INPUTS}")
+
+
+ESTIMATOR_CONTRACTS: dict[str, EstimatorContract] = {}
+
+
+def register_advantage(name: str, *, reference: AdvantageFn | None = None, invariants: Iterable[str] = (),
+                       needs: Iterable[str] = (),
+                       settings: Iterable[dict] = ({},)) -> Callable[[AdvantageFn], AdvantageFn]:
+    """Decorator: ``fn(inputs, settings) -> [N]`` becomes the estimator ``advantage_estimator=name``.
+
+    ``reference`` (float64, one group at a time), ``invariants`` (names of :data:`ESTIMATOR_INVARIANTS`),
+    ``needs`` (the optional :class:`AdvantageInputs` it reads) and ``settings`` (overrides of
+    :class:`AdvantageSettings` to check it under) are its contract (:class:`EstimatorContract`); without a
+    reference it has none, and tests/contracts/test_estimator_contract.py fails on it, saying what to declare.
+    """
+    contract = None if reference is None else EstimatorContract(reference, tuple(invariants), tuple(needs),
+                                                                tuple(settings))
 
     def register(fn: AdvantageFn) -> AdvantageFn:
         ADVANTAGE_ESTIMATORS[name] = fn
         ADVANTAGE_ESTIMATOR_NAMES.add(name)  # the config accepts it from now on
+        if contract is None:
+            ESTIMATOR_CONTRACTS.pop(name, None)
+        else:
+            ESTIMATOR_CONTRACTS[name] = contract
         return fn
 
     return register
@@ -129,13 +176,18 @@ def _group_index(group_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
     return index, int(uniques.numel())
 
 
-@register_advantage("grpo")
+RELATIVE_INVARIANTS = ("zero_mean_per_group", "shift_invariant", "permutation_equivariant", "uniform_group_zero",
+                       "singleton_zero")
+SCALES = tuple({"scale_rewards": scale} for scale in ("group", "batch", "none"))
+
+
+@register_advantage("grpo", reference=references.grpo, invariants=RELATIVE_INVARIANTS, settings=SCALES)
 def grpo(inputs: AdvantageInputs, s: AdvantageSettings) -> torch.Tensor:
     """GRPO: A_i = (r_i − mean_g r) / (σ + ε), σ per ``scale_rewards`` (none: no division, Dr. GRPO)."""
     return _relative(inputs, s, leave_one_out=False)
 
 
-@register_advantage("rloo")
+@register_advantage("rloo", reference=references.rloo, invariants=RELATIVE_INVARIANTS, settings=SCALES)
 def rloo(inputs: AdvantageInputs, s: AdvantageSettings) -> torch.Tensor:
     """RLOO: A_i = r_i − mean_{j≠i} r_j = G/(G−1)·(r_i − mean_g r), divided by σ + ε unless scale_rewards=none."""
     return _relative(inputs, s, leave_one_out=True)
@@ -164,7 +216,10 @@ def sigma(values: torch.Tensor, group_ids: torch.Tensor, scale_rewards: str, sta
     return (stats if stats is not None else group_statistics(values, group_ids, weights)).std
 
 
-@register_advantage("dagrpo")
+@register_advantage("dagrpo", reference=references.dagrpo, invariants=RELATIVE_INVARIANTS,
+                    needs=("scores", "stats_mask"),
+                    settings=({}, {"tau": 0.3}, {"tau_kappa": 0.5}, {"tau": 0.2, "contrast": "score"},
+                              {"tau": 0.3, "scale_rewards": "batch"}, {"tau": 0.3, "scale_rewards": "none"}))
 def dagrpo(inputs: AdvantageInputs, s: AdvantageSettings) -> torch.Tensor:
     """DaGRPO's masked pairwise advantages Â_i = Σ_j m_ij (c_i − c_j) / (G (σ + ε)) (see the module's doc).
 

@@ -1,14 +1,17 @@
 """The registry of the sampled responses' per-token policy losses and the settings every loss reads: one place that
 ``rlvr.core.losses`` (PPO's clip, the anchor term, KL, aggregation) and ``rlvr.core.loss_variants`` (TRL's and
-verl's other losses) both register into."""
+verl's other losses) both register into. Each loss declares its contract there (:class:`LossContract`: a float64
+reference from ``rlvr.core.references`` and its value at ratio 1), which tests/contracts/test_loss_contract.py
+holds it to."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
 
+from rlvr.core import references
 from rlvr.core.names import POLICY_LOSS_NAMES
 
 
@@ -50,21 +53,47 @@ PolicyLossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
                         tuple[torch.Tensor, torch.Tensor]]
 POLICY_LOSSES: dict[str, PolicyLossFn] = {}
 WEIGHTS_INSIDE: set[str] = set()  # losses that take the sampler correction's weights themselves (keyword is_weights)
+# fn(logprobs [N, T], advantages [N], settings) -> [N, T]: a loss's value where logprobs == old_logprobs (ρ = 1)
+OnPolicyFn = Callable[[torch.Tensor, torch.Tensor, LossSettings], torch.Tensor]
 
 
-def register_policy_loss(name: str, *, weights_inside: bool = False) -> Callable[[PolicyLossFn], PolicyLossFn]:
+@dataclass(frozen=True)
+class LossContract:
+    """What a policy loss declares at registration, and the generated suite checks it against."""
+
+    # float64 (loss [N, T], clipped [N, T] bool), a plain loop per token written apart from the loss, with the
+    # implementation's signature (core/references.py); autograd on it gives the reference gradient
+    reference: Callable[..., tuple[torch.Tensor, torch.Tensor]]
+    on_policy: OnPolicyFn = references.on_policy_ratio  # its value at ρ = 1 (default: −A, the plain policy gradient)
+    settings: tuple[dict, ...] = ({},)  # LossSettings overrides the suite checks it under
+
+
+LOSS_CONTRACTS: dict[str, LossContract] = {}
+
+
+def register_policy_loss(name: str, *, weights_inside: bool = False, reference: Callable | None = None,
+                         on_policy: OnPolicyFn | None = None,
+                         settings: Iterable[dict] = ({},)) -> Callable[[PolicyLossFn], PolicyLossFn]:
     """Decorator: the function becomes the sampled responses' per-token loss ``policy_loss=name``.
 
-    It returns (loss [N, T], zero off the mask; clipped [N, T] bool, the tokens whose gradient it removed).
-    ``weights_inside``: the function takes the sampler/trainer correction's weights as ``is_weights=`` and uses
-    them itself (VESPO); they are then not multiplied into its loss.
+    It returns (loss [N, T], zero off the mask; clipped [N, T] bool, the tokens whose gradient it removed), with
+    gradient through ``logprobs`` only. ``weights_inside``: the function takes the sampler/trainer correction's
+    weights as ``is_weights=`` and uses them itself (VESPO); they are then not multiplied into its loss.
+    ``reference``, ``on_policy`` and ``settings`` are its contract (:class:`LossContract`); without a reference
+    it has none, and tests/contracts/test_loss_contract.py fails on it, saying what to declare.
     """
+    contract = None if reference is None else LossContract(reference, on_policy or references.on_policy_ratio,
+                                                           tuple(settings))
 
     def register(fn: PolicyLossFn) -> PolicyLossFn:
         POLICY_LOSSES[name] = fn
         POLICY_LOSS_NAMES.add(name)  # the config accepts it from now on
         if weights_inside:
             WEIGHTS_INSIDE.add(name)
+        if contract is None:
+            LOSS_CONTRACTS.pop(name, None)
+        else:
+            LOSS_CONTRACTS[name] = contract
         return fn
 
     return register

@@ -14,7 +14,9 @@ A the advantage, and ``sg`` a stop-gradient:
 
 [paper] CISPO: MiniMax-M1 (arXiv 2506.13585); SAPO: arXiv 2511.20347; VESPO's γ-weights: TRL 1.16's
 ``get_gamma_weights``; Clip-Cov / KL-Cov: "The Entropy Mechanism of RL for Reasoning LMs" (arXiv 2505.22617).
-tests/conformance/test_trl_loss.py and test_verl_core_algos.py run TRL's and verl's own code beside these.
+tests/conformance/test_trl_loss.py and test_verl_core_algos.py run TRL's and verl's own code beside these; each
+is registered with its float64 reference (rlvr.core.references), which tests/contracts/test_loss_contract.py
+holds it to. The advantages and old log-probs are constants of the update: no gradient reaches them.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import math
 
 import torch
 
+from rlvr.core import references
 from rlvr.core.logprobs import LOG_RATIO_CLAMP, log_ratio
 from rlvr.core.loss_registry import LossSettings, register_policy_loss
 
@@ -30,20 +33,23 @@ VESPO_LOG_FLOOR = math.log(1e-8)  # TRL's clamp of log w (and of the sampler cor
 
 
 def _adv(advantages: torch.Tensor) -> torch.Tensor:
-    return advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages
+    """[N, 1] or [N, T], detached: an advantage is a constant of the update."""
+    return (advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages).detach()
 
 
 def _masked(loss: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.where(mask.bool(), loss, torch.zeros_like(loss))
 
 
-@register_policy_loss("cispo")
+@register_policy_loss("cispo", reference=references.cispo, on_policy=references.on_policy_logprob,
+                      settings=({"epsilon_high": 5.0}, {"epsilon_high": 1.25},
+                                {"epsilon_high": 1.25, "importance_level": "sequence"}))
 def cispo(logprobs, old_logprobs, advantages, mask, s: LossSettings):
     """TRL's CISPO: ℓ_t = −sg(min(ρ_t, ε_high)) · A · log π_θ (module doc); clipped: ρ_t > ε_high with A > 0
     (TRL's ``cispo_clip_ratio``). ``epsilon_high`` (ε when not given, as TRL) is the cap on ρ itself, not
     1 + ε_high: TRL's docs suggest epsilon_high = 5.0 with CISPO (verl's cispo clips to [1 − ε, 1 + ε_high])."""
     adv = _adv(advantages)
-    ratio = log_ratio(logprobs, old_logprobs, mask, importance_level=s.importance_level).exp()
+    ratio = log_ratio(logprobs, old_logprobs.detach(), mask, importance_level=s.importance_level).exp()
     loss = -ratio.clamp(max=s.epsilon if s.epsilon_high is None else s.epsilon_high).detach() * adv * logprobs
     return _masked(loss, mask), cispo_clipped(ratio, adv, mask, s)
 
@@ -54,11 +60,12 @@ def cispo_clipped(ratio: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, s:
     return (ratio > cap) & (adv > 0) & mask.bool()
 
 
-@register_policy_loss("sapo")
+@register_policy_loss("sapo", reference=references.sapo, on_policy=references.on_policy_sapo,
+                      settings=({}, {"importance_level": "sequence", "sapo_temperature_neg": 2.0}))
 def sapo(logprobs, old_logprobs, advantages, mask, s: LossSettings):
     """SAPO's soft gate instead of the clip: ℓ_t = −σ(τ (ρ_t − 1)) · 4/τ · A (module doc); nothing is clipped."""
     adv = _adv(advantages)
-    ratio = log_ratio(logprobs, old_logprobs, mask, importance_level=s.importance_level).exp()
+    ratio = log_ratio(logprobs, old_logprobs.detach(), mask, importance_level=s.importance_level).exp()
     tau = torch.where(adv > 0, s.sapo_temperature_pos, s.sapo_temperature_neg).to(ratio.dtype)
     loss = -torch.sigmoid(tau * (ratio - 1)) * 4 / tau * adv
     return _masked(loss, mask), torch.zeros_like(mask, dtype=torch.bool)
@@ -93,7 +100,9 @@ def vespo_weights(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages
         return phi.nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
 
 
-@register_policy_loss("vespo", weights_inside=True)
+@register_policy_loss("vespo", weights_inside=True, reference=references.vespo,
+                      on_policy=references.on_policy_logprob,
+                      settings=({}, {"is_level": "token"}, {"is_level": "sequence", "vespo_k_pos": 1.0}))
 def vespo(logprobs, old_logprobs, advantages, mask, s: LossSettings, *, is_weights=None):
     """VESPO: ℓ_t = −φ(w) · A · log π_θ, φ of :func:`vespo_weights` (which takes the sampler correction's weights
     into w: they are not multiplied into ℓ again, as in TRL). Nothing is clipped."""
@@ -111,7 +120,8 @@ def _centred_covariance(logprobs: torch.Tensor, adv: torch.Tensor, mask: torch.T
     return (adv - mean_adv) * (logprobs - mean_logp)
 
 
-@register_policy_loss("clip_cov")
+@register_policy_loss("clip_cov", reference=references.clip_cov,
+                      settings=({}, {"clip_cov_ratio": 0.2, "clip_cov_lb": 0.0}))
 def clip_cov(logprobs, old_logprobs, advantages, mask, s: LossSettings):
     """verl's Clip-Cov: PPO's clipped surrogate (ε_low, ε_high; no dual clip), with the gradient of
     ⌊clip_cov_ratio · tokens⌋ (≥ 1) tokens removed, drawn at random (torch's generator, as verl's randperm) from
@@ -120,7 +130,7 @@ def clip_cov(logprobs, old_logprobs, advantages, mask, s: LossSettings):
     epsilon_high = s.epsilon if s.epsilon_high is None else s.epsilon_high
     m = mask.bool()
     adv = _adv(advantages).expand_as(logprobs)
-    ratio = (logprobs - old_logprobs).exp()
+    ratio = (logprobs - old_logprobs.detach()).exp()
     unclipped = -adv * ratio
     clipped = -adv * ratio.clamp(1 - s.epsilon, 1 + epsilon_high)
     by_clip = (clipped > unclipped) & m
@@ -136,13 +146,13 @@ def clip_cov(logprobs, old_logprobs, advantages, mask, s: LossSettings):
     return _masked(loss, mask), (corr == 0) & m
 
 
-@register_policy_loss("kl_cov")
+@register_policy_loss("kl_cov", reference=references.kl_cov, settings=({}, {"kl_cov_ratio": 0.2}))
 def kl_cov(logprobs, old_logprobs, advantages, mask, s: LossSettings):
     """verl's KL-Cov: ℓ_t = −A ρ_t, plus ppo_kl_coef · |log ρ_t| on the max(1, ⌊kl_cov_ratio · tokens⌋) tokens
     of the largest covariance (A − Ā)(log π − mean log π) (means over the mask); no clip, nothing clipped."""
     m = mask.bool()
     adv = _adv(advantages).expand_as(logprobs)
-    diff = logprobs - old_logprobs
+    diff = logprobs - old_logprobs.detach()
     loss = -adv * diff.exp()
     cov = _centred_covariance(logprobs.detach(), adv.detach(), mask)[m]  # the valid tokens, row-major
     if cov.numel():

@@ -14,6 +14,8 @@ w_t is the sampler/trainer importance weight (``rlvr.core.importance``; 1 withou
 as in TRL it weights the policy term only, before β·KL is added. Adding a policy loss is one
 decorated function (docs/design/architecture.md, "Add a loss"). The settings are validated once, by
 the config (an aggregation name is canonical here: the config resolves TRL's and verl's aliases).
+Every registered loss and aggregation declares a float64 reference (``rlvr.core.references``) where it
+is registered; tests/contracts/ holds it to that reference.
 
 Safety (docs/design/pitfalls.md #4): the log-ratio is masked at padding and clamped to ±``LOG_RATIO_CLAMP``
 *before* ``exp``, so a padded position can never produce inf, and 0·inf = NaN can never leak
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from rlvr.core import loss_variants as _variants  # noqa: F401  (TRL's and verl's other losses register themselves)
+from rlvr.core import references
 from rlvr.core.logprobs import LOG_RATIO_CLAMP, log_ratio
 from rlvr.core.loss_registry import (  # noqa: F401  (re-exported: rlvr.core.losses is where losses are found)
     POLICY_LOSSES,
@@ -53,19 +56,22 @@ class PolicyLoss:
 
 
 
-@register_policy_loss("clip")
+@register_policy_loss("clip", reference=references.clip,
+                      settings=({}, {"epsilon_high": 0.28}, {"dual_clip": 3.0, "epsilon": 0.1}, {"ratio_cap": 1.5},
+                                {"importance_level": "sequence"}))
 def clip(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
          s: LossSettings) -> tuple[torch.Tensor, torch.Tensor]:
     """PPO's clipped surrogate: L_t = −min(ρ_t A, clip(ρ_t, 1−ε_low, 1+ε_high) A).
 
     With ``dual_clip`` c (A < 0 only): L_t = min(L_t, −c·A). With ``ratio_cap`` C, ρ_t is first truncated
     to min(ρ_t, C) (truncated importance sampling, TA-GRPO's ``truncated_is``). ``importance_level``
-    sequence: ρ is GSPO's sequence ratio. ``advantages``: [N] (broadcast over tokens) or [N, T].
+    sequence: ρ is GSPO's sequence ratio. ``advantages``: [N] (broadcast over tokens) or [N, T]; they and
+    ``old_logprobs`` are constants of the update (no gradient reaches them).
     """
     epsilon_high = s.epsilon if s.epsilon_high is None else s.epsilon_high
     mask = mask.bool()
-    adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages  # [N, 1] or [N, T]
-    log_rho = log_ratio(logprobs, old_logprobs, mask, importance_level=s.importance_level)  # [N, T]
+    adv = (advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages).detach()  # [N, 1] or [N, T]
+    log_rho = log_ratio(logprobs, old_logprobs.detach(), mask, importance_level=s.importance_level)  # [N, T]
     if s.ratio_cap is not None:
         log_rho = log_rho.clamp(max=math.log(s.ratio_cap))
     ratio = torch.exp(log_rho)  # [N, T]
@@ -199,48 +205,72 @@ AggregationFn = Callable[[torch.Tensor, torch.Tensor, Denominators], torch.Tenso
 AGGREGATIONS: dict[str, AggregationFn] = {}
 
 
-def register_aggregation(name: str) -> Callable[[AggregationFn], AggregationFn]:
-    """Decorator: ``fn(per_token, mask, denominators) -> scalar`` becomes the reduction ``loss_type=name``."""
+@dataclass(frozen=True)
+class AggregationContract:
+    """What an aggregation declares at registration, and the generated suite checks it against."""
+
+    reference: AggregationFn  # float64, a plain loop over sequences and tokens (core/references.py)
+    # Σ over micro-batches, each given the step's global Denominators, equals the whole batch's value
+    micro_batch_additive: bool = True
+
+
+AGGREGATION_CONTRACTS: dict[str, AggregationContract] = {}
+
+
+def register_aggregation(name: str, *, reference: AggregationFn | None = None,
+                         micro_batch_additive: bool = True) -> Callable[[AggregationFn], AggregationFn]:
+    """Decorator: ``fn(per_token, mask, denominators) -> scalar`` becomes the reduction ``loss_type=name``.
+
+    ``reference`` and ``micro_batch_additive`` are its contract (:class:`AggregationContract`); without a
+    reference it has none, and tests/contracts/test_aggregation_contract.py fails on it, saying what to declare.
+    """
+    contract = None if reference is None else AggregationContract(reference, micro_batch_additive)
 
     def register(fn: AggregationFn) -> AggregationFn:
         AGGREGATIONS[name] = fn
         if name not in AGGREGATION_MODES:
             AGGREGATION_MODES.append(name)  # the config accepts it from now on
+        if contract is None:
+            AGGREGATION_CONTRACTS.pop(name, None)
+        else:
+            AGGREGATION_CONTRACTS[name] = contract
         return fn
 
     return register
 
 
-@register_aggregation("token_mean")
-@register_aggregation("dapo")
+@register_aggregation("token_mean", reference=references.token_mean)
+@register_aggregation("dapo", reference=references.token_mean)
 def _token_mean(per_token, m, d: Denominators):
     """Σ m·ℓ / Σ m (verl's token-mean); ``dapo``: the caller passes TRL's normaliser as num_tokens."""
     return (per_token * m).sum() / _at_least_one(m.sum() if d.num_tokens is None else d.num_tokens, per_token)
 
 
-@register_aggregation("bnpo")
+@register_aggregation("bnpo", reference=references.bnpo, micro_batch_additive=False)
 def _bnpo(per_token, m, d: Denominators):
-    """TRL's bnpo: this micro-batch's own token mean × n / num_sequences (1/A for A equal micro-batches)."""
+    """TRL's bnpo: this micro-batch's own token mean × n / num_sequences (1/A for A equal micro-batches). Not
+    micro-batch additive: the micro-batches' results sum to the step's token mean only when each holds as many
+    tokens per sequence as the step (TRL's definition)."""
     n = per_token.shape[0]
     share = n / _at_least_one(n if d.num_sequences is None else d.num_sequences, per_token)
     return (per_token * m).sum() / _at_least_one(m.sum(), per_token) * share
 
 
-@register_aggregation("seq_mean_token_mean")
+@register_aggregation("seq_mean_token_mean", reference=references.seq_mean_token_mean)
 def _seq_mean_token_mean(per_token, m, d: Denominators):
     """(1/N) Σ_i (Σ_t m·ℓ / Σ_t m) (TRL's grpo); a sequence with no tokens adds 0 but counts in N."""
     per_seq = (per_token * m).sum(-1) / m.sum(-1).clamp(min=1)  # [N]
     return per_seq.sum() / _at_least_one(per_token.shape[0] if d.num_sequences is None else d.num_sequences, per_token)
 
 
-@register_aggregation("seq_mean_token_sum")
+@register_aggregation("seq_mean_token_sum", reference=references.seq_mean_token_sum)
 def _seq_mean_token_sum(per_token, m, d: Denominators):
     """(1/N) Σ_i Σ_t m·ℓ (verl's seq-mean-token-sum; TRL's luspo): a sequence's summed loss, averaged over N."""
     return (per_token * m).sum() / _at_least_one(per_token.shape[0] if d.num_sequences is None else d.num_sequences,
                                                  per_token)
 
 
-@register_aggregation("seq_mean_token_sum_norm")
+@register_aggregation("seq_mean_token_sum_norm", reference=references.seq_mean_token_sum_norm)
 def _seq_mean_token_sum_norm(per_token, m, d: Denominators):
     """Σ m·ℓ / (N · L_max) (Dr. GRPO, as TRL's dr_grpo)."""
     if d.max_completion_length is None or d.max_completion_length <= 0:

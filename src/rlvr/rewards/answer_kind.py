@@ -1,7 +1,8 @@
 """What counts as math and what as text in a final answer: the one place that decides it.
 
 Used by the verifier worker for gold and prediction alike (``read_answer``, ``same_answer``) and by
-the pool's fast path (``clean_answer``). Plain ``re`` at import time: math-verify (and sympy) are
+the pool's fast path (``clean_answer``, rule 1, which lives with the extraction in
+``rlvr.rewards.extract``: it is the last step of taking an answer out of a completion). Plain ``re`` at import time: math-verify (and sympy) are
 imported only inside ``parse_whole``, which runs in the worker processes.
 
 Rules, in the order they are applied to one answer (docs/training.md, "How answers are compared"):
@@ -36,6 +37,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+from rlvr.rewards.extract import clean_answer  # rule 1, the cleaning of an extracted answer
 
 MATH, TEXT, UNPARSED = "math", "text", "unparsed"
 
@@ -72,54 +75,12 @@ _NAME_ARGUMENT = re.compile(r"\\(?:begin|end|mathbb|mathcal|mathfrak|mathbf|math
 _COMMAND = re.compile(r"\\[A-Za-z]+")
 _WORD = re.compile(r"(?<![A-Za-z])[A-Za-z]+(?:'[a-z]+)?(?![A-Za-z])")
 _ABBREVIATION = re.compile(r"(?<![A-Za-z])(?:i\.e|e\.g)\.?", re.IGNORECASE)
-_DELIMITER = re.compile(r"(?<!\\)\$|\\[()\[\]]")
-_SPACED_THOUSANDS = re.compile(r"-?\d{1,3}(?: \d{3})+(?:\.\d+)?")
 _JUXTAPOSED_NUMBERS = re.compile(r"\d\s+\.?\d")
 _UNIT_TEXT = re.compile(r"\\(?:text|mathrm|mbox|textrm)\s*\{\s*([A-Za-z]+(?:\s+[A-Za-z]+)?)\s*\}"
                         r"(?:\^\{?[23]\}?)?$")
 _UNIT_BARE = re.compile(r"(?<=[\d})%])\s*((?:(?:square|cubic|sq|cu)\s+)?[A-Za-z]+)(?:\^\{?[23]\}?)?$")
 _ALTERNATIVES = re.compile(r",?\s*\bor\s+equivalently\b,?|,?\s*\(?\bi\.e\.,?", re.IGNORECASE)
 _SPACE_NOT_BETWEEN_WORDS = re.compile(r"(?<![A-Za-z0-9]) | (?![A-Za-z0-9])")
-
-
-def clean_answer(answer: str) -> str:
-    """Rule 1: the answer without delimiters, trailing punctuation, ``\\dfrac``; spaces collapsed.
-
-    ``"$\\dfrac{1}{2}.$"`` → ``"\\frac{1}{2}"``; ``"1, 2, ..."`` keeps its ellipsis.
-    """
-    text = _DELIMITER.sub(" ", answer)
-    text = " ".join(text.split())
-    text = text.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").replace("\\varnothing", "\\emptyset")
-    text = _strip_trailing(text)
-    if _SPACED_THOUSANDS.fullmatch(text):
-        text = text.replace(" ", "")
-    return text
-
-
-def _strip_trailing(text: str) -> str:
-    """Drop trailing spaces, LaTeX spacing (``\\,``) and one-character punctuation; keep ``...``.
-
-    A loop from the end, not a regex anchored at ``$``: that would be quadratic on model output.
-    """
-    end = len(text)
-    while end:
-        if text[end - 1] == " ":
-            end -= 1
-        elif end >= 2 and text[end - 2] == "\\" and text[end - 1] in ",;!: " and not _escaped(text, end - 2):
-            end -= 2
-        elif text[end - 1] in ".,;:" and not text.endswith("..", 0, end) and not _escaped(text, end - 1):
-            end -= 1
-        else:
-            break
-    return text[:end]
-
-
-def _escaped(text: str, i: int) -> bool:
-    """True when ``text[i]`` follows an odd run of backslashes (``\\;`` is spacing, ``\\\\;`` is not)."""
-    run = 0
-    while i - run - 1 >= 0 and text[i - run - 1] == "\\":
-        run += 1
-    return run % 2 == 1
 
 
 def text_form(answer: str) -> str:

@@ -1,4 +1,5 @@
-"""Final-answer extraction from model completions.
+"""Final-answer extraction from model completions, and the cleaning of an extracted answer (``clean_answer``:
+rule 1 of rlvr.rewards.answer_kind, shared by the verifier's fast path and the kind rules).
 
 Three forms, tried in this order (the first form present anywhere wins, and within a form the
 last occurrence wins): the last ``\\boxed{...}`` / ``\\fbox{...}`` (braces balanced, LaTeX's escaped
@@ -19,6 +20,8 @@ from __future__ import annotations
 import re
 
 MAX_ANSWER_CHARS = 500
+_DELIMITER = re.compile(r"(?<!\\)\$|\\[()\[\]]")
+_SPACED_THOUSANDS = re.compile(r"-?\d{1,3}(?: \d{3})+(?:\.\d+)?")
 
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
 # Thousands-separated first so "1,000" is not cut at the comma; no nested quantifiers.
@@ -160,3 +163,43 @@ def _clean_prose_answer(line: str) -> str:
         if line.startswith(left) and line.endswith(right):
             line = line[len(left):-len(right)].strip()
     return line.rstrip(".").strip()
+
+
+def clean_answer(answer: str) -> str:
+    """Rule 1: the answer without delimiters, trailing punctuation, ``\\dfrac``; spaces collapsed.
+
+    ``"$\\dfrac{1}{2}.$"`` → ``"\\frac{1}{2}"``; ``"1, 2, ..."`` keeps its ellipsis.
+    """
+    text = _DELIMITER.sub(" ", answer)
+    text = " ".join(text.split())
+    text = text.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").replace("\\varnothing", "\\emptyset")
+    text = _strip_trailing(text)
+    if _SPACED_THOUSANDS.fullmatch(text):
+        text = text.replace(" ", "")
+    return text
+
+
+def _strip_trailing(text: str) -> str:
+    """Drop trailing spaces, LaTeX spacing (``\\,``) and one-character punctuation; keep ``...``.
+
+    A loop from the end, not a regex anchored at ``$``: that would be quadratic on model output.
+    """
+    end = len(text)
+    while end:
+        if text[end - 1] == " ":
+            end -= 1
+        elif end >= 2 and text[end - 2] == "\\" and text[end - 1] in ",;!: " and not _escaped(text, end - 2):
+            end -= 2
+        elif text[end - 1] in ".,;:" and not text.endswith("..", 0, end) and not _escaped(text, end - 1):
+            end -= 1
+        else:
+            break
+    return text[:end]
+
+
+def _escaped(text: str, i: int) -> bool:
+    """True when ``text[i]`` follows an odd run of backslashes (``\\;`` is spacing, ``\\\\;`` is not)."""
+    run = 0
+    while i - run - 1 >= 0 and text[i - run - 1] == "\\":
+        run += 1
+    return run % 2 == 1

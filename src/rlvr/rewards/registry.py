@@ -10,7 +10,8 @@ A callable (the Python API) is taken as it is, with the same verl detection.
 Reward names, by the config's dialect (``names``): ``accuracy`` and ``format`` are rlvr's built-ins
 (``BUILTIN_REWARDS``: the verifier's accuracy, the boxed format) under ``names="rlvr"`` and open-r1's
 under ``names="trl"`` (a TRL/open-r1 recipe's ``[accuracy, format, tag_count]`` means open-r1's);
-``rlvr:accuracy``/``rlvr:format`` and ``open-r1:<name>`` (or ``open_r1:<name>``) say which in both.
+``rlvr:accuracy``/``rlvr:format`` and ``open-r1:<name>`` (or ``open_r1:<name>``) say which in both; a
+built-in whose name open-r1 lacks is refused bare under ``names="trl"`` (the message gives its ``rlvr:`` name).
 In both dialects, open-r1's other names (``rlvr.rewards.open_r1``: ``tag_count``, ``cosine``, ...)
 and the four of TRL's ``trl/scripts/grpo.py`` (``TRL_SCRIPT_REWARDS``, from ``trl.rewards``) need
 no prefix. A dotted module is looked for in the working directory too, as TRL's script does.
@@ -167,7 +168,12 @@ def _named_reward(spec: str, pool, answer_extraction: str, names: str):
             name = spec[len(prefix):].strip()
             return CODE_REWARDS[name](CodeSettings()) if name in OPEN_R1_CODE_REWARDS else open_r1_reward(name)
     if spec in BUILTIN_REWARDS:
-        return BUILTIN_REWARDS[spec](pool, answer_extraction) if names == "rlvr" else open_r1_reward(spec)
+        if names == "rlvr":
+            return BUILTIN_REWARDS[spec](pool, answer_extraction)
+        if spec not in OPEN_R1_REWARDS:
+            raise ValueError(f"reward {spec!r} is an rlvr built-in, not an open-r1 reward; under preset=trl a bare "
+                             f"name means open-r1's or TRL's: write {RLVR_PREFIX}{spec}")
+        return open_r1_reward(spec)
     if spec in CODE_REWARDS:
         return CODE_REWARDS[spec](CodeSettings())
     if spec in OPEN_R1_REWARDS or spec in OPEN_R1_GRADER_REWARDS:
@@ -187,22 +193,32 @@ def _trl_script_reward(name: str) -> RewardFn:
     return TRL_SCRIPT_REWARDS[name](trl_rewards)
 
 
-def _valid_names(names: str) -> str:
-    """The reward names of dialect ``names``, by owner, for error messages."""
+def valid_reward_names(names: str) -> str:
+    """The reward names of dialect ``names``, by owner, read from the registries (error messages, ``--help``)."""
+    shared = [n for n in BUILTIN_REWARDS if n in OPEN_R1_REWARDS]  # a bare one means rlvr's or open-r1's by dialect
     other_open_r1 = ", ".join(n for n in OPEN_R1_REWARDS if n not in BUILTIN_REWARDS)
-    builtins = ", ".join(BUILTIN_REWARDS)
     if names == "rlvr":
-        owned = (f"{builtins} (rlvr's; open-r1's are open-r1:accuracy, open-r1:format), "
-                 f"{other_open_r1} (open-r1's)")
+        owned = (f"{', '.join(BUILTIN_REWARDS)} (rlvr's; open-r1's are "
+                 f"{', '.join(OPEN_R1_PREFIXES[0] + n for n in shared)}), {other_open_r1} (open-r1's)")
     else:
-        owned = f"{builtins}, {other_open_r1} (open-r1's; rlvr's are rlvr:accuracy, rlvr:format)"
+        owned = (f"{', '.join(shared)}, {other_open_r1} (open-r1's; rlvr's are "
+                 f"{', '.join(RLVR_PREFIX + n for n in BUILTIN_REWARDS)})")
     return f"{owned}, {', '.join(TRL_SCRIPT_REWARDS)} (TRL's), {', '.join(CODE_REWARDS)} (code, in the sandbox)"
+
+
+def reward_funcs_help() -> str:
+    """``reward_funcs``' ``--help``: the names of both dialects and the custom forms, from the registries."""
+    shared = [n for n in BUILTIN_REWARDS if n in OPEN_R1_REWARDS]
+    return (f"reward functions: {valid_reward_names('rlvr')}; under preset=trl a bare {' or '.join(shared)} is "
+            f"open-r1's and {', '.join(RLVR_PREFIX + n for n in BUILTIN_REWARDS)} rlvr's; or {_SPEC_FORMS} (from "
+            "Python also callables)")
 
 
 def _custom(spec: str, names: str = "rlvr"):
     """The callable a custom spec names: ``module:attr``, ``file.py:attr`` or ``package.module.attr``."""
     if split_function_spec(spec) is None:
-        raise ValueError(f"unknown reward {spec!r}; valid names ({names}): {_valid_names(names)}; or {_SPEC_FORMS}")
+        raise ValueError(f"unknown reward {spec!r}; valid names ({names}): {valid_reward_names(names)}; or "
+                         f"{_SPEC_FORMS}")
     fn = load_user_function(spec, what="reward", prefix="rlvr_user_reward")
     if not callable(fn):
         raise TypeError(f"{spec!r} is a {type(fn).__name__}, not a callable reward function")

@@ -54,7 +54,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Self
 
-from rlvr.rewards.answer_kind import MATH, TEXT, clean_answer
+from rlvr.rewards.answer_kind import MATH, TEXT
+from rlvr.rewards.extract import clean_answer
 
 KILL_GRACE_S = 1.0
 STARTUP_TIMEOUT_S = 120.0
@@ -103,7 +104,7 @@ class VerifyResult:
 def normalize_answer(answer: str) -> str:
     """Cheap canonical form for the fast path: exact matches after it skip math-verify.
 
-    ``answer_kind.clean_answer`` (delimiters, a trailing period, ``\\dfrac``), then collapses
+    ``extract.clean_answer`` (delimiters, a trailing period, ``\\dfrac``), then collapses
     whitespace (kept only between two letters or digits, so ``\\cos x`` ≠ ``\\cosx`` and
     ``2 3`` ≠ ``23``), drops thousands
     separators from plain numbers (``1,000`` → ``1000``) and zero decimals (``2.0`` → ``2``).

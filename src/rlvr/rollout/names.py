@@ -12,6 +12,12 @@ ROLLOUT_ENGINES = {
     "hf": "rlvr.rollout.hf_engine:HFEngine",
     "vllm": "rlvr.rollout.vllm_engine:VLLMEngine",
 }
+# what `rlvr train --help` says of each (rollout_engine's help lists every name above, with its line here if any)
+ROLLOUT_ENGINE_SUMMARIES = {
+    "rlvr": "own loop on the transformers model: shared prefill, preallocated KV cache, finished rows dropped",
+    "hf": "transformers generate",
+    "vllm": "optional, own environment; vllm_mode: colocate or server",
+}
 
 # the engine TRL's use_vllm=true names (rlvr.config.trl_names translates TRL's flag into this name; everything
 # else asks an engine class for its abilities, rlvr.rollout.engine)

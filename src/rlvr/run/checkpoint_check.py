@@ -17,16 +17,26 @@ from pathlib import Path
 
 import torch
 
-from rlvr.run.checkpoint_files import LEGACY_RNG_FILE, MANIFEST, RNG_FILE, STATE_FILE, TRAINING_FILES, crc32
+from rlvr.run.checkpoint_files import (
+    LEGACY_RNG_FILE,
+    MANIFEST,
+    RNG_FILE,
+    STATE_FILE,
+    TRAINING_FILES,
+    crc32,
+    weight_files,
+)
 
 
 def checkpoint_problem(folder: Path) -> str | None:
     """What is wrong with the checkpoint in ``folder``, in a few words, or None when it is intact."""
     missing = [name for name in TRAINING_FILES if not (folder / name).is_file()
                and not (name == RNG_FILE and (folder / LEGACY_RNG_FILE).is_file())]  # (rlvr's rng.pt, before)
-    weights = sorted(folder.glob("*.safetensors"))  # the model (LoRA: the adapter), not merged/
-    if missing or not weights:
-        return f"{', '.join(missing) or '*.safetensors'} missing"
+    weights = weight_files(folder, adapter=False) or weight_files(folder, adapter=True)  # the model (LoRA: adapter)
+    if not weights or not all(f.is_file() for f in weights):
+        missing.append("the model weights (model.safetensors or adapter_model.safetensors)")
+    if missing:
+        return f"{', '.join(missing)} missing"
     try:
         files = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))["files"]
     except (ValueError, KeyError, UnicodeDecodeError):

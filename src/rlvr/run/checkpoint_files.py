@@ -34,6 +34,24 @@ LEGACY_RNG_FILE = "rng.pt"
 TRAINING_FILES = ("optimizer.pt", "scheduler.pt", RNG_FILE, STATE_FILE, "trainer_state.json", MANIFEST)
 TRAINING_ARGS = "training_args.bin"  # torch.save of the run's arguments, beside each saved model (transformers')
 BASE_MODEL, MERGED = "base_model", "merged"
+MODEL_WEIGHTS = "model.safetensors"  # transformers' save_pretrained (one file)
+WEIGHTS_INDEX = "model.safetensors.index.json"  # ... or the index of its shards (max_shard_size)
+ADAPTER_WEIGHTS = "adapter_model.safetensors"  # PEFT's save_pretrained: a LoRA run's model files are the adapter
+
+
+def weight_files(folder: Path, *, adapter: bool) -> list[Path]:
+    """The model's weight files in a checkpoint (``adapter``: a LoRA run's adapter), as transformers and PEFT name
+    them: the index's shards, or the one file. Other ``*.safetensors`` a folder may hold (a user's, a tool's) are not
+    the model's and are never loaded. Empty when the folder has none; a shard the index names but the folder lacks
+    is listed (its load fails, naming it)."""
+    if adapter:
+        return [folder / ADAPTER_WEIGHTS] if (folder / ADAPTER_WEIGHTS).is_file() else []
+    if (folder / WEIGHTS_INDEX).is_file():
+        shards = json.loads((folder / WEIGHTS_INDEX).read_text(encoding="utf-8"))["weight_map"].values()
+        return [folder / name for name in sorted(set(shards))]
+    return [folder / MODEL_WEIGHTS] if (folder / MODEL_WEIGHTS).is_file() else []
+
+
 SAVED_SUFFIXES = {".json", ".safetensors", ".pt", ".pth", ".jinja", ".txt", ".model", ".bin", ".md"}  # a save's
 
 

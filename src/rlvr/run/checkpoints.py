@@ -32,16 +32,20 @@ from typing import Any
 import torch
 
 from rlvr.run.checkpoint_files import (
+    ADAPTER_WEIGHTS,
     BASE_MODEL,
     LEGACY_RNG_FILE,
+    MODEL_WEIGHTS,
     RNG_FILE,
     STATE_FILE,
+    WEIGHTS_INDEX,
     checkpoint_dir,
     checkpoint_step,
     fsync_dir,
     fsync_tree,
     list_checkpoints,
     remove_checkpoint,
+    weight_files,
     write_manifest,
 )
 from rlvr.run.export import remove_final_model, save_training_args, write_model
@@ -238,13 +242,19 @@ def load_model_weights(model, path: Path) -> None:
     """Load the checkpoint's safetensors weights into ``model`` in place (exact copy)."""
     from safetensors.torch import load_file
 
-    files = sorted(path.glob("*.safetensors"))
+    adapter = hasattr(model, "peft_config")
+    files = weight_files(path, adapter=adapter)  # the model's files only, never another *.safetensors
     if not files:
-        raise ValueError(f"checkpoint {path} holds no safetensors weights; it cannot be resumed")
+        expected = ADAPTER_WEIGHTS if adapter else f"{MODEL_WEIGHTS} (or {WEIGHTS_INDEX} and its shards)"
+        raise ValueError(f"checkpoint {path} holds no {expected}; it cannot be resumed")
+    absent = [f.name for f in files if not f.is_file()]
+    if absent:
+        raise ValueError(f"checkpoint {path}: {WEIGHTS_INDEX} names {absent[:3]}, which the folder lacks; it cannot "
+                         "be resumed (copy the whole checkpoint folder)")
     state: dict[str, torch.Tensor] = {}
     for f in files:
         state.update(load_file(f))
-    if hasattr(model, "peft_config"):
+    if adapter:
         from peft import set_peft_model_state_dict
 
         set_peft_model_state_dict(model, state)

@@ -16,7 +16,7 @@ the step's samples.jsonl rows as a table (W&B Table, MLflow table, trackio Table
 at the end of a run transformers' last entry (``train_runtime``, ..., ``train_loss``).
 
 The tags are transformers' (its TensorBoard, W&B, trackio and MLflow callbacks, which TRL logs through), so a
-TRL user's dashboards read an rlvr run as they are. A value that TRL logs (``rlvr.train.metrics.trl_log_name``:
+TRL user's dashboards read an rlvr run as they are. A value that TRL logs (``rlvr.train.trl_metric_names.trl_log_name``:
 TRL's name computed as TRL computes it, rlvr's evaluation as ``eval_<x>``, a reward function's ``log_metric``)
 gets the tag transformers gives that name; every other series, rlvr's own, gets ``rlvr/`` + its metrics.jsonl
 name, which no TRL tag starts with:

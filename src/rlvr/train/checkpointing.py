@@ -40,10 +40,14 @@ class Counters:
 class Outputs:
     """What the run writes for whoever runs it: ``rlvr train`` (rlvr's Trainer) puts the final model at output_dir
     after the last step; TRL's GRPOTrainer leaves that to the script's ``save_model()``, as TRL does.
-    ``training_args``: the object training_args.bin holds (TRL: the script's GRPOConfig; rlvr: its config dict)."""
+    ``training_args``: the object training_args.bin holds (TRL: the script's GRPOConfig; rlvr: its config dict).
+    ``folder_check_first``: a folder holding a run is refused at set-up, before the model loads (rlvr's); False for
+    a TRL script's ``trainer.model`` before ``train()``, whose resume is only known then (the folder is checked
+    when training starts, as always)."""
 
     training_args: Any
     final_model: bool = True
+    folder_check_first: bool = True
 
 
 @dataclass
@@ -55,7 +59,7 @@ class Checkpointed:
     optimizer: Any
     scheduler: Any
     engine: Any  # takes the restored weights (sync_weights)
-    rollouts: Any  # the data order before a round sampled ahead, and that round
+    generation: Any  # Rollouts: the data order before a round sampled ahead, and that round
     sampler: Any
     group_ids: Any
     grad_spikes: Any
@@ -77,7 +81,7 @@ class RunCheckpoints:
         self.eval_log = JsonlLog(output_dir / "evaluations.jsonl")  # evaluations logged as entries of their own
         o = objects
         self.policy, self.tokenizer, self.optimizer, self.scheduler = o.policy, o.tokenizer, o.optimizer, o.scheduler
-        self.engine, self.rollouts, self.sampler, self.group_ids = o.engine, o.rollouts, o.sampler, o.group_ids
+        self.engine, self.generation, self.sampler, self.group_ids = o.engine, o.generation, o.sampler, o.group_ids
         self.grad_spikes = o.grad_spikes
         self.update = o.update
         self.best: tuple[float, int] | None = None  # save_strategy=best: (the best value, its step's counter)
@@ -140,11 +144,11 @@ class RunCheckpoints:
 
     def save(self, step: int, counters: Counters) -> Path | None:
         """The checkpoint of the end of ``step`` (and the model card at output_dir, as TRL writes it with each)."""
-        sampler_state, group_counter = self.rollouts.resume_state()  # async: before step+1's prompts were taken
+        sampler_state, group_counter = self.generation.resume_state()  # async: before step+1's prompts were taken
         state = {"step": step, "sampler": sampler_state, "group_counter": group_counter,
                  "grad_spikes": self.grad_spikes.state_dict(), "skipped_in_a_row": counters.skipped_in_a_row,
                  "num_tokens": counters.num_tokens, "best": self.best}
-        ahead = self.rollouts.saved_completions()  # async: step+1's responses, on every rank
+        ahead = self.generation.saved_completions()  # async: step+1's responses, on every rank
         if ahead is not None:
             state["rollout_ahead"] = self.dist.gather_objects(ahead)
         path, model_state, optimizer_state = None, None, None
@@ -193,7 +197,7 @@ class RunCheckpoints:
         self.sampler.load_state_dict(state["sampler"])
         self.group_ids.last = state["group_counter"]
         ahead = state.get("rollout_ahead")  # async_generation: the next step's responses, sampled before the save
-        self.rollouts.restore(ahead[self.dist.rank] if ahead else None)
+        self.generation.restore(ahead[self.dist.rank] if ahead else None)
         self.grad_spikes.load_state_dict(state["grad_spikes"])
         if self.update is not None:
             self.update.read_state(found)

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from rlvr.data.anchors import anchor_text
 from rlvr.rewards import VerifierPool, extract_answer
 from rlvr.rollout import Completion
-from rlvr.train.experience import Group
 from rlvr.train.plan import DaGRPOSettings
+from rlvr.train.rollout_phase import Group
 
 
 def question_text(prompt) -> str:

@@ -30,14 +30,12 @@ from dataclasses import replace
 import torch
 
 from rlvr.data.prompts import PromptBuilder
-from rlvr.data.sources import load_python_rows, load_rows
 from rlvr.train.experience import Experience, compute_advantages
-from rlvr.train.metrics import trl_log_name, trl_rollout_metrics, trl_update_metrics
+from rlvr.train.metrics import bonus_on, trl_rollout_metrics, trl_update_metrics
 from rlvr.train.rewarding import logged_metric_means
 from rlvr.train.rollout_phase import GroupGenerator, GroupIds
-from rlvr.train.setup import build_rewarder, chat_rows, question_rows, row_rules
 from rlvr.train.trl_evaluation import TrlEvalSettings
-from rlvr.train.update import bonus_on
+from rlvr.train.trl_metric_names import trl_log_name
 
 EVAL_SEED = 1_000_003  # the evaluation's sampling seed (+ the batch's index): the same samples at every call
 NOT_LOGGED = ("loss", "grad_norm", "learning_rate")  # trl_update_metrics' train-only values
@@ -54,19 +52,16 @@ def trl_evaluation(trainer, data, settings: TrlEvalSettings, *, prefix: str = "e
     the speed metrics, then TRL's batch metrics as ``eval_<name>`` (the module doc); no ``epoch`` (the caller's).
     ``preparation_time``: transformers' ``<prefix>_model_preparation_time`` (None: not logged)."""
     start = time.time()
-    cfg = trainer.cfg
-    loaded = load_rows(data, **row_rules(cfg)) if isinstance(data, str) else load_python_rows(data, **row_rules(cfg))
-    rows = chat_rows(question_rows(loaded, cfg), cfg)  # (a str: a dataset spec, eval_mode=trl's eval_data)
+    rows = trainer.eval_rows(data)  # (a str: a dataset spec, eval_mode=trl's eval_data)
     rows = [rows[i] for i in eval_order(len(rows), settings.seed)]
     prompts_per_batch = settings.batch_size // settings.num_generations
     rollout = replace(trainer.plan.rollout, responses_per_prompt=settings.num_generations, rephrased=False)
     prompts = PromptBuilder(trainer.tokenizer, trainer.prompt_format, rephrased=False)  # (its cache: rows' ids)
-    if trainer.prompts.max_tokens is not None:  # truncation=left cuts them as the training prompts
-        prompts.truncate_to(trainer.prompts.max_tokens)
+    if trainer.prompt_builder.max_tokens is not None:  # truncation=left cuts them as the training prompts
+        prompts.truncate_to(trainer.prompt_builder.max_tokens)
     generator = GroupGenerator(rollout, trainer.engine, trainer.tokenizer, prompts, GroupIds(), trainer.dist,
                                policy=trainer.policy)
-    rewarder = build_rewarder(cfg, max_steps=trainer.max_steps, tokenizer=trainer.tokenizer,
-                              tools=trainer.plan.rollout.tools)  # (an environment's get_reward too)
+    rewarder = trainer.rewarder_recipe.build(max_steps=trainer.max_steps, tokenizer=trainer.tokenizer)
     losses, lists = [], defaultdict(list)
     try:
         for index, first in enumerate(range(0, len(rows), prompts_per_batch)):
@@ -97,7 +92,7 @@ def _batch(trainer, generator: GroupGenerator, rewarder, rows: list[dict], *, se
     counts = rewarder.reward_groups(groups, step=getattr(trainer, "step_done", 0) + 1)
     metrics = trl_rollout_metrics(groups, rewarder.names, scale_rewards=plan.advantages.settings.scale_rewards)
     metrics |= {trl_log_name(key) or key: value for key, value in logged_metric_means(counts).items()}
-    experience = Experience.from_groups(groups, plan.prompts)
+    experience = Experience.from_groups(groups, plan.scoring_prompts)
     advantages, _ = compute_advantages(plan.advantages, experience)  # [N], within the batch, as TRL's
     loss, sums = trainer.update.evaluation_loss(experience, advantages)
     update = trl_update_metrics(sums, with_kl=plan.update.needs_reference, loss=None, grad_norm=None,

@@ -1,7 +1,9 @@
-"""Experience: the responses of one training step, grouped, with their rewards, and their advantages.
+"""What the update learns from: the step's groups as one flat batch (:class:`Experience`) and its advantages
+(:func:`compute_advantages`).
 
-A :class:`Group` is one prompt with its G responses. Every response carries its group's stable
-``group_id`` (a run-wide counter assigned when the prompt was drawn), and advantages are computed
+The groups come from the rollout phase (``rlvr.train.rollout_phase.Group``: one prompt with its G responses);
+how the update cuts the batch into mini- and micro-batches is ``rlvr.train.batching``'s. Every response carries
+its group's stable ``group_id`` (a run-wide counter assigned when the prompt was drawn), and advantages are computed
 from those ids, never from positions in the batch (docs/design/pitfalls.md #9).
 
 Advantages (:func:`compute_advantages`): advantages for a step: the configured estimator, or DaGRPO's masked pairwise form.
@@ -21,106 +23,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
 from rlvr.core.advantages import ADVANTAGE_ESTIMATORS, AdvantageInputs, normalize_then_sum, pair_mask
-from rlvr.rollout import Completion
 from rlvr.train.plan import AdvantagePlan
+from rlvr.train.rollout_phase import Group
 from rlvr.train.tagrpo import SAMPLED, LogprobPrompts, logprob_prompt
-
-
-@dataclass
-class Observed:
-    """An environment group's responses (``environment_factory``, rlvr.rollout.environments): per response, the
-    prompt it was sampled from (the row's, with its reset observation appended), the observation, and its instance
-    (None once the round is over: instances stay on their rank)."""
-
-    prompt_ids: list[list[int]]
-    observations: list[str | None]
-    instances: list | None
-
-
-@dataclass
-class Group:
-    """One prompt and its responses: the unit of group-relative advantages.
-
-    TA-GRPO: a pooled group holds the responses to the original question q_0 and to its
-    rephrasings q_1..q_N (``variants`` says which, ``variant_prompt_ids[j]`` is q_j's prompt);
-    unpooled, each variant is its own group and ``pool_id`` ties the pool together.
-    """
-
-    group_id: int
-    row: dict
-    prompt_ids: list[int]  # q_0's prompt: responses are scored on it unless ratios are unanchored
-    completions: list[Completion]
-    texts: list[str]
-    rewards: list[float] = field(default_factory=list)
-    reward_parts: dict[str, list[float | None]] = field(default_factory=dict)
-    reward_weights: dict[str, float] = field(default_factory=dict)  # each reward function's weight, by name
-    reward_extras: dict[str, list] = field(default_factory=dict)  # log_extra columns, per response (samples.jsonl)
-    scores: list[float] | None = None  # DaGRPO combined scores s (None: s = r)
-    variants: list[int] | None = None  # per response: 0 = q_0, j = rephrasing j (None: all 0)
-    variant_prompt_ids: list[list[int]] | None = None  # index j -> q_j's prompt (None: [prompt_ids])
-    pool_id: int | None = None  # TA-GRPO pool (None: the group itself)
-    rewarded: list[bool] | None = None  # per response: some reward function gave a value (None: all)
-    before_anchor: Group | None = None  # DaGRPO: the policy's own samples, as they were before injection
-    correctness: str | None = None  # the reward function whose 1.0 means correct (Rewarder.correctness)
-    observed: Observed | None = None  # environment_factory: each response's own prompt and environment
-
-
-    def snapshot(self) -> Group:
-        """A copy whose per-response lists are copies (the group before it is changed in place)."""
-        copy = lambda value: list(value) if isinstance(value, list) else value
-        return dataclasses.replace(
-            self, completions=list(self.completions), texts=list(self.texts), rewards=list(self.rewards),
-            reward_parts={name: list(values) for name, values in self.reward_parts.items()},
-            scores=copy(self.scores), variants=copy(self.variants), rewarded=copy(self.rewarded),
-            observed=None if self.observed is None else dataclasses.replace(
-                self.observed, prompt_ids=list(self.observed.prompt_ids), observations=list(self.observed.observations),
-                instances=copy(self.observed.instances)))
-
-    @property
-    def policy_samples(self) -> Group:
-        """The group as the policy sampled it, before DaGRPO put an anchor in (replacing a response,
-        or appended): what ``rollout/`` metrics describe. The group itself when no anchor went in."""
-        return self.before_anchor if self.before_anchor is not None else self
-
-    def is_rewarded(self, i: int) -> bool:
-        return self.rewarded is None or self.rewarded[i]
-
-    @property
-    def pool(self) -> int:
-        return self.group_id if self.pool_id is None else self.pool_id
-
-    def variant_of(self, i: int) -> int:
-        return 0 if self.variants is None else self.variants[i]
-
-    def generation_prompt(self, i: int) -> list[int]:
-        """The prompt response i was sampled from (q_j; an environment rollout's own)."""
-        if self.observed is not None:
-            return self.observed.prompt_ids[i]
-        j = self.variant_of(i)
-        return self.prompt_ids if j == 0 or self.variant_prompt_ids is None else self.variant_prompt_ids[j]
-
-    @property
-    def uniform(self) -> bool:
-        """All rewards of the rewarded responses equal (anchors included): no group-relative signal."""
-        values = [r for i, r in enumerate(self.rewards) if self.is_rewarded(i)]
-        return not values or max(values) == min(values)
-
-    @property
-    def correct(self) -> list[bool]:
-        """Per response: the correctness reward gave 1.0 (when the run has one), else the total reward is > 0."""
-        if self.correctness is not None and self.correctness in self.reward_parts:
-            return [value == 1.0 for value in self.reward_parts[self.correctness]]
-        return [reward > 0 for reward in self.rewards]
-
-    @property
-    def on_policy(self) -> list[int]:
-        """Indices of the responses sampled from the policy (not anchors)."""
-        return [i for i, c in enumerate(self.completions) if not c.is_anchor]
 
 
 @dataclass
@@ -228,68 +138,6 @@ class Experience:
         fields = {f.name: pick(getattr(self, f.name)) for f in dataclasses.fields(self)
                   if f.name not in ("groups", "reward_weights")}
         return Experience(groups=self.groups, reward_weights=self.reward_weights, **fields)
-
-
-def minibatches(group_ids: torch.Tensor, num_minibatches: int) -> list[list[int]]:
-    """Split response indices into ``num_minibatches`` runs of whole groups (never a split group).
-
-    Pass pool ids to keep TA-GRPO pools whole.
-
-    Groups are dealt in order of first appearance; the split balances the number of groups.
-    """
-    order: list[int] = []
-    members: dict[int, list[int]] = {}
-    for index, gid in enumerate(group_ids.tolist()):
-        if gid not in members:
-            members[gid] = []
-            order.append(gid)
-        members[gid].append(index)
-    count = max(1, min(num_minibatches, len(order)))
-    bounds = [round(i * len(order) / count) for i in range(count + 1)]
-    return [
-        [index for gid in order[bounds[i] : bounds[i + 1]] for index in members[gid]]
-        for i in range(count)
-    ]
-
-
-def length_buckets(rows: list[int], lengths: list[int], max_rows: int, *, max_tokens: int | None = None) -> list[list[int]]:
-    """Cut ``rows`` into micro-batches of at most ``max_rows`` rows of similar response length.
-
-    A micro-batch is padded to its longest response, so mixing 20- and 256-token responses makes
-    the forward and backward process mostly padding (measured: 42 % of the positions at
-    max_completion_length 256, docs/performance.md). Rows sorted longest first are cut when a
-    chunk is full or the next row is shorter than half the chunk's longest, so at most half of a
-    chunk's response positions are padding. Exact: the loss of a micro-batch is divided by the
-    mini-batch's global token/sequence counts, so any grouping gives the same loss and gradient.
-
-    With ``max_tokens`` (verl's ``ppo_max_token_len_per_gpu``, counted in padded response tokens)
-    a chunk is also cut before its rows × longest would exceed the budget; a single response longer
-    than the budget is a micro-batch of its own.
-
-    Args:
-        rows: response indices (``lengths[i]`` is the length of response ``rows[i]``).
-        max_rows: the micro-batch size.
-        max_tokens: padded response tokens per micro-batch at most (None: no budget).
-    """
-    order = sorted(range(len(rows)), key=lambda i: -lengths[i])  # stable: ties keep their order
-    chunks: list[list[int]] = []
-    longest = 0
-    budget = max_tokens if max_tokens is not None else float("inf")
-    for i in order:
-        full = chunks and (len(chunks[-1]) >= max_rows or (len(chunks[-1]) + 1) * longest > budget)
-        if not chunks or full or 2 * lengths[i] < longest:
-            chunks.append([])
-            longest = lengths[i]
-        chunks[-1].append(rows[i])
-    return chunks
-
-
-def pad_rows(rows: list[torch.Tensor], width: int) -> torch.Tensor:
-    """Stack 1-D tensors into [n, width], zero-padded on the right."""
-    out = torch.zeros((len(rows), width), dtype=torch.float32)
-    for i, row in enumerate(rows):
-        out[i, : row.numel()] = row
-    return out
 
 
 def _reward_parts(groups: list[Group]) -> torch.Tensor | None:

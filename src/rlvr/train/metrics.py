@@ -1,5 +1,8 @@
 """The step's metrics: rlvr's own (``rollout/``, ``train/``, ``dagrpo/``, ``tagrpo/``, ``time/``, ``perf/``),
-gradient-norm spikes, and TRL's metric names computed as TRL 1.16's GRPOTrainer computes them.
+gradient-norm spikes, and TRL's metric names computed as TRL 1.16's GRPOTrainer computes them. What the update
+measures is here too: its result (:class:`UpdateResult`), the micro-batch statistics (:func:`micro_statistics`)
+and their accumulator on the device (:class:`Statistics`). The names of TRL's metrics, and the name TRL's log gives
+each series, are rlvr.train.trl_metric_names's.
 
 Gradient-norm spikes (:class:`GradSpikes`): a step whose pre-clip norm exceeds k× the running median of
 earlier steps is counted (DaGRPO's paper claims to mitigate gradient explosion; this counter is how
@@ -8,7 +11,7 @@ a run shows it).
 TRL's names. TRL's metric names, computed as TRL 1.16's GRPOTrainer computes them, beside rlvr's own.
 
 A user's dashboards and plot scripts read ``reward``, ``completions/mean_length``, ``clip_ratio/...``:
-every line of metrics.jsonl (and every tracker) carries these keys too. :data:`TRL_METRICS` maps each
+every line of metrics.jsonl (and every tracker) carries these keys too. ``trl_metric_names.TRL_METRICS`` maps each
 to what it is and the rlvr metric nearest to it; docs/training.md's table is generated from it
 (tests/train/test_trl_metrics.py checks the two agree).
 
@@ -43,14 +46,25 @@ import statistics
 import time
 from collections import Counter
 from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
+from rlvr.core.logprobs import log_ratio
+from rlvr.core.loss_variants import cispo_clipped, vespo_weights
 from rlvr.eval import group_diversity
 from rlvr.run.stopping import TrainingStopped
-from rlvr.train.experience import Group
 from rlvr.train.rewarding import LOGGED_METRIC_PREFIX, logged_metric_means
-from rlvr.train.update import UpdateResult, bonus_on
+from rlvr.train.tagrpo import tagrpo_rollout_metrics
+from rlvr.train.trl_metric_names import SAMPLING_METRICS, UNCLIPPED_LOSSES
+
+if TYPE_CHECKING:
+    from rlvr.core.losses import LossSettings, PolicyLoss
+    from rlvr.parallel.runtime import DistContext
+    from rlvr.train.batching import LossInputs
+    from rlvr.train.plan import UpdateSettings
+    from rlvr.train.rollout_phase import Group
 
 logger = logging.getLogger(__name__)
 
@@ -176,35 +190,6 @@ def tool_metrics(completions: list) -> dict[str, float]:
             "tools/result_dropped_frac": statistics.fmean(u.result_dropped for u in uses)}
 
 
-def tagrpo_rollout_metrics(groups: list[Group]) -> dict[str, float]:
-    """Uniform fractions per variant group (G responses to one q_j) vs per pool (all variants),
-    over the policy's samples (pass ``Group.policy_samples``).
-
-    ``pool_rescue_frac``: of the uniform variant groups, the fraction whose pool is not uniform —
-    the gradient that pooling recovers (docs/algorithms/tagrpo.md, "Why pooling helps").
-    """
-    by_pool: dict[int, dict[int, list[float]]] = {}
-    for g in groups:
-        for i in g.on_policy:
-            by_pool.setdefault(g.pool, {}).setdefault(g.variant_of(i), []).append(g.rewards[i])
-    variant_uniform, pool_uniform, rescued = [], [], 0
-    for variants in by_pool.values():
-        whole = [r for rewards in variants.values() for r in rewards]
-        pool_is_uniform = max(whole) == min(whole)
-        pool_uniform.append(pool_is_uniform)
-        for rewards in variants.values():
-            uniform = max(rewards) == min(rewards)
-            variant_uniform.append(uniform)
-            rescued += uniform and not pool_is_uniform
-    uniform_variants = sum(variant_uniform)
-    return {
-        "tagrpo/frac_uniform_variant_groups": statistics.fmean(variant_uniform),
-        "tagrpo/frac_uniform_pools": statistics.fmean(pool_uniform),
-        "tagrpo/pool_rescue_frac": rescued / uniform_variants if uniform_variants else 0.0,
-        "tagrpo/variants_per_pool": statistics.fmean(len(v) for v in by_pool.values()),
-    }
-
-
 def dagrpo_rollout_metrics(counts: Counter | None) -> dict[str, float]:
     """Rates from the DaGRPO phase's counters summed over the step (empty when DaGRPO is off)."""
     if counts is None:
@@ -271,96 +256,6 @@ def _extras(group: Group, i: int) -> dict:
     if group.completions[i].is_anchor or not group.reward_extras:
         return {}
     return {"extra": {column: values[i] for column, values in group.reward_extras.items() if i < len(values)}}
-
-
-# TRL's name -> (what it is, rlvr's nearest metric)
-TRL_METRICS: dict[str, tuple[str, str]] = {
-    "reward": ("mean weighted reward over the scored completions", "rollout/reward_mean"),
-    "reward_std": ("its unbiased std over the step", "rollout/reward_std"),
-    "rewards/<f>/mean": ("mean of reward function f over the completions it scored", "rewards/<f>_mean"),
-    "rewards/<f>/std": ("their unbiased std", "-"),
-    "frac_reward_zero_std": ("completions whose group's reward std is 0 (batch std with scale_rewards=batch)",
-                             "rollout/frac_uniform_groups"),
-    "completions/mean_length": ("completion tokens, mean", "rollout/response_len_mean"),
-    "completions/min_length": ("completion tokens, min", "-"),
-    "completions/max_length": ("completion tokens, max", "rollout/response_len_max"),
-    "completions/clipped_ratio": ("fraction truncated at max_completion_length", "rollout/truncated_frac"),
-    "completions/mean_terminated_length": ("tokens of the completions that ended (0 if none), mean", "-"),
-    "completions/min_terminated_length": ("same, min", "-"),
-    "completions/max_terminated_length": ("same, max", "-"),
-    "tools/call_frequency": ("tool calls per completion (with tools)", "tools/call_frequency"),
-    "tools/failure_frequency": ("failed tool calls per tool call", "tools/failure_frequency"),
-    "num_tokens": ("prompt + completion tokens seen so far", "-"),
-    "entropy": ("policy entropy on the trained tokens, micro-batch means averaged", "train/entropy"),
-    "kl": ("k3 KL to the reference (x ratio with use_bias_correction_kl), micro-batch means averaged; beta > 0",
-           "train/kl"),
-    "clip_ratio/low_mean": ("tokens with ratio < 1 - epsilon and A < 0", "-"),
-    "clip_ratio/high_mean": ("tokens with ratio > 1 + epsilon_high and A > 0", "-"),
-    "clip_ratio/region_mean": ("either", "train/clip_frac"),
-    "clip_ratio/low_min": ("the least low-clipped sequence's fraction (micro-batches with no trained row left out)",
-                           "-"),
-    "clip_ratio/high_max": ("the most high-clipped sequence's fraction (the same micro-batches)", "-"),
-    "loss": ("the optimiser step's loss, averaged over the step's", "train/loss"),
-    "grad_norm": ("gradient norm before clipping, averaged over the step's optimiser steps", "train/grad_norm"),
-    "learning_rate": ("the rate of the step's last optimiser step, as transformers logs it (rlvr's: after it)",
-                      "train/lr"),
-    "epoch": ("optimiser steps / optimiser steps per epoch", "-"),
-    "step_time": ("seconds per optimiser step (the step's time / its optimiser steps)", "time/step_s"),
-    "entropy_coef": (("the entropy bonus coefficient after each optimiser step (entropy_coef > 0 or "
-                      "use_adaptive_entropy: the adaptive one)"), "-"),
-    "policy_loss": ("the policy term before the entropy bonus, micro-batch values averaged (the bonus on)", "-"),
-    "cispo_clip_ratio": ("loss_type=cispo: tokens whose ratio the cap epsilon_high cut (A > 0); no clip_ratio/*", "-"),
-    "vespo/phi_seq_mean": ("loss_type=vespo: the mean gamma-weight phi(w) over the sequences; no clip_ratio/*", "-"),
-    "sampling/sampling_logp_difference/mean": (("mean absolute difference of the trainer's and the sampler's "
-                                               "log-probs (the vLLM correction on)"), "rollout/logprob_mismatch"),
-    "sampling/importance_sampling_ratio/min": ("the correction's weight (after truncation or masking), min",
-                                               "rollout/is_weight_min"),
-    "sampling/importance_sampling_ratio/mean": ("its mean", "rollout/is_weight_mean"),
-    "sampling/importance_sampling_ratio/max": ("its max", "rollout/is_weight_max"),
-}
-
-
-# transformers' end-of-training entry (Trainer._finalize_training), TRL's last (rlvr.train.trl_log)
-TRL_SUMMARY = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "total_flos", "train_loss",
-               "epoch")
-
-
-def trl_log_name(key: str) -> str | None:
-    """The name TRL's ``Trainer.log`` gives the series metrics.jsonl holds under ``key``; None: an rlvr series.
-
-    TRL's names (:data:`TRL_METRICS`, ``rewards/<f>/mean|std``, :data:`TRL_SUMMARY`) are their own; rlvr's evaluation
-    ``eval/<x>`` is logged as transformers logs evaluation, ``eval_<x>``; a reward function's ``log_metric(name, v)``
-    (``reward_fn/<name>``) under ``name``, as TRL logs it, unless that is one of TRL's own names.
-    The trackers make their tags from it (rlvr.run.trackers: ``train/<name>``, ``eval/<x>``, rlvr's under ``rlvr/``).
-    """
-    if _is_trl_name(key):
-        return key
-    if key.startswith("eval/"):
-        return "eval_" + key.removeprefix("eval/")
-    if key.startswith(LOGGED_METRIC_PREFIX) and not _is_trl_name(key.removeprefix(LOGGED_METRIC_PREFIX)):
-        return key.removeprefix(LOGGED_METRIC_PREFIX)
-    return None
-
-
-def _is_trl_name(key: str) -> bool:
-    parts = key.split("/")
-    return (key in TRL_METRICS or key in TRL_SUMMARY
-            or (len(parts) == 3 and parts[0] == "rewards" and parts[2] in ("mean", "std")))  # rewards/<f>/mean
-
-
-# TRL's sampling/ metrics (the vLLM importance-sampling correction) <- rlvr's
-SAMPLING_METRICS = {
-    "sampling_logp_difference/mean": "rollout/logprob_mismatch",
-    "importance_sampling_ratio/min": "rollout/is_weight_min",  # TRL logs the weights, after truncation/masking
-    "importance_sampling_ratio/mean": "rollout/is_weight_mean",
-    "importance_sampling_ratio/max": "rollout/is_weight_max",
-}
-
-
-
-
-# policy losses without PPO's clip: TRL logs no clip_ratio/* for them (its loss types sapo, vespo, cispo)
-UNCLIPPED_LOSSES = frozenset({"cispo", "sapo", "vespo", "kl_cov"})
 
 
 def trl_update_metrics(sums: dict[str, float], *, with_kl: bool, loss: float | None, grad_norm: float | None,
@@ -434,15 +329,6 @@ def _frac_zero_std(groups, scored: list[float], *, batch: bool) -> float | None:
     return statistics.fmean(counts) if counts else None
 
 
-def metrics_table() -> str:
-    """docs/from_trl.md's table of TRL's metric names, generated from :data:`TRL_METRICS` (a test keeps the
-    page equal to it)."""
-    rows = [f"| `{name}` | {what} | {'`' + ours + '`' if ours != '-' else '—'} |" for name, (what, ours) in
-            TRL_METRICS.items()]
-    return "\n".join(["| TRL's name (metrics.jsonl, trackers, trainer_state.json) | what it is | rlvr's own name |",
-                      "|---|---|---|", *rows])
-
-
 def trl_train_metrics(sums: dict[str, float], plan, *, loss: float | None, grad_norm: float | None,
                       learning_rate: float | None) -> dict[str, float | None]:
     """:func:`trl_update_metrics` with what the run's StepPlan ``plan`` logs (its KL, entropy bonus, policy loss): of
@@ -488,6 +374,12 @@ def step_tokens(rollout) -> int:
 #
 # At a step above ``logprob_mismatch_warn`` the run warns, naming the engine and these causes, and logs
 # ``rollout/logprob_mismatch_alarm`` = 1 (0 otherwise); above ``max_logprob_mismatch`` it stops with the same text.
+# With the importance-sampling correction on, the weights' spread is watched too (under the same switch): a step
+# whose correction truncated or masked more than ``IS_ADJUSTED_WARN`` of its tokens (sequence modes: sequences),
+# ``rollout/is_clipped_frac``, warns and sets the alarm the same way: a correct sampler's ratios π_old/π_sampler stay
+# inside the bounds for almost every unit, so most of them outside is a disagreement, not noise. (A bug that only
+# reorders a response's log-probs keeps a sequence's ratio at 1: the mean gap above is what shows it.)
+IS_ADJUSTED_WARN = 0.5
 CAUSES = ("log-probs of a warped distribution (top_p/top_k/min_p/repetition_penalty renormalised by the engine), "
           "another dtype or kernels than the trainer's, weights not synchronised after an update, or another prompt "
           "or chat template than the trainer scores")
@@ -500,17 +392,25 @@ class MismatchAlarm:
         self.warn, self.stop = limits
         self.engine = engine
 
-    def check(self, step: int, mismatch: float | None) -> dict[str, int]:
-        if mismatch is None or not self.warn and self.stop is None:
+    def check(self, step: int, mismatch: float | None, is_adjusted: float | None = None) -> dict[str, int]:
+        """``mismatch``: the step's rollout/logprob_mismatch; ``is_adjusted``: its rollout/is_clipped_frac (None:
+        the correction is off)."""
+        if mismatch is None and is_adjusted is None or not self.warn and self.stop is None:
             return {}
         text = (f"step {step}: the sampler's and the trainer's log-probs differ by {mismatch:.3g} nats per token "
                 f"(rollout/logprob_mismatch) with rollout_engine={self.engine}; a correct engine in the trainer's "
-                f"dtype gives ~1e-6. Usual causes: {CAUSES}")
-        if self.stop is not None and mismatch > self.stop:
+                f"dtype gives ~1e-6. Usual causes: {CAUSES}") if mismatch is not None else None
+        if text is not None and self.stop is not None and mismatch > self.stop:
             raise TrainingStopped(f"{text}. Stopped: max_logprob_mismatch={self.stop} (raise it, or null to go on)")
-        alarm = bool(self.warn) and mismatch > self.warn
+        alarm = bool(self.warn) and mismatch is not None and mismatch > self.warn
         if alarm:
             logger.warning("%s (logprob_mismatch_warn=%s)", text, self.warn)
+        if bool(self.warn) and is_adjusted is not None and is_adjusted > IS_ADJUSTED_WARN:
+            alarm = True
+            logger.warning("step %d: the importance-sampling correction truncated or masked %.0f%% of its tokens "
+                           "(rollout/is_clipped_frac > %s): the sampler's log-probs disagree with the trainer's "
+                           "beyond the correction's bounds, with rollout_engine=%s. Usual causes: %s",
+                           step, 100 * is_adjusted, IS_ADJUSTED_WARN, self.engine, CAUSES)
         return {"rollout/logprob_mismatch_alarm": int(alarm)}
 
 
@@ -532,10 +432,10 @@ class StepLog:
     """
 
     def __init__(self, plan, *, reward_names, grad_spikes: GradSpikes, device, scheduler, epoch, with_score: bool,
-                 length_limits, prompts):
+                 length_limits, prompt_builder):
         self.plan, self.reward_names, self.grad_spikes, self.device = plan, reward_names, grad_spikes, device
         self.scheduler, self.epoch, self.with_score = scheduler, epoch, with_score
-        self.length_limits, self.prompts = length_limits, prompts
+        self.length_limits, self.prompt_builder = length_limits, prompt_builder
         self.num_tokens = 0
         self.mismatch = MismatchAlarm(plan.logprob_mismatch, engine=plan.engine.name)
 
@@ -549,10 +449,10 @@ class StepLog:
             **step_metrics(step, rollout, advantage_metrics, train, reward_names=self.reward_names,
                            tagrpo=plan.tagrpo_metrics, prompt_gap=update.prompt_gap if update else None),
             **self.grad_spikes.update(train["train/grad_norm"]),
-            **self.mismatch.check(step, train["rollout/logprob_mismatch"]),
+            **self.mismatch.check(step, train["rollout/logprob_mismatch"], train["rollout/is_clipped_frac"]),
             **timer.metrics(with_score=self.with_score),
             **memory_metrics(self.device),
-            **truncation_metrics(self.length_limits, self.prompts, rollout.generated),
+            **truncation_metrics(self.length_limits, self.prompt_builder, rollout.generated),
             "perf/tokens_per_s": rollout.generated_tokens / max(timer.seconds["rollout"], 1e-9),
         }
         every, count = plan.diversity_every, plan.diversity_groups
@@ -571,3 +471,229 @@ def truncation_metrics(limits, prompts, generated) -> dict:
     if limits.truncation == "left":
         return {"rollout/prompt_truncated_frac": sum(prompts.is_truncated(g.row) for g in generated) / max(1, len(generated))}
     return {}
+
+
+# sums over a step's micro-batches of each micro-batch's own mean (train/update.py accumulates them)
+# (clip_low_min / clip_high_max: over the micro-batches with a row to take them over, clip_extreme_micro of them,
+# as TRL's NaN of a micro-batch with none is left out of its logged mean; policy_loss: TRL's, with entropy_coef)
+MICRO_MEANS = ("micro_batches", "entropy_micro", "kl_micro", "clip_low_micro", "clip_high_micro",
+               "clip_region_micro", "clip_low_min_micro", "clip_high_max_micro", "clip_extreme_micro",
+               "policy_loss_micro", "cispo_clip_micro", "vespo_phi_micro")
+
+
+# per-token sums of a micro-batch, accumulated on the device; summed over ranks at the end. The *_micro ones
+# are sums over micro-batches of a micro-batch's own mean, as TRL logs its train metrics (micro_means)
+TOKEN_SUMS = ("tokens", "clipped_tokens", "kl_sum", "entropy_sum", "mismatch_sum", "mismatch_tokens",
+              "gap_sum", "gap_tokens", "is_ratio_sum", "is_units", "is_tokens", "is_adjusted_tokens",
+              "is_weight_sum", "bonus_entropy_sum", "bonus_tokens", *MICRO_MEANS)
+
+
+# running maxima of a micro-batch (max-reduced over ranks): the IS ratio's max and −min, on the first pass
+TOKEN_MAXES = ("is_ratio_max", "is_ratio_neg_min", "is_weight_max", "is_weight_neg_min")
+
+
+@dataclass
+class OptimizerStepLog:
+    """One optimiser step as TRL's log counts it (``rlvr.train.trl_log``): its loss, gradient norm and rate, and the
+    sums of its micro-batches' statistics (``TOKEN_SUMS``, over every rank)."""
+
+    loss: float
+    grad_norm: float
+    learning_rate: float
+    sums: dict[str, float]
+
+
+@dataclass
+class UpdateResult:
+    """What one training step's optimiser steps did: sums, reduced by :meth:`metrics`."""
+
+    lr: float
+    lr_used: float | None = None  # the learning rate of the last optimiser step (what transformers logs)
+    loss: float = 0.0
+    optimizer_steps: int = 0  # taken (finite loss and gradient norm)
+    skipped_steps: int = 0
+    trailing_skips: int = 0  # skipped since the last optimiser step taken
+    grad_norms: list[float] = field(default_factory=list)
+    entropy_coefs: list[float] = field(default_factory=list)  # the bonus's coefficient after each optimiser step
+    sums: dict[str, float] = field(default_factory=lambda: dict.fromkeys(TOKEN_SUMS, 0.0))
+    maxes: dict[str, float] = field(default_factory=lambda: dict.fromkeys(TOKEN_MAXES, -math.inf))
+    steps: list[OptimizerStepLog] = field(default_factory=list)  # each optimiser step, taken or skipped
+
+    def record_step(self, loss: float, grad_norm: float) -> None:
+        """Keep the optimiser step just run: its sums are what it added to :attr:`sums` (this rank's, until
+        :meth:`reduce_steps`)."""
+        recorded = {name: sum(step.sums[name] for step in self.steps) for name in TOKEN_SUMS}
+        self.steps.append(OptimizerStepLog(loss, grad_norm, self.lr_used,
+                                           {name: self.sums[name] - recorded[name] for name in TOKEN_SUMS}))
+
+    def reduce_steps(self, ctx: DistContext) -> None:
+        """Each optimiser step's sums over the ranks (one collective; every rank ran as many steps)."""
+        flat = ctx.sum_floats([step.sums[name] for step in self.steps for name in TOKEN_SUMS])
+        for i, step in enumerate(self.steps):
+            step.sums = dict(zip(TOKEN_SUMS, flat[i * len(TOKEN_SUMS):(i + 1) * len(TOKEN_SUMS)]))
+
+    @property
+    def prompt_gap(self) -> float | None:
+        """Mean |log π(o|q_0) − log π(o|q_j)| over responses scored on another prompt than the one they
+        were sampled from (TA-GRPO's anchored ratios), on the first pass; None when there are none."""
+        return self.sums["gap_sum"] / self.sums["gap_tokens"] if self.sums["gap_tokens"] else None
+
+    def metrics(self, *, with_kl: bool) -> dict[str, float | None]:
+        """train/ metrics and the sampler-vs-trainer log-prob mismatch (on the first, on-policy pass)."""
+        s, norms = self.sums, self.grad_norms
+        return {
+            "train/loss": self.loss / max(1, self.optimizer_steps + self.skipped_steps),
+            "train/grad_norm": sum(norms) / len(norms) if norms else None,
+            "train/grad_norm_max": max(norms) if norms else None,
+            "train/clip_frac": s["clipped_tokens"] / max(1.0, s["tokens"]),
+            "train/kl": s["kl_sum"] / max(1.0, s["tokens"]) if with_kl else None,
+            "train/entropy": s["entropy_sum"] / max(1.0, s["tokens"]),
+            "train/lr": self.lr,
+            "train/skipped_steps": self.skipped_steps,
+            "rollout/logprob_mismatch": s["mismatch_sum"] / s["mismatch_tokens"] if s["mismatch_tokens"] else None,
+            # the sampler/trainer IS correction (None when off): the raw ratio π_old/π_sampler before truncation or
+            # masking, over the tokens (sequence modes: sequences) it applies to, and the fraction of such tokens
+            # whose weight was truncated or masked, over the step's responses once (first pass)
+            "rollout/is_ratio_mean": s["is_ratio_sum"] / s["is_units"] if s["is_units"] else None,
+            "rollout/is_ratio_min": -self.maxes["is_ratio_neg_min"] if s["is_units"] else None,
+            "rollout/is_ratio_max": self.maxes["is_ratio_max"] if s["is_units"] else None,
+            "rollout/is_clipped_frac": s["is_adjusted_tokens"] / s["is_tokens"] if s["is_tokens"] else None,
+            # the weights themselves (after truncation or masking), as TRL logs sampling/importance_sampling_ratio/*
+            "rollout/is_weight_mean": s["is_weight_sum"] / s["is_units"] if s["is_units"] else None,
+            "rollout/is_weight_min": -self.maxes["is_weight_neg_min"] if s["is_units"] else None,
+            "rollout/is_weight_max": self.maxes["is_weight_max"] if s["is_units"] else None,
+        }
+
+    @staticmethod
+    def no_update_metrics(lr: float) -> dict[str, float | None]:
+        """The train/ metrics of a step that made no update (every group uniform)."""
+        keys = ("train/loss", "train/grad_norm", "train/grad_norm_max", "train/clip_frac", "train/kl",
+                "train/entropy", "rollout/logprob_mismatch", "rollout/is_ratio_mean", "rollout/is_ratio_min",
+                "rollout/is_ratio_max", "rollout/is_clipped_frac", "rollout/is_weight_mean", "rollout/is_weight_min",
+                "rollout/is_weight_max")
+        return {**dict.fromkeys(keys), "train/lr": lr, "train/skipped_steps": 0}
+
+
+class Statistics:
+    """The update's sums and maxima (``TOKEN_SUMS``, ``TOKEN_MAXES``) and the optimiser step's loss, as float64
+    tensors on the device; :meth:`read` brings them to the host in one transfer, once per optimiser step."""
+
+    def __init__(self, result: UpdateResult):
+        self.loss = torch.zeros((), dtype=torch.float64)
+        self.sums = torch.tensor([result.sums[n] for n in TOKEN_SUMS], dtype=torch.float64)  # running, from the host
+        self.maxes = torch.tensor([result.maxes[n] for n in TOKEN_MAXES], dtype=torch.float64)
+
+    def add(self, loss: torch.Tensor, values: dict[str, torch.Tensor]) -> None:
+        """One micro-batch: its loss share, and its statistics by name (a name it lacks adds 0 / max-es −inf)."""
+        zero = torch.zeros((), dtype=torch.float64, device=loss.device)
+        low = torch.tensor(-math.inf, dtype=torch.float64, device=loss.device)
+        self.loss = self.loss.to(loss.device) + loss.detach().to(torch.float64)
+        self.sums = self.sums.to(loss.device) + torch.stack([values.get(n, zero) for n in TOKEN_SUMS])
+        self.maxes = torch.maximum(self.maxes.to(loss.device), torch.stack([values.get(n, low) for n in TOKEN_MAXES]))
+
+    def read(self, grad_norm: torch.Tensor, result: UpdateResult) -> tuple[float, float]:
+        """Store the running sums and maxima in ``result``; (this step's loss, ``grad_norm``) on the host."""
+        device = self.sums.device
+        extra = torch.stack([self.loss.to(device), grad_norm.detach().to(device, torch.float64).reshape(())])
+        host = torch.cat([self.sums, self.maxes, extra]).tolist()  # the one host sync of the optimiser step
+        result.sums.update(zip(TOKEN_SUMS, host[: len(TOKEN_SUMS)]))
+        result.maxes.update(zip(TOKEN_MAXES, host[len(TOKEN_SUMS):-2]))
+        return host[-2], host[-1]
+
+
+def micro_statistics(out: PolicyLoss, x: LossInputs, s: UpdateSettings, *, on_policy: bool,
+                     first_pass: bool) -> dict[str, torch.Tensor]:
+    """One micro-batch's statistics by ``TOKEN_SUMS``/``TOKEN_MAXES`` name (float64 on the device, no sync)."""
+    d = lambda value: value.detach().to(torch.float64)
+    anchor = x.is_anchor if x.is_anchor is not None else torch.zeros(len(x.advantages), dtype=torch.bool,
+                                                                      device=x.mask.device)
+    entropy = x.entropy.detach()
+    values = {"tokens": d(x.mask.sum()), "clipped_tokens": d(out.clipped_tokens),
+              "entropy_sum": d(entropy[x.mask].sum()),
+              **micro_means(out, entropy, x.mask, anchor, sequence_level=s.loss.importance_level == "sequence")}
+    if out.kl_sum is not None:
+        values["kl_sum"] = d(out.kl_sum)
+    values |= variant_statistics(x, s.loss, anchor)
+    if s.entropy_control is not None:  # the adaptive bonus's window: the entropy over the bonus's tokens
+        bonus = x.bonus_mask & ~anchor.unsqueeze(-1)
+        values |= {"bonus_entropy_sum": d(entropy[bonus].sum()), "bonus_tokens": d(bonus.sum())}
+    if on_policy:  # sampler vs trainer log-probs; for responses scored on another prompt than the one they
+        # were sampled from (TA-GRPO's q_0 vs q_j) the gap |log π(o|q_j) − log π(o|q_0)| instead
+        gap = (x.logprobs.detach() - x.sampled).abs()  # [n, T]
+        own, moved = x.shown & x.on_own_prompt, x.shown & ~x.on_own_prompt
+        values |= {"mismatch_sum": d(gap[own].sum()), "mismatch_tokens": d(own.sum()),
+                   "gap_sum": d(gap[moved].sum()), "gap_tokens": d(moved.sum())}
+    if x.correction is not None and first_pass:  # the weights are the same on every pass: count each row once
+        st = x.correction.stats()
+        values |= {"is_ratio_sum": d(st["ratio_sum"]), "is_units": d(st["units"]), "is_tokens": d(st["tokens"]),
+                   "is_adjusted_tokens": d(st["adjusted_tokens"]), "is_weight_sum": d(st["weight_sum"]),
+                   "is_ratio_max": d(st["ratio_max"]), "is_ratio_neg_min": d(-st["ratio_min"]),
+                   "is_weight_max": d(st["weight_max"]), "is_weight_neg_min": d(-st["weight_min"])}
+    return values
+
+
+def variant_statistics(x: LossInputs, s: LossSettings, anchor: torch.Tensor) -> dict[str, torch.Tensor]:
+    """TRL's metrics of its other loss types, one micro-batch's mean (float64 on the device): ``cispo_clip_ratio``
+    (the capped tokens' fraction; per sequence under GSPO's ratio) and ``vespo/phi_seq_mean`` (the γ-weights'
+    mean over the sequences); anchors left out."""
+    sampled = x.mask.bool() & ~anchor.unsqueeze(-1)
+    if s.policy_loss == "cispo":
+        ratio = log_ratio(x.logprobs.detach(), x.old, x.mask, importance_level=s.importance_level).exp()
+        adv = x.advantages.unsqueeze(-1) if x.advantages.dim() == 1 else x.advantages
+        flags = cispo_clipped(ratio, adv, sampled, s)
+        if s.importance_level == "sequence":
+            rows = ~anchor
+            fraction = flags.any(-1)[rows].double().mean() if bool(rows.any()) else torch.zeros((), device=ratio.device)
+        else:
+            fraction = flags.sum().double() / sampled.sum().clamp(min=1)
+        return {"cispo_clip_micro": fraction.to(torch.float64)}
+    if s.policy_loss == "vespo":
+        phi = vespo_weights(x.logprobs.detach(), x.old, x.advantages, x.mask, s, x.is_weights)[~anchor]  # [rows, 1]
+        return {"vespo_phi_micro": phi.double().mean() if phi.numel() else torch.zeros((), dtype=torch.float64,
+                                                                                        device=phi.device)}
+    return {}
+
+
+def bonus_on(s: UpdateSettings) -> bool:
+    """TRL's entropy bonus is on: a coefficient, or the adaptive control (which may raise it from 0)."""
+    return s.loss.entropy_coef > 0 or s.entropy_control is not None
+
+
+def micro_means(out, entropy: torch.Tensor, mask: torch.Tensor, is_anchor: torch.Tensor, *,
+                sequence_level: bool) -> dict[str, torch.Tensor]:
+    """One micro-batch's means of TRL's train metrics (float64 scalars on the device, no host sync).
+
+    ``out``: the micro-batch's ``rlvr.core.losses.PolicyLoss``; ``entropy`` [n, T]; ``mask`` [n, T];
+    ``is_anchor`` [n]. Anchors have no ratio and were not sampled: they are left out of every mean.
+    As TRL's ``global_masked_mean``: token means over the trained tokens; with a ratio per sequence (GSPO)
+    the clip fractions are means over the sequences, every one of them (one with no trained token counts 0).
+    """
+    sampled = mask.bool() & ~is_anchor.unsqueeze(-1)  # [n, T]
+    rows = ~is_anchor  # [n]
+    tokens = sampled.sum(-1)  # [n]
+    d = lambda value: value.detach().to(torch.float64)
+    token_mean = lambda x: d(torch.where(sampled, x, torch.zeros_like(x)).sum() / sampled.sum().clamp(min=1))
+    zero = torch.zeros((), dtype=torch.float64, device=mask.device)
+
+    def per_sequence(flags: torch.Tensor) -> torch.Tensor:
+        """Each row's clipped fraction; a GSPO row's flag is its sequence's (0 when it has no trained token)."""
+        fraction = (flags & sampled).sum(-1).double() / tokens.clamp(min=1)
+        return fraction[rows] if sequence_level else fraction[rows & (tokens > 0)]  # token level: NaN rows out
+
+    def mean(flags: torch.Tensor) -> torch.Tensor:
+        if sequence_level:
+            values = per_sequence(flags)
+            return values.mean() if values.numel() else zero
+        return token_mean(flags.double())
+
+    low, high = out.low_clipped, out.high_clipped
+    low_seq, high_seq = per_sequence(low), per_sequence(high)
+    return {
+        "micro_batches": torch.ones((), dtype=torch.float64, device=mask.device),
+        "entropy_micro": token_mean(entropy.double()),
+        "kl_micro": token_mean(out.kl.double()) if out.kl is not None else zero,
+        "clip_low_micro": mean(low), "clip_high_micro": mean(high), "clip_region_micro": mean(low | high),
+        "clip_low_min_micro": low_seq.min() if low_seq.numel() else zero,
+        "clip_high_max_micro": high_seq.max() if high_seq.numel() else zero,
+        "clip_extreme_micro": torch.ones((), dtype=torch.float64, device=mask.device) if low_seq.numel() else zero,
+    }

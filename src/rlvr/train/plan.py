@@ -150,7 +150,7 @@ class StepPlan:
     autocast: str | None  # "bfloat16": forwards under bf16 autocast, fp32 master weights (bf16=true); None: off
     rollout: RolloutSettings
     engine: EnginePlan
-    prompts: LogprobPrompts | None  # TA-GRPO: the prompt of each log-prob pass (None: no rephrasings, q_0)
+    scoring_prompts: LogprobPrompts | None  # TA-GRPO: each log-prob pass's prompt (None: no rephrasings, q_0)
     advantages: AdvantagePlan
     dagrpo: DaGRPOSettings | None  # None: DaGRPO's phase is off
     update: UpdateSettings
@@ -189,7 +189,7 @@ def compile_plan(cfg: ExperimentConfig, *, world_size: int = 1) -> StepPlan:
             autocast=autocast, tools=tool_settings(cfg),
         ),
         engine=engine_plan(cfg),
-        prompts=LogprobPrompts.for_ratio_anchor(t.ratio_anchor) if t.enabled else None,
+        scoring_prompts=LogprobPrompts.for_ratio_anchor(t.ratio_anchor) if t.enabled else None,
         advantages=AdvantagePlan(
             settings=AdvantageSettings(
                 estimator="dagrpo" if d.pair_masking else a.advantage_estimator, scale_rewards=a.scale_rewards,

@@ -37,6 +37,8 @@ import numbers
 import random
 import threading
 from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from transformers import TrainerState
 
@@ -44,7 +46,9 @@ from rlvr.data.rows import DATASET_ROW, GOLD_ONLY_SOLUTION, INTERNAL_FIELDS
 from rlvr.rewards import MathAccuracy, VerifierPool, resolve_reward
 from rlvr.rewards.combine import combine_rewards, logged_names
 from rlvr.run.stopping import TrainingStopped
-from rlvr.train.experience import Group
+
+if TYPE_CHECKING:
+    from rlvr.train.rollout_phase import Group
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +59,21 @@ LOGGED_METRIC_PREFIX = "reward_fn/"  # log_metric(name, v): reward_fn/<name>#sum
 
 class RewardFunctionFailed(TrainingStopped):
     """A reward function failed too often for the run to learn anything (see the module docstring)."""
+
+
+
+@dataclass(frozen=True)
+class RewarderRecipe:
+    """What builds a :class:`Rewarder`, decided once at set-up (``rlvr.train.setup.rewarder_recipe``): the training's
+    reward phase and each TRL evaluation's are built from it, so nothing after set-up reads the config."""
+
+    specs: tuple  # reward specs or callables (code rewards bound to the run's sandbox)
+    weights: tuple | None
+    options: dict = field(default_factory=dict)  # Rewarder's options: verifier, extraction, failure policy, names
+
+    def build(self, *, max_steps: int, tokenizer) -> Rewarder:
+        return Rewarder(list(self.specs), None if self.weights is None else list(self.weights), max_steps=max_steps,
+                        tokenizer=tokenizer, **self.options)
 
 
 class Rewarder:

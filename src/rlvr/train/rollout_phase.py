@@ -1,5 +1,6 @@
 """The rollout side of a training step: sampling groups, the rounds of DAPO's dynamic sampling, and
-where a step's responses come from (sampled now, or ahead while the previous step updated).
+where a step's responses come from (sampled now, or ahead while the previous step updated). What it produces
+is a list of :class:`Group` (one prompt and its responses: the unit of group-relative advantages), defined here.
 
 A step runs rounds (``Trainer.training_step`` shows them):
 
@@ -39,6 +40,7 @@ run takes the same prompts again and uses those responses instead of sampling th
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -48,10 +50,100 @@ from rlvr.data import PromptSampler
 from rlvr.data.prompts import PromptBuilder
 from rlvr.parallel.runtime import autocast, full_weights
 from rlvr.rollout.completion import Completion, ToolUse
-from rlvr.train.experience import Group, Observed
 from rlvr.train.plan import RolloutSettings
 from rlvr.train.rewarding import reset_columns
 
+
+@dataclass
+class Observed:
+    """An environment group's responses (``environment_factory``, rlvr.rollout.environments): per response, the
+    prompt it was sampled from (the row's, with its reset observation appended), the observation, and its instance
+    (None once the round is over: instances stay on their rank)."""
+
+    prompt_ids: list[list[int]]
+    observations: list[str | None]
+    instances: list | None
+
+
+@dataclass
+class Group:
+    """One prompt and its responses: the unit of group-relative advantages.
+
+    TA-GRPO: a pooled group holds the responses to the original question q_0 and to its
+    rephrasings q_1..q_N (``variants`` says which, ``variant_prompt_ids[j]`` is q_j's prompt);
+    unpooled, each variant is its own group and ``pool_id`` ties the pool together.
+    """
+
+    group_id: int
+    row: dict
+    prompt_ids: list[int]  # q_0's prompt: responses are scored on it unless ratios are unanchored
+    completions: list[Completion]
+    texts: list[str]
+    rewards: list[float] = field(default_factory=list)
+    reward_parts: dict[str, list[float | None]] = field(default_factory=dict)
+    reward_weights: dict[str, float] = field(default_factory=dict)  # each reward function's weight, by name
+    reward_extras: dict[str, list] = field(default_factory=dict)  # log_extra columns, per response (samples.jsonl)
+    scores: list[float] | None = None  # DaGRPO combined scores s (None: s = r)
+    variants: list[int] | None = None  # per response: 0 = q_0, j = rephrasing j (None: all 0)
+    variant_prompt_ids: list[list[int]] | None = None  # index j -> q_j's prompt (None: [prompt_ids])
+    pool_id: int | None = None  # TA-GRPO pool (None: the group itself)
+    rewarded: list[bool] | None = None  # per response: some reward function gave a value (None: all)
+    before_anchor: Group | None = None  # DaGRPO: the policy's own samples, as they were before injection
+    correctness: str | None = None  # the reward function whose 1.0 means correct (Rewarder.correctness)
+    observed: Observed | None = None  # environment_factory: each response's own prompt and environment
+
+
+    def snapshot(self) -> Group:
+        """A copy whose per-response lists are copies (the group before it is changed in place)."""
+        copy = lambda value: list(value) if isinstance(value, list) else value
+        return dataclasses.replace(
+            self, completions=list(self.completions), texts=list(self.texts), rewards=list(self.rewards),
+            reward_parts={name: list(values) for name, values in self.reward_parts.items()},
+            scores=copy(self.scores), variants=copy(self.variants), rewarded=copy(self.rewarded),
+            observed=None if self.observed is None else dataclasses.replace(
+                self.observed, prompt_ids=list(self.observed.prompt_ids), observations=list(self.observed.observations),
+                instances=copy(self.observed.instances)))
+
+    @property
+    def policy_samples(self) -> Group:
+        """The group as the policy sampled it, before DaGRPO put an anchor in (replacing a response,
+        or appended): what ``rollout/`` metrics describe. The group itself when no anchor went in."""
+        return self.before_anchor if self.before_anchor is not None else self
+
+    def is_rewarded(self, i: int) -> bool:
+        return self.rewarded is None or self.rewarded[i]
+
+    @property
+    def pool(self) -> int:
+        return self.group_id if self.pool_id is None else self.pool_id
+
+    def variant_of(self, i: int) -> int:
+        return 0 if self.variants is None else self.variants[i]
+
+    def generation_prompt(self, i: int) -> list[int]:
+        """The prompt response i was sampled from (q_j; an environment rollout's own)."""
+        if self.observed is not None:
+            return self.observed.prompt_ids[i]
+        j = self.variant_of(i)
+        return self.prompt_ids if j == 0 or self.variant_prompt_ids is None else self.variant_prompt_ids[j]
+
+    @property
+    def uniform(self) -> bool:
+        """All rewards of the rewarded responses equal (anchors included): no group-relative signal."""
+        values = [r for i, r in enumerate(self.rewards) if self.is_rewarded(i)]
+        return not values or max(values) == min(values)
+
+    @property
+    def correct(self) -> list[bool]:
+        """Per response: the correctness reward gave 1.0 (when the run has one), else the total reward is > 0."""
+        if self.correctness is not None and self.correctness in self.reward_parts:
+            return [value == 1.0 for value in self.reward_parts[self.correctness]]
+        return [reward > 0 for reward in self.rewards]
+
+    @property
+    def on_policy(self) -> list[int]:
+        """Indices of the responses sampled from the policy (not anchors)."""
+        return [i for i, c in enumerate(self.completions) if not c.is_anchor]
 
 class GroupIds:
     def __init__(self, last: int = 0):
@@ -154,10 +246,10 @@ class GroupGenerator:
     the ones a single process would make for the same rows.
     """
 
-    def __init__(self, settings: RolloutSettings, engine, tokenizer, prompts: PromptBuilder, group_ids: GroupIds,
+    def __init__(self, settings: RolloutSettings, engine, tokenizer, prompt_builder: PromptBuilder, group_ids: GroupIds,
                  ctx, *, policy):
         self.s, self.engine, self.tokenizer = settings, engine, tokenizer
-        self.prompts, self.group_ids, self.ctx = prompts, group_ids, ctx
+        self.prompt_builder, self.group_ids, self.ctx = prompt_builder, group_ids, ctx
         self.policy = policy  # FSDP2: gathered whole while the engine generates
 
     def __call__(self, rows: list[dict], *, seed: int, completions: list[Completion] | None = None) -> list[Group]:
@@ -169,7 +261,7 @@ class GroupGenerator:
     def requests(self, rows: list[dict], *, seed: int) -> RoundRequests:
         """What this rank samples for ``rows``: its prompts (G per variant) and their seeds, group ids reserved."""
         G, s = self.s.responses_per_prompt, self.s
-        variant_prompts = [self.prompts.variants(row) for row in rows]  # per row: [q_0, q_1, ...] token ids
+        variant_prompts = [self.prompt_builder.variants(row) for row in rows]  # per row: [q_0, q_1, ...] token ids
         per_row = [1 if s.pooled or len(v) == 1 else len(v) for v in variant_prompts]  # groups per row
         first_group = [self.group_ids.reserve(sum(per_row))]
         first_request = [0]
@@ -194,7 +286,7 @@ class GroupGenerator:
         requests.instances = envs.take(names)
         requests.observations = [envs.reset(instance, reset_columns(row))
                                  for row, instance in zip(rows, requests.instances)]
-        requests.prompts = [self.prompts.observed(row, observation, envs.tools[name])
+        requests.prompts = [self.prompt_builder.observed(row, observation, envs.tools[name])
                             for row, observation, name in zip(rows, requests.observations, names)]
         requests.tools = [envs.runners(instance) for instance in requests.instances]
 

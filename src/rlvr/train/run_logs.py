@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from transformers.trainer_utils import TrainerMemoryTracker
 
-from rlvr.train.metrics import trl_log_name, trl_train_metrics
+from rlvr.train.metrics import trl_train_metrics
 from rlvr.train.trl_log import TrlLog, step_units
+from rlvr.train.trl_metric_names import trl_log_name
 
 
 class MemoryMetrics(TrainerMemoryTracker):

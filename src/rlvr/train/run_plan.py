@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlvr.config import ExperimentConfig
+from rlvr.run.hub import HubPush
 from rlvr.train.plan import RunLength, StepPlan
 
 
@@ -117,8 +118,10 @@ class RunPlan:
 
 
 def compile_run_plan(cfg: ExperimentConfig) -> RunPlan:
-    """The run-life decisions of a validated config."""
+    """The run-life decisions of a validated config (push_to_hub offline or without a token: refused here, before
+    any folder is made)."""
     r = cfg.run
+    HubPush.check(r)
     return RunPlan(
         output_dir=r.output_dir, folder_prefix=cfg.algorithm.algo,
         resume=bool(r.resume or r.resume_from_checkpoint), resume_from_checkpoint=r.resume_from_checkpoint,

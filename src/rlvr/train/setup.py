@@ -76,9 +76,9 @@ from rlvr.train.plan import (
     extra_reward_arguments,
     step_kind,
 )
-from rlvr.train.rewarding import Rewarder, reward_columns
+from rlvr.train.rewarding import Rewarder, RewarderRecipe, reward_columns
 from rlvr.train.sft import sft_rows
-from rlvr.train.trl_evaluation import EvalOptions, TrainingEvaluation
+from rlvr.train.trl_evaluation import EvalOptions, EvalRows, TrainingEvaluation
 
 logger = logging.getLogger(__name__)
 
@@ -486,10 +486,10 @@ def build_training_eval(cfg: ExperimentConfig, plan: StepPlan, length: RunLength
     )
 
 
-def build_rewarder(cfg: ExperimentConfig, *, max_steps: int, tokenizer, tools: ToolSettings | None = None) -> Rewarder:
-    """The reward phase: the verifier pool, the reward functions (by name, in the preset's dialect) and their
-    weights, and the failure policy. ``tools``: the plan's; an environment class's ``get_reward`` is one more reward,
-    weight 1, named after the class (TRL's)."""
+def rewarder_recipe(cfg: ExperimentConfig, *, tools: ToolSettings | None = None) -> RewarderRecipe:
+    """How the reward phase is built: the verifier pool, the reward functions (by name, in the preset's dialect) and
+    their weights, and the failure policy. ``tools``: the plan's; an environment class's ``get_reward`` is one more
+    reward, weight 1, named after the class (TRL's)."""
     r = cfg.reward
     specs, weights = _reward_specs(cfg), r.reward_weights
     owned = tools.environments.reward_functions() if tools is not None and tools.environments is not None else []
@@ -498,10 +498,21 @@ def build_rewarder(cfg: ExperimentConfig, *, max_steps: int, tokenizer, tools: T
     if not specs:  # (reward_funcs may be empty only with environments)
         raise ValueError("no reward source: reward_funcs is empty and no environment of environment_factory defines "
                          "get_reward(); give reward_funcs, or a get_reward(self) -> float method")
-    return Rewarder(specs, weights,
-                    verifier_workers=r.verifier_workers, verifier_timeout=r.verifier_timeout,
-                    answer_extraction=r.answer_extraction, max_reward_error_frac=r.max_reward_error_frac,
-                    reward_timeout=r.reward_timeout, max_steps=max_steps, tokenizer=tokenizer, names=cfg.run.preset)
+    return RewarderRecipe(tuple(specs), None if weights is None else tuple(weights), dict(
+        verifier_workers=r.verifier_workers, verifier_timeout=r.verifier_timeout, answer_extraction=r.answer_extraction,
+        max_reward_error_frac=r.max_reward_error_frac, reward_timeout=r.reward_timeout, names=cfg.run.preset))
+
+
+def build_rewarder(cfg: ExperimentConfig, *, max_steps: int, tokenizer, tools: ToolSettings | None = None) -> Rewarder:
+    """The reward phase (:func:`rewarder_recipe`, built)."""
+    return rewarder_recipe(cfg, tools=tools).build(max_steps=max_steps, tokenizer=tokenizer)
+
+
+def eval_rows(cfg: ExperimentConfig) -> EvalRows:
+    """How an evaluation's data becomes rows, as the training rows do (:func:`row_rules`, :func:`question_rows`,
+    :func:`chat_rows`), decided once."""
+    return EvalRows(rules=row_rules(cfg), prompt_column=cfg.data.dataset_prompt_column, source=cfg.data.data,
+                    system_prompt=cfg.data.system_prompt, chat=open_r1_chat(cfg))
 
 
 def _reward_specs(cfg: ExperimentConfig) -> list:

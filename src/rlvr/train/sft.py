@@ -20,7 +20,8 @@ import torch
 
 from rlvr.data.anchors import ARITHMETIC_TASKS, anchor_text
 from rlvr.rollout import Completion
-from rlvr.train.experience import Experience, Group
+from rlvr.train.experience import Experience
+from rlvr.train.rollout_phase import Group
 from rlvr.train.step_result import StepResult
 
 logger = logging.getLogger(__name__)
@@ -59,7 +60,7 @@ def sft_training_step(self, step: int) -> StepResult:
         if anchor is None:
             continue
         completion = Completion(anchor.token_ids, [], truncated=anchor.truncated, is_anchor=True)
-        groups.append(Group(group_id=self.group_ids.reserve(1), row=row, prompt_ids=self.prompts.ids(row),
+        groups.append(Group(group_id=self.group_ids.reserve(1), row=row, prompt_ids=self.prompt_builder.ids(row),
                             completions=[completion], texts=[anchor.text], rewards=[1.0]))
     metrics = {"step": step, "sft/rows": len(rows), "sft/anchor_rate": len(groups) / len(rows)}
     update = None

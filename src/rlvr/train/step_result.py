@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rlvr.train.metrics import UpdateResult
 from rlvr.train.rollout_phase import RolloutResult
-from rlvr.train.update import UpdateResult
 
 
 @dataclass

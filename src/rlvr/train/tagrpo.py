@@ -12,11 +12,18 @@ combination (docs/algorithms/tagrpo.md):
 
 Without rephrasings every response comes from q_0 and the choice makes no difference: the plan then
 has no :class:`LogprobPrompts` and :func:`logprob_prompt` is never called.
+
+TA-GRPO's own rollout metrics (``tagrpo/``, :func:`tagrpo_rollout_metrics`) are here too: what pooling recovers.
 """
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rlvr.train.rollout_phase import Group
 
 QUESTION = "question"  # score on q_0, the original question
 SAMPLED = "sampled"  # score on the prompt the response was sampled from (q_j)
@@ -43,3 +50,32 @@ class LogprobPrompts:
 def logprob_prompt(choice: str, question_ids: list[int], sampled_ids: list[int]) -> list[int]:
     """The prompt a pass scores a response on: q_0 (``QUESTION``), or the q_j it was sampled from (``SAMPLED``)."""
     return sampled_ids if choice == SAMPLED else question_ids
+
+
+def tagrpo_rollout_metrics(groups: list[Group]) -> dict[str, float]:
+    """Uniform fractions per variant group (G responses to one q_j) vs per pool (all variants),
+    over the policy's samples (pass ``Group.policy_samples``).
+
+    ``pool_rescue_frac``: of the uniform variant groups, the fraction whose pool is not uniform —
+    the gradient that pooling recovers (docs/algorithms/tagrpo.md, "Why pooling helps").
+    """
+    by_pool: dict[int, dict[int, list[float]]] = {}
+    for g in groups:
+        for i in g.on_policy:
+            by_pool.setdefault(g.pool, {}).setdefault(g.variant_of(i), []).append(g.rewards[i])
+    variant_uniform, pool_uniform, rescued = [], [], 0
+    for variants in by_pool.values():
+        whole = [r for rewards in variants.values() for r in rewards]
+        pool_is_uniform = max(whole) == min(whole)
+        pool_uniform.append(pool_is_uniform)
+        for rewards in variants.values():
+            uniform = max(rewards) == min(rewards)
+            variant_uniform.append(uniform)
+            rescued += uniform and not pool_is_uniform
+    uniform_variants = sum(variant_uniform)
+    return {
+        "tagrpo/frac_uniform_variant_groups": statistics.fmean(variant_uniform),
+        "tagrpo/frac_uniform_pools": statistics.fmean(pool_uniform),
+        "tagrpo/pool_rescue_frac": rescued / uniform_variants if uniform_variants else 0.0,
+        "tagrpo/variants_per_pool": statistics.fmean(len(v) for v in by_pool.values()),
+    }

@@ -46,7 +46,7 @@ from rlvr.train.evaluation_trl import trl_evaluation
 from rlvr.train.experience import Experience, compute_advantages
 from rlvr.train.length_limits import apply_length_limits
 from rlvr.train.memory_bound import check_rollout_memory
-from rlvr.train.metrics import GradSpikes, PhaseTimer, StepLog, sample_records, trl_log_name
+from rlvr.train.metrics import GradSpikes, PhaseTimer, StepLog, sample_records
 from rlvr.train.plan import compile_plan, run_length
 from rlvr.train.rollout_phase import GroupGenerator, GroupIds, RolloutResult, Rollouts
 from rlvr.train.run_logs import MemoryMetrics, RunLogs
@@ -54,6 +54,7 @@ from rlvr.train.run_plan import check_world, compile_run_plan, start_lines
 from rlvr.train.setup import build_models
 from rlvr.train.sft import sft_training_step
 from rlvr.train.step_result import StepResult
+from rlvr.train.trl_metric_names import trl_log_name
 from rlvr.train.update import PolicyUpdate
 
 __all__ = ["StepResult", "Trainer", "TrainingInterrupted", "TrainingStopped"]
@@ -70,12 +71,10 @@ class Trainer:
     def __init__(self, cfg: ExperimentConfig, *, callbacks=(), outputs: Outputs | None = None):
         """``callbacks``: objects with ``on_step_end(step, metrics)`` / ``on_save(step, path)``, or
         ``transformers.TrainerCallback`` objects, called on rank 0 (``callbacks.py``); ``outputs``: GRPOTrainer's."""
-        self.cfg = cfg  # (set-up reads it; the loop reads the plans)
         self.run = run = compile_run_plan(cfg)  # the run's life: folder, saving, logging, stopping
         self.memory = MemoryMetrics(skip=not run.logging.memory)  # transformers' memory metrics (stages init, train)
         self.memory.begin("init")
         self.user_callbacks = list(callbacks)
-        HubPush.check(cfg.run)  # push_to_hub offline or without a token: refused before any folder is made
         self.dist = init_distributed(timeout_s=run.ddp_timeout)
         check_world(cfg, self.dist.world_size)
         # the decisions of a step, made once: before the run folder (a refused engine or algorithm part leaves none)
@@ -95,7 +94,8 @@ class Trainer:
     def _set_up(self, cfg: ExperimentConfig, outputs: Outputs) -> None:
         """Everything but the run folder: data, model, engine, rewards, the phases, optimiser, logs."""
         run, main = self.run, self.dist.is_main
-        check_output_dir(self.output_dir, resume=run.resume, overwrite=run.overwrite_output_dir)
+        if outputs.folder_check_first:  # (TRL's GRPOTrainer.model before train(): checked when training starts)
+            check_output_dir(self.output_dir, resume=run.resume, overwrite=run.overwrite_output_dir)
         self.hub = hub = HubPush.from_config(cfg.run, self.output_dir) if main else None  # offline: refused now
         torch.manual_seed(run.seed)
         check_rollout_memory(completions_per_process=self.plan.batch.completions_per_process,
@@ -111,13 +111,12 @@ class Trainer:
         self._set_up_model(cfg)
         self._set_up_rollout(cfg)
         self._set_up_phases(cfg)
-        self.metrics_log = JsonlLog(self.output_dir / "metrics.jsonl")
-        self.samples_log = JsonlLog(self.output_dir / "samples.jsonl")
+        self.metrics_log, self.samples_log = (JsonlLog(self.output_dir / f"{n}.jsonl") for n in ("metrics", "samples"))
         self.grad_spikes = GradSpikes(factor=run.grad_spike_factor)
         self.step_log = StepLog(self.plan, reward_names=self.rewarder.names, grad_spikes=self.grad_spikes,
                                 device=self.device, scheduler=self.scheduler, epoch=self.length.epoch,
-                                with_score=self.dagrpo is not None,
-                                length_limits=self.length_limits, prompts=self.prompts)
+                                with_score=self.dagrpo is not None, length_limits=self.length_limits,
+                                prompt_builder=self.prompt_builder)
         self.skipped_in_a_row = 0  # optimiser steps since the last finite one
         self.trackers = Trackers({})  # report_to's are opened by rank 0 when the run starts (train)
         self.callbacks = Callbacks(self.user_callbacks, output_dir=self.output_dir, objects={
@@ -126,7 +125,7 @@ class Trainer:
         self.logs = RunLogs(self.plan, self.length, run, callbacks=self.callbacks, metrics_log=self.metrics_log,
                             samples_log=self.samples_log, main=main)  # TRL's log, metrics.jsonl, samples.jsonl
         self.checkpoints = RunCheckpoints(
-            Checkpointed(self.policy, self.tokenizer, self.optimizer, self.scheduler, self.engine, self.rollouts,
+            Checkpointed(self.policy, self.tokenizer, self.optimizer, self.scheduler, self.engine, self.generation,
                          self.sampler, self.group_ids, self.grad_spikes, self.update), output_dir=self.output_dir,
             dist=self.dist, length=self.length, save=run.save, train_batch_size=self.plan.batch.micro_batch, hub=hub,
             logs=(self.metrics_log, self.samples_log), outputs=outputs, trl_log=self.logs.trl_log)
@@ -148,24 +147,25 @@ class Trainer:
         """The prompts (format, length limits), their order, and the rollout phase that samples them."""
         self.prompt_format = setup.prompt_format(cfg, self.tokenizer, self.rows, tools=self.plan.rollout.tools,
                                                  log=self.dist.is_main)  # template or raw
-        self.prompts = PromptBuilder(self.tokenizer, self.prompt_format, rephrased=self.plan.rollout.rephrased)
+        self.prompt_builder = PromptBuilder(self.tokenizer, self.prompt_format, rephrased=self.plan.rollout.rephrased)
         self.length_limits = apply_length_limits(  # before anything is generated
             self.rows, truncation=self.run.truncation, max_prompt_length=self.run.max_prompt_length,
             source=cfg.data.data, max_completion_length=self.plan.rollout.max_completion_length,
             prompt_format=self.prompt_format, policy=self.policy, tokenizer=self.tokenizer, engine=self.engine,
-            prompts=self.prompts)
+            prompts=self.prompt_builder)
         self.rows = self.length_limits.rows
         self.sampler = PromptSampler(self.rows, seed=self.run.seed, shuffle=self.run.shuffle)
         self.group_ids = GroupIds()
-        self.generate_groups = GroupGenerator(self.plan.rollout, self.engine, self.tokenizer, self.prompts,
+        self.generate_groups = GroupGenerator(self.plan.rollout, self.engine, self.tokenizer, self.prompt_builder,
                                               self.group_ids, self.dist, policy=self.policy)
-        self.rollouts = Rollouts(self.generate_groups, self.sampler, self.group_ids,  # async_generation: ahead
-                                 prompts_per_step=self.plan.rollout.prompts_per_step, ahead=self.plan.engine.ahead)
+        self.generation = Rollouts(self.generate_groups, self.sampler, self.group_ids,  # async_generation: ahead
+                                   prompts_per_step=self.plan.rollout.prompts_per_step, ahead=self.plan.engine.ahead)
 
     def _set_up_phases(self, cfg: ExperimentConfig) -> None:
         """The reward, DaGRPO and update phases, the optimiser and its schedule, and the training-time eval."""
-        self.rewarder = setup.build_rewarder(cfg, max_steps=self.max_steps, tokenizer=self.tokenizer,
-                                             tools=self.plan.rollout.tools)  # (environments' get_reward too)
+        self.rewarder_recipe = setup.rewarder_recipe(cfg, tools=self.plan.rollout.tools)  # (TRL's evaluations too)
+        self.rewarder = self.rewarder_recipe.build(max_steps=self.max_steps, tokenizer=self.tokenizer)
+        self.eval_rows = setup.eval_rows(cfg)  # how TRL's evaluation reads its data (the Trainer keeps no config)
         if self.dist.is_main:
             self.rewarder.check_golds(self.rows, cfg.data.data)  # one warning when most golds are not math
         if self.plan.diversity_every:
@@ -192,7 +192,7 @@ class Trainer:
         timer, rollout = PhaseTimer(), RolloutResult(self.plan.rollout, step)
         while rollout.wants_another_round():
             with timer("rollout"):  # B prompts, G responses each (TA-GRPO: to each variant), per-request seeds
-                groups = self.rollouts.round(step, seed=rollout.seed)  # async_generation: sampled ahead
+                groups = self.generation.round(step, seed=rollout.seed)  # async_generation: sampled ahead
             with timer("reward"):  # r = Σ_k w_k·f_k, each function's values kept
                 reward_counts = self.rewarder.reward_groups(groups, step=step)
             with timer("score"):  # DaGRPO: s = α·r + (1−α)·q, anchors into failed groups
@@ -200,17 +200,17 @@ class Trainer:
             rollout.add(self.dist, groups, reward_counts, dagrpo_counts)  # every rank's groups; DAPO's filter
         self.rewarder.check_failures(step, rollout.reward_counts)  # a function that keeps failing stops the run
         if step < self.max_steps:  # async_generation: step+1's round is sampled during this update
-            self.rollouts.start(step + 1, seed=RolloutResult(self.plan.rollout, step + 1).seed)
+            self.generation.start(step + 1, seed=RolloutResult(self.plan.rollout, step + 1).seed)
         advantages, advantage_metrics, update = None, {}, None
         if rollout.kept:
-            experience = Experience.from_groups(rollout.kept, self.plan.prompts)  # flat, with the scoring prompts
+            experience = Experience.from_groups(rollout.kept, self.plan.scoring_prompts)  # flat, with the scoring prompts
             advantages, advantage_metrics = compute_advantages(self.plan.advantages, experience)  # [N]
             with timer("update"):  # μ passes × mini-batches of whole pools × micro-batches
                 update = self.update(experience, advantages)
         else:
             logger.warning("step %d: every group had uniform rewards; no update", step)
         with timer("rollout"):
-            self.rollouts.wait()  # async_generation: step+1's responses are done before the weights move
+            self.generation.wait()  # async_generation: step+1's responses are done before the weights move
         if update is not None:
             with timer("update"):
                 self.engine.sync_weights()  # engines holding their own copy (vLLM) take the new weights
@@ -270,7 +270,7 @@ class Trainer:
 
     def close(self) -> None:
         """Release the rollout thread, a vLLM server's weight group, the reward workers, trackers, the folder lock."""
-        self.rollouts.close()
+        self.generation.close()
         if hasattr(self.engine, "close"):  # vllm_mode=server: leave the weight group (the server keeps running)
             self.engine.close()
         self.rewarder.close()

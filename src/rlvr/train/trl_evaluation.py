@@ -16,12 +16,34 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlvr.data.rows import as_chat, select_prompt_column
+from rlvr.data.sources import load_python_rows, load_rows
+
 # (torch and the trainer's modules are imported where used: ``from rlvr import GRPOTrainer`` stays light)
 
 # transformers' evaluation loop prepares the model itself when an evaluate() comes before accelerate has prepared any
 # (before train(), without a reference model: beta 0 or LoRA) and from then on logs <prefix>_model_preparation_time
 # with every evaluation; rlvr's model needs no preparation: 0.0, kept on rlvr's Trainer under this attribute
 MODEL_PREPARATION = "trl_model_preparation_time"
+
+
+
+@dataclass(frozen=True)
+class EvalRows:
+    """How an evaluation's data (a dataset spec, row dicts or a Dataset) becomes rows, as the training rows do: the
+    same row rules, ``dataset_prompt_column`` and open-r1's chats (decided at set-up: ``rlvr.train.setup.eval_rows``)."""
+
+    rules: dict  # rlvr.data.rows.normalize_row's: gold, environment, keep_row
+    prompt_column: str | None  # dataset_prompt_column (None: the row's prompt)
+    source: str  # the training data's name, in messages about the prompt column
+    system_prompt: str | None
+    chat: bool  # open-r1's [system?, user] chats
+
+    def __call__(self, data) -> list[dict]:
+        rows = load_rows(data, **self.rules) if isinstance(data, str) else load_python_rows(data, **self.rules)
+        if self.prompt_column is not None:
+            rows = select_prompt_column(rows, self.prompt_column, self.source)
+        return as_chat(rows, self.system_prompt) if self.chat else rows
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ steps"). An entry's ``step`` is in optimiser steps either way, as trainer_state.
 
 Convention: values are those of the metrics.jsonl line, which computes TRL's names as TRL does
 (``rlvr.train.metrics``); the per-micro-batch ones are re-averaged here over the interval's micro-batches from the
-update's sums (``rlvr.train.update.UpdateResult.steps``).
+update's sums (``rlvr.train.metrics.UpdateResult.steps``).
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from rlvr.train.metrics import TRL_SUMMARY, trl_log_name
 from rlvr.train.rewarding import LOGGED_METRIC_PREFIX
 from rlvr.train.run_plan import LoggingPlan
+from rlvr.train.trl_metric_names import TRL_SUMMARY, trl_log_name
 
 # the TRL metrics a generation appends once (TRL's _generate_and_score_completions), at its first optimiser step
 GENERATION_NAMES = ("num_tokens", "reward", "reward_std", "frac_reward_zero_std")

@@ -14,7 +14,9 @@ share of the optimiser step (TRL's bonus, ``rlvr.core.losses.entropy_bonus``; th
 gradient: one more [n, T, V] softmax kept for the backward on the plain-logits path).
 The settings come from ``plan.UpdateSettings``; this module knows no algorithm by name. A micro-batch's
 loss inputs are built in one place (:meth:`PolicyUpdate.loss_inputs`: the forward, old/reference log-probs,
-importance weights) and its statistics go to one accumulator (:class:`Statistics`).
+importance weights) and its statistics go to one accumulator (``rlvr.train.metrics.Statistics``). How the batch
+is cut (mini-batches, each rank's share, micro-batches by length) is ``rlvr.train.batching``'s; what the update
+measures (``UpdateResult``, the micro-batch statistics) is ``rlvr.train.metrics``'s.
 
 Old log-probs are computed only when the ratio can differ from 1 (μ > 1 or several mini-batches);
 otherwise old = logp.detach() and the ratio is exactly 1 on this on-policy pass. Then the loss
@@ -39,167 +41,34 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from rlvr.core.entropy_control import EntropyController
-from rlvr.core.importance import ISWeights, importance_weights
-from rlvr.core.loss_variants import cispo_clipped, high_entropy_mask, off_policy_mask, vespo_weights
-from rlvr.core.losses import LossSettings, PolicyLoss, aggregate, entropy_bonus, log_ratio, policy_loss
+from rlvr.core.importance import importance_weights
+from rlvr.core.loss_variants import high_entropy_mask, off_policy_mask
+from rlvr.core.losses import PolicyLoss, aggregate, entropy_bonus, policy_loss
 from rlvr.parallel.runtime import ALONE, DistContext, autocast, full_weights, gradient_sync, unwrap
-from rlvr.train.experience import Experience, length_buckets, minibatches, pad_rows
+from rlvr.train.batching import (
+    LossInputs,
+    OptimizerBatch,
+    collate,
+    is_numerator,
+    length_buckets,
+    minibatches,
+    pad_rows,
+    rank_share,
+    response_logprobs,
+    response_logprobs_no_grad,
+)
+from rlvr.train.experience import Experience
+from rlvr.train.metrics import TOKEN_MAXES, TOKEN_SUMS, Statistics, UpdateResult, bonus_on, micro_statistics
 from rlvr.train.plan import UpdateSettings
-from rlvr.train.response_logprobs import collate, response_logprobs, response_logprobs_no_grad
 
 ENTROPY_STATE = "entropy_ctrl_state.json"  # TRL's file: the adaptive entropy control's coefficient and last entropy
 # sync_ref_model: the reference moves with the policy (not *.safetensors: those are the policy's weights)
 REFERENCE_WEIGHTS = "reference_model.pt"
-
-# sums over a step's micro-batches of each micro-batch's own mean (train/update.py accumulates them)
-# (clip_low_min / clip_high_max: over the micro-batches with a row to take them over, clip_extreme_micro of them,
-# as TRL's NaN of a micro-batch with none is left out of its logged mean; policy_loss: TRL's, with entropy_coef)
-MICRO_MEANS = ("micro_batches", "entropy_micro", "kl_micro", "clip_low_micro", "clip_high_micro",
-               "clip_region_micro", "clip_low_min_micro", "clip_high_max_micro", "clip_extreme_micro",
-               "policy_loss_micro", "cispo_clip_micro", "vespo_phi_micro")
-
-# per-token sums of a micro-batch, accumulated on the device; summed over ranks at the end. The *_micro ones
-# are sums over micro-batches of a micro-batch's own mean, as TRL logs its train metrics (micro_means)
-TOKEN_SUMS = ("tokens", "clipped_tokens", "kl_sum", "entropy_sum", "mismatch_sum", "mismatch_tokens",
-              "gap_sum", "gap_tokens", "is_ratio_sum", "is_units", "is_tokens", "is_adjusted_tokens",
-              "is_weight_sum", "bonus_entropy_sum", "bonus_tokens", *MICRO_MEANS)
-# running maxima of a micro-batch (max-reduced over ranks): the IS ratio's max and −min, on the first pass
-TOKEN_MAXES = ("is_ratio_max", "is_ratio_neg_min", "is_weight_max", "is_weight_neg_min")
-
-
-@dataclass
-class OptimizerStepLog:
-    """One optimiser step as TRL's log counts it (``rlvr.train.trl_log``): its loss, gradient norm and rate, and the
-    sums of its micro-batches' statistics (``TOKEN_SUMS``, over every rank)."""
-
-    loss: float
-    grad_norm: float
-    learning_rate: float
-    sums: dict[str, float]
-
-
-@dataclass
-class UpdateResult:
-    """What one training step's optimiser steps did: sums, reduced by :meth:`metrics`."""
-
-    lr: float
-    lr_used: float | None = None  # the learning rate of the last optimiser step (what transformers logs)
-    loss: float = 0.0
-    optimizer_steps: int = 0  # taken (finite loss and gradient norm)
-    skipped_steps: int = 0
-    trailing_skips: int = 0  # skipped since the last optimiser step taken
-    grad_norms: list[float] = field(default_factory=list)
-    entropy_coefs: list[float] = field(default_factory=list)  # the bonus's coefficient after each optimiser step
-    sums: dict[str, float] = field(default_factory=lambda: dict.fromkeys(TOKEN_SUMS, 0.0))
-    maxes: dict[str, float] = field(default_factory=lambda: dict.fromkeys(TOKEN_MAXES, -math.inf))
-    steps: list[OptimizerStepLog] = field(default_factory=list)  # each optimiser step, taken or skipped
-
-    def record_step(self, loss: float, grad_norm: float) -> None:
-        """Keep the optimiser step just run: its sums are what it added to :attr:`sums` (this rank's, until
-        :meth:`reduce_steps`)."""
-        recorded = {name: sum(step.sums[name] for step in self.steps) for name in TOKEN_SUMS}
-        self.steps.append(OptimizerStepLog(loss, grad_norm, self.lr_used,
-                                           {name: self.sums[name] - recorded[name] for name in TOKEN_SUMS}))
-
-    def reduce_steps(self, ctx: DistContext) -> None:
-        """Each optimiser step's sums over the ranks (one collective; every rank ran as many steps)."""
-        flat = ctx.sum_floats([step.sums[name] for step in self.steps for name in TOKEN_SUMS])
-        for i, step in enumerate(self.steps):
-            step.sums = dict(zip(TOKEN_SUMS, flat[i * len(TOKEN_SUMS):(i + 1) * len(TOKEN_SUMS)]))
-
-    @property
-    def prompt_gap(self) -> float | None:
-        """Mean |log π(o|q_0) − log π(o|q_j)| over responses scored on another prompt than the one they
-        were sampled from (TA-GRPO's anchored ratios), on the first pass; None when there are none."""
-        return self.sums["gap_sum"] / self.sums["gap_tokens"] if self.sums["gap_tokens"] else None
-
-    def metrics(self, *, with_kl: bool) -> dict[str, float | None]:
-        """train/ metrics and the sampler-vs-trainer log-prob mismatch (on the first, on-policy pass)."""
-        s, norms = self.sums, self.grad_norms
-        return {
-            "train/loss": self.loss / max(1, self.optimizer_steps + self.skipped_steps),
-            "train/grad_norm": sum(norms) / len(norms) if norms else None,
-            "train/grad_norm_max": max(norms) if norms else None,
-            "train/clip_frac": s["clipped_tokens"] / max(1.0, s["tokens"]),
-            "train/kl": s["kl_sum"] / max(1.0, s["tokens"]) if with_kl else None,
-            "train/entropy": s["entropy_sum"] / max(1.0, s["tokens"]),
-            "train/lr": self.lr,
-            "train/skipped_steps": self.skipped_steps,
-            "rollout/logprob_mismatch": s["mismatch_sum"] / s["mismatch_tokens"] if s["mismatch_tokens"] else None,
-            # the sampler/trainer IS correction (None when off): the raw ratio π_old/π_sampler before truncation or
-            # masking, over the tokens (sequence modes: sequences) it applies to, and the fraction of such tokens
-            # whose weight was truncated or masked, over the step's responses once (first pass)
-            "rollout/is_ratio_mean": s["is_ratio_sum"] / s["is_units"] if s["is_units"] else None,
-            "rollout/is_ratio_min": -self.maxes["is_ratio_neg_min"] if s["is_units"] else None,
-            "rollout/is_ratio_max": self.maxes["is_ratio_max"] if s["is_units"] else None,
-            "rollout/is_clipped_frac": s["is_adjusted_tokens"] / s["is_tokens"] if s["is_tokens"] else None,
-            # the weights themselves (after truncation or masking), as TRL logs sampling/importance_sampling_ratio/*
-            "rollout/is_weight_mean": s["is_weight_sum"] / s["is_units"] if s["is_units"] else None,
-            "rollout/is_weight_min": -self.maxes["is_weight_neg_min"] if s["is_units"] else None,
-            "rollout/is_weight_max": self.maxes["is_weight_max"] if s["is_units"] else None,
-        }
-
-    @staticmethod
-    def no_update_metrics(lr: float) -> dict[str, float | None]:
-        """The train/ metrics of a step that made no update (every group uniform)."""
-        keys = ("train/loss", "train/grad_norm", "train/grad_norm_max", "train/clip_frac", "train/kl",
-                "train/entropy", "rollout/logprob_mismatch", "rollout/is_ratio_mean", "rollout/is_ratio_min",
-                "rollout/is_ratio_max", "rollout/is_clipped_frac", "rollout/is_weight_mean", "rollout/is_weight_min",
-                "rollout/is_weight_max")
-        return {**dict.fromkeys(keys), "train/lr": lr, "train/skipped_steps": 0}
-
-
-class Statistics:
-    """The update's sums and maxima (``TOKEN_SUMS``, ``TOKEN_MAXES``) and the optimiser step's loss, as float64
-    tensors on the device; :meth:`read` brings them to the host in one transfer, once per optimiser step."""
-
-    def __init__(self, result: UpdateResult):
-        self.loss = torch.zeros((), dtype=torch.float64)
-        self.sums = torch.tensor([result.sums[n] for n in TOKEN_SUMS], dtype=torch.float64)  # running, from the host
-        self.maxes = torch.tensor([result.maxes[n] for n in TOKEN_MAXES], dtype=torch.float64)
-
-    def add(self, loss: torch.Tensor, values: dict[str, torch.Tensor]) -> None:
-        """One micro-batch: its loss share, and its statistics by name (a name it lacks adds 0 / max-es −inf)."""
-        zero = torch.zeros((), dtype=torch.float64, device=loss.device)
-        low = torch.tensor(-math.inf, dtype=torch.float64, device=loss.device)
-        self.loss = self.loss.to(loss.device) + loss.detach().to(torch.float64)
-        self.sums = self.sums.to(loss.device) + torch.stack([values.get(n, zero) for n in TOKEN_SUMS])
-        self.maxes = torch.maximum(self.maxes.to(loss.device), torch.stack([values.get(n, low) for n in TOKEN_MAXES]))
-
-    def read(self, grad_norm: torch.Tensor, result: UpdateResult) -> tuple[float, float]:
-        """Store the running sums and maxima in ``result``; (this step's loss, ``grad_norm``) on the host."""
-        device = self.sums.device
-        extra = torch.stack([self.loss.to(device), grad_norm.detach().to(device, torch.float64).reshape(())])
-        host = torch.cat([self.sums, self.maxes, extra]).tolist()  # the one host sync of the optimiser step
-        result.sums.update(zip(TOKEN_SUMS, host[: len(TOKEN_SUMS)]))
-        result.maxes.update(zip(TOKEN_MAXES, host[len(TOKEN_SUMS):-2]))
-        return host[-2], host[-1]
-
-
-@dataclass
-class LossInputs:
-    """One micro-batch's inputs to the loss, on the device ([n, T] per token, [n] per response)."""
-
-    logprobs: torch.Tensor  # log π_θ (with grad)
-    entropy: torch.Tensor  # H(π_θ) per position (with grad when entropy_coef > 0)
-    old: torch.Tensor  # log π_old (logprobs.detach() when not computed)
-    ref: torch.Tensor | None  # log π_ref (None: β = 0)
-    advantages: torch.Tensor  # [n]
-    mask: torch.Tensor  # the tokens trained on
-    is_anchor: torch.Tensor | None  # [n] (None: no anchor in the micro-batch, and no anchor term)
-    is_weights: torch.Tensor | None  # the IS correction's w_t (anchors 1; None: off)
-    keep: torch.Tensor | None  # [n, T] or [n, 1] the policy term's tokens kept (TRL's off-policy and entropy masks)
-    bonus_mask: torch.Tensor  # the tokens of the entropy bonus (TRL: the mask and top_entropy_quantile's)
-    correction: ISWeights | None  # the IS correction's weights and statistics (None: off)
-    sampled: torch.Tensor | None  # the sampler's log-probs (on the on-policy pass, or with the correction)
-    shown: torch.Tensor  # every response token, anchors excluded
-    on_own_prompt: torch.Tensor  # [n, 1] scored on the prompt it was sampled from
 
 
 class PolicyUpdate:
@@ -403,7 +272,7 @@ class PolicyUpdate:
         weights = correction = None
         if s.is_correction is not None:  # w_t from log π_old (on the prompt o was sampled from) vs log π_sampler
             c = s.is_correction
-            correction = importance_weights(_is_numerator(batch, rows, old), sampled, mask & ~anchor.unsqueeze(-1),
+            correction = importance_weights(is_numerator(batch, rows, old), sampled, mask & ~anchor.unsqueeze(-1),
                                             mode=c.mode, clip_min=c.clip_min, clip_max=c.clip_max)
             weights = torch.where(anchor.unsqueeze(-1), 1.0, correction.weights)  # anchors: 1 (not sampled)
         advantages = batch.advantages[rows].to(device)
@@ -479,145 +348,11 @@ class PolicyUpdate:
         return float(loss), {name: float(value) for name, value in values.items()}
 
 
-def micro_statistics(out: PolicyLoss, x: LossInputs, s: UpdateSettings, *, on_policy: bool,
-                     first_pass: bool) -> dict[str, torch.Tensor]:
-    """One micro-batch's statistics by ``TOKEN_SUMS``/``TOKEN_MAXES`` name (float64 on the device, no sync)."""
-    d = lambda value: value.detach().to(torch.float64)
-    anchor = x.is_anchor if x.is_anchor is not None else torch.zeros(len(x.advantages), dtype=torch.bool,
-                                                                      device=x.mask.device)
-    entropy = x.entropy.detach()
-    values = {"tokens": d(x.mask.sum()), "clipped_tokens": d(out.clipped_tokens),
-              "entropy_sum": d(entropy[x.mask].sum()),
-              **micro_means(out, entropy, x.mask, anchor, sequence_level=s.loss.importance_level == "sequence")}
-    if out.kl_sum is not None:
-        values["kl_sum"] = d(out.kl_sum)
-    values |= variant_statistics(x, s.loss, anchor)
-    if s.entropy_control is not None:  # the adaptive bonus's window: the entropy over the bonus's tokens
-        bonus = x.bonus_mask & ~anchor.unsqueeze(-1)
-        values |= {"bonus_entropy_sum": d(entropy[bonus].sum()), "bonus_tokens": d(bonus.sum())}
-    if on_policy:  # sampler vs trainer log-probs; for responses scored on another prompt than the one they
-        # were sampled from (TA-GRPO's q_0 vs q_j) the gap |log π(o|q_j) − log π(o|q_0)| instead
-        gap = (x.logprobs.detach() - x.sampled).abs()  # [n, T]
-        own, moved = x.shown & x.on_own_prompt, x.shown & ~x.on_own_prompt
-        values |= {"mismatch_sum": d(gap[own].sum()), "mismatch_tokens": d(own.sum()),
-                   "gap_sum": d(gap[moved].sum()), "gap_tokens": d(moved.sum())}
-    if x.correction is not None and first_pass:  # the weights are the same on every pass: count each row once
-        st = x.correction.stats()
-        values |= {"is_ratio_sum": d(st["ratio_sum"]), "is_units": d(st["units"]), "is_tokens": d(st["tokens"]),
-                   "is_adjusted_tokens": d(st["adjusted_tokens"]), "is_weight_sum": d(st["weight_sum"]),
-                   "is_ratio_max": d(st["ratio_max"]), "is_ratio_neg_min": d(-st["ratio_min"]),
-                   "is_weight_max": d(st["weight_max"]), "is_weight_neg_min": d(-st["weight_min"])}
-    return values
-
-
-def variant_statistics(x: LossInputs, s: LossSettings, anchor: torch.Tensor) -> dict[str, torch.Tensor]:
-    """TRL's metrics of its other loss types, one micro-batch's mean (float64 on the device): ``cispo_clip_ratio``
-    (the capped tokens' fraction; per sequence under GSPO's ratio) and ``vespo/phi_seq_mean`` (the γ-weights'
-    mean over the sequences); anchors left out."""
-    sampled = x.mask.bool() & ~anchor.unsqueeze(-1)
-    if s.policy_loss == "cispo":
-        ratio = log_ratio(x.logprobs.detach(), x.old, x.mask, importance_level=s.importance_level).exp()
-        adv = x.advantages.unsqueeze(-1) if x.advantages.dim() == 1 else x.advantages
-        flags = cispo_clipped(ratio, adv, sampled, s)
-        if s.importance_level == "sequence":
-            rows = ~anchor
-            fraction = flags.any(-1)[rows].double().mean() if bool(rows.any()) else torch.zeros((), device=ratio.device)
-        else:
-            fraction = flags.sum().double() / sampled.sum().clamp(min=1)
-        return {"cispo_clip_micro": fraction.to(torch.float64)}
-    if s.policy_loss == "vespo":
-        phi = vespo_weights(x.logprobs.detach(), x.old, x.advantages, x.mask, s, x.is_weights)[~anchor]  # [rows, 1]
-        return {"vespo_phi_micro": phi.double().mean() if phi.numel() else torch.zeros((), dtype=torch.float64,
-                                                                                        device=phi.device)}
-    return {}
-
-
-def bonus_on(s: UpdateSettings) -> bool:
-    """TRL's entropy bonus is on: a coefficient, or the adaptive control (which may raise it from 0)."""
-    return s.loss.entropy_coef > 0 or s.entropy_control is not None
-
-
 def sync_reference(policy, reference, alpha: float) -> None:
     """TRL's SyncRefModelCallback (TR-DPO): every reference parameter ← α · the policy's + (1 − α) · its own."""
     with torch.no_grad():
         for ref, own in zip(reference.parameters(), policy.parameters(), strict=True):
             ref.mul_(1.0 - alpha).add_(own.to(ref.dtype), alpha=alpha)
-
-
-def micro_means(out, entropy: torch.Tensor, mask: torch.Tensor, is_anchor: torch.Tensor, *,
-                sequence_level: bool) -> dict[str, torch.Tensor]:
-    """One micro-batch's means of TRL's train metrics (float64 scalars on the device, no host sync).
-
-    ``out``: the micro-batch's ``rlvr.core.losses.PolicyLoss``; ``entropy`` [n, T]; ``mask`` [n, T];
-    ``is_anchor`` [n]. Anchors have no ratio and were not sampled: they are left out of every mean.
-    As TRL's ``global_masked_mean``: token means over the trained tokens; with a ratio per sequence (GSPO)
-    the clip fractions are means over the sequences, every one of them (one with no trained token counts 0).
-    """
-    sampled = mask.bool() & ~is_anchor.unsqueeze(-1)  # [n, T]
-    rows = ~is_anchor  # [n]
-    tokens = sampled.sum(-1)  # [n]
-    d = lambda value: value.detach().to(torch.float64)
-    token_mean = lambda x: d(torch.where(sampled, x, torch.zeros_like(x)).sum() / sampled.sum().clamp(min=1))
-    zero = torch.zeros((), dtype=torch.float64, device=mask.device)
-
-    def per_sequence(flags: torch.Tensor) -> torch.Tensor:
-        """Each row's clipped fraction; a GSPO row's flag is its sequence's (0 when it has no trained token)."""
-        fraction = (flags & sampled).sum(-1).double() / tokens.clamp(min=1)
-        return fraction[rows] if sequence_level else fraction[rows & (tokens > 0)]  # token level: NaN rows out
-
-    def mean(flags: torch.Tensor) -> torch.Tensor:
-        if sequence_level:
-            values = per_sequence(flags)
-            return values.mean() if values.numel() else zero
-        return token_mean(flags.double())
-
-    low, high = out.low_clipped, out.high_clipped
-    low_seq, high_seq = per_sequence(low), per_sequence(high)
-    return {
-        "micro_batches": torch.ones((), dtype=torch.float64, device=mask.device),
-        "entropy_micro": token_mean(entropy.double()),
-        "kl_micro": token_mean(out.kl.double()) if out.kl is not None else zero,
-        "clip_low_micro": mean(low), "clip_high_micro": mean(high), "clip_region_micro": mean(low | high),
-        "clip_low_min_micro": low_seq.min() if low_seq.numel() else zero,
-        "clip_high_max_micro": high_seq.max() if high_seq.numel() else zero,
-        "clip_extreme_micro": torch.ones((), dtype=torch.float64, device=mask.device) if low_seq.numel() else zero,
-    }
-
-
-def _is_numerator(batch: OptimizerBatch, rows: list[int], old: torch.Tensor) -> torch.Tensor:
-    """[n, T] log π_old of ``rows`` on the prompt each was sampled from: ``old`` (the old log-probs, or
-    ``logprobs.detach()`` on the single on-policy pass), except where ``batch.sampled_old`` has a row."""
-    if batch.sampled_old is None or all(batch.sampled_old[i] is None for i in rows):
-        return old
-    own = torch.tensor([batch.sampled_old[i] is None for i in rows], device=old.device).unsqueeze(-1)
-    other = pad_rows([batch.sampled_old[i] if batch.sampled_old[i] is not None else torch.zeros(0) for i in rows],
-                     old.shape[1]).to(old.device)
-    return torch.where(own, old, other)
-
-
-@dataclass
-class OptimizerBatch:
-    """One mini-batch's inputs: the experience, its advantages and old/reference log-probs, the rank shares."""
-
-    exp: Experience
-    advantages: torch.Tensor  # [N]
-    old: list[torch.Tensor | None] | None  # N × [T_i] (None: old = logp.detach())
-    ref: list[torch.Tensor | None] | None  # N × [T_i] (None: β = 0)
-    shares: list[list[int]]  # rank r -> its responses of this mini-batch
-    # IS correction: N × [T_i] log π_old on the prompt a response was sampled from, where ``old`` is scored on
-    # another (TA-GRPO); None where ``old`` serves (None: for all)
-    sampled_old: list[torch.Tensor | None] | None = None
-
-
-def rank_share(pool_ids: torch.Tensor, mini: list[int], ctx: DistContext, rank: int) -> list[int]:
-    """The responses of ``mini`` that ``rank`` trains on: a contiguous share of its pools (never split)."""
-    if not ctx.enabled:
-        return mini
-    order: dict[int, list[int]] = {}
-    for i in mini:
-        order.setdefault(int(pool_ids[i]), []).append(i)
-    pools = list(order.values())
-    return [i for p in ctx.share(len(pools), rank) for i in pools[p]]
 
 
 def _zero_loss_pass(model, pad_token_id: int) -> None:

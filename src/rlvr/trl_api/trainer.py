@@ -140,8 +140,9 @@ class GRPOTrainer:
         if resume is not None:
             extra = {"resume": True} if resume is True else {"resume_from_checkpoint": str(resume)}
             cfg = build_config({**self._overrides, **extra})
-        # TRL's output folder: training_args.bin holds args; the model at output_dir only from save_model()
-        outputs = Outputs(training_args=self.args, final_model=False)
+        # TRL's output folder: training_args.bin holds args; the model at output_dir only from save_model(). The
+        # folder is checked when training starts: trainer.model may be read before train(resume_from_checkpoint=...)
+        outputs = Outputs(training_args=self.args, final_model=False, folder_check_first=False)
         self._trainer = Trainer(cfg, callbacks=self.callbacks, outputs=outputs)
         if self.eval_dataset is not None and (self._eval.strategy != "no" or self._eval.on_start):
             # (rlvr's own eval_data evaluation is off here: a GRPOConfig has no such key, and EVAL_KEYS are TRL's)

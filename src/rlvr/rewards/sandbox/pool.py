@@ -27,10 +27,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Self
 
+from rlvr.rewards.sandbox.worker_languages import LANGUAGES  # name -> Language: its runners, samples
+
 logger = logging.getLogger(__name__)
 
 SANDBOX_MODES = ("namespaces", "limits_only")
-LANGUAGES = ("python", "cpp")  # a language is a runner in worker.py (cpp: g++ in the program's folder, then exec)
 WORKER_FILE = Path(__file__).with_name("worker.py")
 HIDDEN_FOLDERS = ("/root", "/home", "/run", "/dev/shm", "/var/tmp", "/tmp")
 _WORKER_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
@@ -64,8 +65,10 @@ class SandboxLimits:
 
 @dataclass(frozen=True)
 class Job:
-    """One program to run. ``kind``: ``script`` (run as ``python -c``), ``checked`` (then ``test``; ``completed``
-    only if the test code ran to its end), ``verl_apps`` (verl's APPS runner on ``in_outs``)."""
+    """One program to run. ``language``: a name of ``worker_languages.LANGUAGES`` (its entry's runners run it);
+    ``kind``: one of that entry's runners: python's ``script`` (run as ``python -c``), ``checked`` (then ``test``;
+    ``completed`` only if the test code ran to its end), ``verl_apps`` (verl's APPS runner on ``in_outs``); every
+    other language's ``script``. A language or kind without a runner is refused here, naming the valid ones."""
 
     source: str
     stdin: str = ""
@@ -75,11 +78,18 @@ class Job:
     language: str = "python"
     extra: dict = field(default_factory=dict)  # verl_apps: in_outs, runner_path, timeout
 
-    def message(self) -> dict:
+    def __post_init__(self):
         if self.language not in LANGUAGES:
-            raise ValueError(f"the sandbox runs {', '.join(LANGUAGES)} programs, not {self.language!r}")
-        if self.language != "python" and self.kind != "script":
-            raise ValueError(f"a {self.language} program runs as a script (stdin -> stdout), not {self.kind!r}")
+            raise ValueError(f"the sandbox runs {', '.join(LANGUAGES)} programs, not {self.language!r}: pass "
+                             "language= one of them, or add an entry to LANGUAGES in rlvr/rewards/sandbox/"
+                             "worker_languages.py (docs/design/architecture.md, 'Add a sandbox language')")
+        kinds = LANGUAGES[self.language].runners
+        if self.kind not in kinds:
+            raise ValueError(f"a {self.language} program runs as {' or '.join(map(repr, kinds))} (its runners), not "
+                             f"{self.kind!r}: pass kind= one of them, or add a runner to its entry in LANGUAGES "
+                             "(rlvr/rewards/sandbox/worker_languages.py)")
+
+    def message(self) -> dict:
         verl = self.kind == "verl_apps"  # verl's runner: its file and numpy, read-only, besides the system's
         read_only = [self.extra["runner_path"], *package_paths("numpy")] if verl else []
         return {"source": self.source, "stdin": self.stdin, "kind": self.kind, "test": self.test,

@@ -1,8 +1,14 @@
-"""Log-prob scoring: the per-token log-probs and entropy of (prompt, response) token sequences under a model.
+"""The update's batches and the model passes over them.
 
-A micro-batch is collated around its *distinct* prompts: a GRPO group repeats one prompt G times,
-so the prompt is run once and its keys/values are copied to its G responses (shared prefix). The
-forward is then two calls:
+Cutting (the update's batching, beside ``rlvr.train.update`` so that the update reads as the algorithm):
+``minibatches`` (whole groups per optimiser step), ``rank_share`` (each process's share of a mini-batch: whole
+pools), ``length_buckets`` (micro-batches of similar lengths, bounded in rows and tokens), ``pad_rows``;
+an optimiser step's inputs (:class:`OptimizerBatch`) and one micro-batch's inputs to the loss (:class:`LossInputs`).
+
+Scoring: the per-token log-probs and entropy of (prompt, response) token sequences under a model
+(``collate``, ``response_logprobs``, ``response_logprobs_no_grad``). A micro-batch is collated around its
+*distinct* prompts: a GRPO group repeats one prompt G times, so the prompt is run once and its keys/values are
+copied to its G responses (shared prefix). The forward is then two calls:
 
     prompts  [U, P]  (left-padded, U distinct)           -> KV cache, logits of the last position
     responses [n, T] (right-padded) on the copied cache  -> logits of response positions
@@ -19,16 +25,21 @@ from __future__ import annotations
 import contextlib
 import copy
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from transformers import DynamicCache
 
+from rlvr.core.importance import ISWeights
 from rlvr.core.lm_head import Fp32Head, chunked_token_logprobs
 from rlvr.core.logprobs import entropy_from_logits, token_logprobs
 from rlvr.models.activation_checkpointing import decoder_layers
 from rlvr.rollout.base import left_pad
 from rlvr.rollout.kv_cache import CACHE_KWARG
-from rlvr.train.experience import length_buckets
+
+if TYPE_CHECKING:
+    from rlvr.train.experience import Experience
+from rlvr.parallel.runtime import DistContext
 
 
 @dataclass
@@ -280,3 +291,121 @@ def response_logprobs_no_grad(
         return result
     finally:
         model.train(was_training)
+
+
+def minibatches(group_ids: torch.Tensor, num_minibatches: int) -> list[list[int]]:
+    """Split response indices into ``num_minibatches`` runs of whole groups (never a split group).
+
+    Pass pool ids to keep TA-GRPO pools whole.
+
+    Groups are dealt in order of first appearance; the split balances the number of groups.
+    """
+    order: list[int] = []
+    members: dict[int, list[int]] = {}
+    for index, gid in enumerate(group_ids.tolist()):
+        if gid not in members:
+            members[gid] = []
+            order.append(gid)
+        members[gid].append(index)
+    count = max(1, min(num_minibatches, len(order)))
+    bounds = [round(i * len(order) / count) for i in range(count + 1)]
+    return [
+        [index for gid in order[bounds[i] : bounds[i + 1]] for index in members[gid]]
+        for i in range(count)
+    ]
+
+
+def length_buckets(rows: list[int], lengths: list[int], max_rows: int, *, max_tokens: int | None = None) -> list[list[int]]:
+    """Cut ``rows`` into micro-batches of at most ``max_rows`` rows of similar response length.
+
+    A micro-batch is padded to its longest response, so mixing 20- and 256-token responses makes
+    the forward and backward process mostly padding (measured: 42 % of the positions at
+    max_completion_length 256, docs/performance.md). Rows sorted longest first are cut when a
+    chunk is full or the next row is shorter than half the chunk's longest, so at most half of a
+    chunk's response positions are padding. Exact: the loss of a micro-batch is divided by the
+    mini-batch's global token/sequence counts, so any grouping gives the same loss and gradient.
+
+    With ``max_tokens`` (verl's ``ppo_max_token_len_per_gpu``, counted in padded response tokens)
+    a chunk is also cut before its rows × longest would exceed the budget; a single response longer
+    than the budget is a micro-batch of its own.
+
+    Args:
+        rows: response indices (``lengths[i]`` is the length of response ``rows[i]``).
+        max_rows: the micro-batch size.
+        max_tokens: padded response tokens per micro-batch at most (None: no budget).
+    """
+    order = sorted(range(len(rows)), key=lambda i: -lengths[i])  # stable: ties keep their order
+    chunks: list[list[int]] = []
+    longest = 0
+    budget = max_tokens if max_tokens is not None else float("inf")
+    for i in order:
+        full = chunks and (len(chunks[-1]) >= max_rows or (len(chunks[-1]) + 1) * longest > budget)
+        if not chunks or full or 2 * lengths[i] < longest:
+            chunks.append([])
+            longest = lengths[i]
+        chunks[-1].append(rows[i])
+    return chunks
+
+
+def pad_rows(rows: list[torch.Tensor], width: int) -> torch.Tensor:
+    """Stack 1-D tensors into [n, width], zero-padded on the right."""
+    out = torch.zeros((len(rows), width), dtype=torch.float32)
+    for i, row in enumerate(rows):
+        out[i, : row.numel()] = row
+    return out
+
+
+@dataclass
+class LossInputs:
+    """One micro-batch's inputs to the loss, on the device ([n, T] per token, [n] per response)."""
+
+    logprobs: torch.Tensor  # log π_θ (with grad)
+    entropy: torch.Tensor  # H(π_θ) per position (with grad when entropy_coef > 0)
+    old: torch.Tensor  # log π_old (logprobs.detach() when not computed)
+    ref: torch.Tensor | None  # log π_ref (None: β = 0)
+    advantages: torch.Tensor  # [n]
+    mask: torch.Tensor  # the tokens trained on
+    is_anchor: torch.Tensor | None  # [n] (None: no anchor in the micro-batch, and no anchor term)
+    is_weights: torch.Tensor | None  # the IS correction's w_t (anchors 1; None: off)
+    keep: torch.Tensor | None  # [n, T] or [n, 1] the policy term's tokens kept (TRL's off-policy and entropy masks)
+    bonus_mask: torch.Tensor  # the tokens of the entropy bonus (TRL: the mask and top_entropy_quantile's)
+    correction: ISWeights | None  # the IS correction's weights and statistics (None: off)
+    sampled: torch.Tensor | None  # the sampler's log-probs (on the on-policy pass, or with the correction)
+    shown: torch.Tensor  # every response token, anchors excluded
+    on_own_prompt: torch.Tensor  # [n, 1] scored on the prompt it was sampled from
+
+
+def is_numerator(batch: OptimizerBatch, rows: list[int], old: torch.Tensor) -> torch.Tensor:
+    """[n, T] log π_old of ``rows`` on the prompt each was sampled from: ``old`` (the old log-probs, or
+    ``logprobs.detach()`` on the single on-policy pass), except where ``batch.sampled_old`` has a row."""
+    if batch.sampled_old is None or all(batch.sampled_old[i] is None for i in rows):
+        return old
+    own = torch.tensor([batch.sampled_old[i] is None for i in rows], device=old.device).unsqueeze(-1)
+    other = pad_rows([batch.sampled_old[i] if batch.sampled_old[i] is not None else torch.zeros(0) for i in rows],
+                     old.shape[1]).to(old.device)
+    return torch.where(own, old, other)
+
+
+@dataclass
+class OptimizerBatch:
+    """One mini-batch's inputs: the experience, its advantages and old/reference log-probs, the rank shares."""
+
+    exp: Experience
+    advantages: torch.Tensor  # [N]
+    old: list[torch.Tensor | None] | None  # N × [T_i] (None: old = logp.detach())
+    ref: list[torch.Tensor | None] | None  # N × [T_i] (None: β = 0)
+    shares: list[list[int]]  # rank r -> its responses of this mini-batch
+    # IS correction: N × [T_i] log π_old on the prompt a response was sampled from, where ``old`` is scored on
+    # another (TA-GRPO); None where ``old`` serves (None: for all)
+    sampled_old: list[torch.Tensor | None] | None = None
+
+
+def rank_share(pool_ids: torch.Tensor, mini: list[int], ctx: DistContext, rank: int) -> list[int]:
+    """The responses of ``mini`` that ``rank`` trains on: a contiguous share of its pools (never split)."""
+    if not ctx.enabled:
+        return mini
+    order: dict[int, list[int]] = {}
+    for i in mini:
+        order.setdefault(int(pool_ids[i]), []).append(i)
+    pools = list(order.values())
+    return [i for p in ctx.share(len(pools), rank) for i in pools[p]]

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from rlvr.models import tiny_random_model_and_tokenizer
-from rlvr.train.response_logprobs import collate, response_logprobs, response_logprobs_no_grad
+from rlvr.train.batching import collate, response_logprobs, response_logprobs_no_grad
 
 
 def _reference_logprobs(model, prompt, response, temperature):
@@ -180,7 +180,7 @@ def test_chunked_lm_head_with_lora_adapters_and_the_adapter_off_reference():
 
 
 def test_chunked_lm_head_refuses_a_head_it_cannot_reproduce():
-    from rlvr.train.response_logprobs import lm_head
+    from rlvr.train.batching import lm_head
 
     model, _ = tiny_random_model_and_tokenizer(seed=0)
     model.config.final_logit_softcapping = 30.0
