@@ -25,10 +25,10 @@ import torch
 
 from rlvr.core.importance import importance_weights
 from rlvr.core.loss_variants import high_entropy_mask, off_policy_mask, vespo_weights
-from rlvr.core.losses import LossSettings, aggregate, entropy_bonus, policy_loss
+from rlvr.core.losses import LossSettings, aggregate, entropy_bonus, micro_means, policy_loss
 from rlvr.core.names import resolve_aggregation, resolve_policy_loss
 from rlvr.train.batching import collate, response_logprobs
-from rlvr.train.metrics import micro_means, variant_statistics
+from rlvr.train.metrics import variant_statistics
 
 from .conftest import MAX_COMPLETION_LENGTH, TEMPERATURE, make_trl_trainer
 
@@ -59,7 +59,7 @@ AGGREGATION = {"grpo": "seq_mean_token_mean", "dr_grpo": "seq_mean_token_sum_nor
 OTHER_LOSSES = {"cispo": ("cispo", "dapo"), "sapo": ("sapo", "seq_mean_token_mean"), "vespo": ("vespo", "dapo")}
 VARIANT_METRICS = {"cispo": {"cispo_clip_ratio": "cispo_clip_micro"},
                    "vespo": {"vespo/phi_seq_mean": "vespo_phi_micro"}, "sapo": {}}
-# TRL's per-micro-batch train metric -> rlvr.train.metrics.micro_means's key
+# TRL's per-micro-batch train metric -> rlvr.core.losses.micro_means's key
 METRICS = {"entropy": "entropy_micro", "kl": "kl_micro", "clip_ratio/low_mean": "clip_low_micro",
            "clip_ratio/high_mean": "clip_high_micro", "clip_ratio/region_mean": "clip_region_micro",
            "clip_ratio/low_min": "clip_low_min_micro", "clip_ratio/high_max": "clip_high_max_micro"}
@@ -397,7 +397,7 @@ def test_the_loss_and_its_gradient_are_trls(prepared, case, monkeypatch):
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_the_train_metrics_are_trls(prepared, case, monkeypatch):
     """TRL's own per-micro-batch metrics logged by _compute_loss (entropy, kl, clip_ratio/low_mean, high_mean,
-    region_mean, low_min, high_max) = rlvr.train.metrics.micro_means of rlvr's policy_loss output."""
+    region_mean, low_min, high_max) = rlvr.core.losses.micro_means of rlvr's policy_loss output."""
     trainer, model, batches = prepared
     _, _, trl_metrics = _trl_loss(trainer, model, case, batches, monkeypatch)
     _, _, metrics = _rlvr_loss(model, case, batches)

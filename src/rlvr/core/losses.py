@@ -308,3 +308,43 @@ def entropy_bonus(entropy: torch.Tensor, mask: torch.Tensor, *, coef: float, sha
     sampled = mask.bool() if is_anchor is None else mask.bool() & ~is_anchor.unsqueeze(-1)  # [N, T]
     kept = torch.where(sampled, entropy, torch.zeros_like(entropy))  # padding may hold junk (inf): never 0·inf
     return coef * kept.sum() / sampled.sum().clamp(min=1).to(entropy.dtype) * share
+
+
+def micro_means(out: PolicyLoss, entropy: torch.Tensor, mask: torch.Tensor, is_anchor: torch.Tensor, *,
+                sequence_level: bool) -> dict[str, torch.Tensor]:
+    """One micro-batch's means of TRL's train metrics (float64 scalars on the device, no host sync).
+
+    ``out``: the micro-batch's ``rlvr.core.losses.PolicyLoss``; ``entropy`` [n, T]; ``mask`` [n, T];
+    ``is_anchor`` [n]. Anchors have no ratio and were not sampled: they are left out of every mean.
+    As TRL's ``global_masked_mean``: token means over the trained tokens; with a ratio per sequence (GSPO)
+    the clip fractions are means over the sequences, every one of them (one with no trained token counts 0).
+    """
+    sampled = mask.bool() & ~is_anchor.unsqueeze(-1)  # [n, T]
+    rows = ~is_anchor  # [n]
+    tokens = sampled.sum(-1)  # [n]
+    d = lambda value: value.detach().to(torch.float64)
+    token_mean = lambda x: d(torch.where(sampled, x, torch.zeros_like(x)).sum() / sampled.sum().clamp(min=1))
+    zero = torch.zeros((), dtype=torch.float64, device=mask.device)
+
+    def per_sequence(flags: torch.Tensor) -> torch.Tensor:
+        """Each row's clipped fraction; a GSPO row's flag is its sequence's (0 when it has no trained token)."""
+        fraction = (flags & sampled).sum(-1).double() / tokens.clamp(min=1)
+        return fraction[rows] if sequence_level else fraction[rows & (tokens > 0)]  # token level: NaN rows out
+
+    def mean(flags: torch.Tensor) -> torch.Tensor:
+        if sequence_level:
+            values = per_sequence(flags)
+            return values.mean() if values.numel() else zero
+        return token_mean(flags.double())
+
+    low, high = out.low_clipped, out.high_clipped
+    low_seq, high_seq = per_sequence(low), per_sequence(high)
+    return {
+        "micro_batches": torch.ones((), dtype=torch.float64, device=mask.device),
+        "entropy_micro": token_mean(entropy.double()),
+        "kl_micro": token_mean(out.kl.double()) if out.kl is not None else zero,
+        "clip_low_micro": mean(low), "clip_high_micro": mean(high), "clip_region_micro": mean(low | high),
+        "clip_low_min_micro": low_seq.min() if low_seq.numel() else zero,
+        "clip_high_max_micro": high_seq.max() if high_seq.numel() else zero,
+        "clip_extreme_micro": torch.ones((), dtype=torch.float64, device=mask.device) if low_seq.numel() else zero,
+    }
