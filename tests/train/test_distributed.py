@@ -41,6 +41,10 @@ CONFIGS = {
     # micro-batches cut by a token budget (so the ranks run different numbers of them)
     "memory": dict(beta=0.04, steps_per_generation=2, gradient_checkpointing=True, lm_head_chunk_tokens=5,
                    max_tokens_per_micro_batch=20),
+    # TRL's top_entropy_quantile: the threshold is the quantile over every process's sampled tokens of the
+    # micro-batch (gathered), so 2 processes keep the tokens 1 process keeps (no entropy bonus: TRL takes its mean
+    # per process, so it depends on how the micro-batch is shared out; docs/training.md)
+    "entropy_mask": dict(top_entropy_quantile=0.5, steps_per_generation=2),
 }
 
 GATED_REWARD = '''
@@ -89,7 +93,7 @@ def _launch(options: dict, *extra: str) -> None:
 @pytest.mark.parametrize(("name", "parallelism"), [("grpo", "ddp"), ("dagrpo", "ddp"), ("tagrpo", "ddp"),
                                                    ("grpo", "fsdp"), ("lora", "fsdp"), ("sft", "ddp"),
                                                    ("is_correction", "ddp"),
-                                                   ("memory", "fsdp"), ("memory", "ddp")])
+                                                   ("memory", "fsdp"), ("memory", "ddp"), ("entropy_mask", "ddp")])
 def test_two_processes_equal_one(tmp_path, lowercase_reward, name, parallelism):
     one, two = tmp_path / "one", tmp_path / "two"
     Trainer(build_config(_options(name, one, lowercase_reward))).train()

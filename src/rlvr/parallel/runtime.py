@@ -79,6 +79,23 @@ class DistContext:
         dist.all_gather_object(out, obj)
         return out
 
+    def gather_values(self, values: torch.Tensor) -> torch.Tensor:
+        """Every rank's 1-D ``values`` (their lengths may differ), concatenated in rank order, on ``values``' device:
+        the lengths, then the values padded to the longest, in two tensor all-gathers on the collective device
+        (``gather_objects`` would pickle them through the host)."""
+        if not self.enabled:
+            return values
+        device = self.collective_device
+        length = torch.tensor([values.numel()], dtype=torch.int64, device=device)
+        lengths = [torch.empty_like(length) for _ in range(self.world_size)]
+        dist.all_gather(lengths, length)
+        counts = torch.cat(lengths).tolist()  # the one host read: the slice of each rank
+        padded = torch.zeros(max(1, max(counts)), dtype=values.dtype, device=device)
+        padded[: values.numel()] = values.to(device)
+        parts = [torch.empty_like(padded) for _ in range(self.world_size)]
+        dist.all_gather(parts, padded)
+        return torch.cat([part[:count] for part, count in zip(parts, counts, strict=True)]).to(values.device)
+
     def broadcast_object(self, obj):
         """Rank 0's ``obj`` on every rank."""
         if not self.enabled:

@@ -202,7 +202,7 @@ class PolicyUpdate:
             with gradient_sync(self.model, enabled=k == count - 1):
                 if k >= len(buckets):
                     if s.loss.top_entropy_quantile < 1 and ctx.enabled:  # the quantile's gather is collective
-                        ctx.gather_objects([])
+                        ctx.gather_values(torch.zeros(0))
                     _zero_loss_pass(self.model, self.pad_token_id)
                     continue
                 inputs = self.loss_inputs(batch, buckets[k], keep, on_policy=on_policy)
@@ -297,8 +297,7 @@ class PolicyUpdate:
             sampled = mask & ~anchor
             threshold = None
             if self.ctx.enabled:  # TRL: the quantile of every process's tokens
-                values = [torch.as_tensor(v) for v in self.ctx.gather_objects(entropy.detach()[sampled].float().cpu())]
-                every = torch.cat(values) if values else torch.zeros(0)
+                every = self.ctx.gather_values(entropy.detach()[sampled].float())  # [every rank's sampled tokens]
                 threshold = torch.quantile(every, 1 - s.top_entropy_quantile).to(entropy.device) if every.numel() \
                     else torch.tensor(math.inf, device=entropy.device)
             high = high_entropy_mask(entropy, sampled, s.top_entropy_quantile, threshold)
