@@ -10,7 +10,6 @@ checked here with nothing to edit in this file (docs/design/architecture.md, "Ad
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -22,25 +21,11 @@ from rlvr.cli import main
 from rlvr.data import load_rows
 from rlvr.data.source_registry import SOURCES, Source, find_source, source_table, sources_in_order, spec_forms
 from tests.helpers.cli_output import one_error_line
+from tests.helpers.dataset_folders import TRAIN, math_folder, write_jsonl
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "design" / "architecture.md"
 TABLE_START = "<!-- source table: rlvr.data.source_registry.source_table() -->"
 TABLE_END = "<!-- end of source table -->"
-TRAIN = [{"prompt": "train 1+1?", "answer": "2"}, {"prompt": "train 2+2?", "answer": "4"}]
-TEST = [{"prompt": "test 3+3?", "answer": "6"}]
-
-
-def _jsonl(path: Path, rows: list[dict]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    return path
-
-
-def _folder(tmp_path: Path) -> Path:
-    folder = tmp_path / "math"
-    _jsonl(folder / "train.jsonl", TRAIN)
-    _jsonl(folder / "test.jsonl", TEST)
-    return folder
 
 
 def _hub_in_cache(tmp_path: Path) -> str:
@@ -48,7 +33,7 @@ def _hub_in_cache(tmp_path: Path) -> str:
     (``<cache>/<owner>___<name>/default/<version>/<hash>/``, read offline): the ``hub`` source, offline."""
     from datasets.packaged_modules.json.json import Json
 
-    cache, folder = Path(datasets.config.HF_DATASETS_CACHE), _folder(tmp_path)
+    cache, folder = Path(datasets.config.HF_DATASETS_CACHE), math_folder(tmp_path)
     builder = Json(dataset_name="tiny-math", cache_dir=str(cache), hash="0123abcd",
                    data_files={split: str(folder / f"{split}.jsonl") for split in ("train", "test")})
     builder.download_and_prepare()
@@ -61,8 +46,8 @@ def _hub_in_cache(tmp_path: Path) -> str:
 
 # the sources that read data from outside rlvr: the spec of data made here (every other source has an example)
 SPEC_MAKERS = {
-    "file": lambda tmp_path: str(_jsonl(tmp_path / "train.jsonl", TRAIN)),
-    "folder": lambda tmp_path: f"{_folder(tmp_path)}:split=test",
+    "file": lambda tmp_path: str(write_jsonl(tmp_path / "train.jsonl", TRAIN)),
+    "folder": lambda tmp_path: f"{math_folder(tmp_path)}:split=test",
     "hub": _hub_in_cache,
 }
 

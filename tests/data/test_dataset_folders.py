@@ -1,7 +1,6 @@
 """Data as ``datasets.load_dataset`` reads it (rlvr.data.datasets_loading): local folders with their splits,
 save_to_disk folders, a Hub id from the local datasets cache (offline), the default config, missing splits."""
 
-import json
 from pathlib import Path
 
 import datasets
@@ -10,9 +9,7 @@ import pyarrow.parquet
 import pytest
 
 from rlvr.data import load_rows
-
-TRAIN = [{"prompt": "train 1+1?", "answer": "2"}, {"prompt": "train 2+2?", "answer": "4"}]
-TEST = [{"prompt": "test 3+3?", "answer": "6"}]
+from tests.helpers.dataset_folders import TEST, TRAIN, math_folder, write_jsonl
 
 
 @pytest.fixture(autouse=True)
@@ -21,25 +18,12 @@ def _datasets_cache_in_tmp(tmp_path, monkeypatch):
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-datasets-cache")
 
 
-def _jsonl(path: Path, rows: list[dict]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    return path
-
-
-def _folder(tmp_path: Path) -> Path:
-    folder = tmp_path / "math"
-    _jsonl(folder / "train.jsonl", TRAIN)
-    _jsonl(folder / "test.jsonl", TEST)
-    return folder
-
-
 def _ids(prefix: str, rows: list[dict]) -> list[dict]:
     return [{"id": f"{prefix}#{i}", **row} for i, row in enumerate(rows)]
 
 
 def test_a_folder_gives_each_split_as_load_dataset_names_it(tmp_path):
-    folder = _folder(tmp_path)
+    folder = math_folder(tmp_path)
     assert load_rows(str(folder)) == _ids("math:train", TRAIN)  # split train by default, as TRL's script
     assert load_rows(f"{folder}:split=test") == _ids("math:test", TEST)
 
@@ -53,7 +37,7 @@ def test_a_folder_of_parquet_shards_under_data(tmp_path):
 
 
 def test_config_default_is_the_default_config_of_a_folder_and_of_a_file(tmp_path):
-    folder = _folder(tmp_path)
+    folder = math_folder(tmp_path)
     assert load_rows(f"{folder}:split=test:config=default") == _ids("math:test", TEST)
     file = folder / "train.jsonl"
     assert load_rows(f"{file}:config=default") == load_rows(str(file)) == _ids("train.jsonl", TRAIN)
@@ -63,7 +47,7 @@ def test_config_default_is_the_default_config_of_a_folder_and_of_a_file(tmp_path
 
 
 def test_a_missing_split_is_named_with_the_splits_there_are(tmp_path):
-    folder = _folder(tmp_path)
+    folder = math_folder(tmp_path)
     with pytest.raises(ValueError, match=rf"split 'validation' not in {folder} \(splits: train, test\); name one"):
         load_rows(f"{folder}:split=validation")
     with pytest.raises(ValueError, match=r"split 'test' not in .*train.jsonl \(splits: train\): a single file is "
@@ -100,7 +84,7 @@ def _cache_hub_dataset(cache: Path, repo_id: str, folder: Path) -> None:
 
 def test_a_hub_id_in_the_local_datasets_cache_loads_offline(tmp_path, monkeypatch):
     cache = tmp_path / "hf-datasets-cache"
-    _cache_hub_dataset(cache, "someone/tiny-math", _folder(tmp_path))
+    _cache_hub_dataset(cache, "someone/tiny-math", math_folder(tmp_path))
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)  # never the network, whatever the environment
     assert load_rows("someone/tiny-math:split=test") == _ids("someone/tiny-math:test", TEST)
     assert load_rows("someone/tiny-math:config=default") == _ids("someone/tiny-math:train", TRAIN)
@@ -109,8 +93,8 @@ def test_a_hub_id_in_the_local_datasets_cache_loads_offline(tmp_path, monkeypatc
 
 
 def test_folder_rows_get_rlvrs_row_checks_and_options_are_checked(tmp_path):
-    folder = _folder(tmp_path)
-    _jsonl(folder / "test.jsonl", [{"prompt": "p", "answer": ""}])
+    folder = math_folder(tmp_path)
+    write_jsonl(folder / "test.jsonl", [{"prompt": "p", "answer": ""}])
     with pytest.raises(ValueError, match="row 0 .*of math:test: field 'answer' is empty"):
         load_rows(f"{folder}:split=test")
     with pytest.raises(ValueError, match=r"unknown option\(s\) \['revision'\]; local files and folders take split="):
