@@ -1,5 +1,5 @@
 """Every reward option (the ``reward`` section, and ``multi_objective_aggregation``) has an effect a test sees: the
-reward phase built from the config (``train/setup.py``'s ``build_rewarder``, the reader) is asserted against
+reward phase built from the config (``train/setup.py``'s ``rewarder_recipe``, the reader) is asserted against
 hand-worked values that the default, an inverted rule or a sibling option's value would not give. Then how a code
 reward scores each way a program can end, sandbox failures included (docs/code_rewards.md), case by case.
 
@@ -23,7 +23,7 @@ from rlvr.rollout import Completion
 from rlvr.train.experience import Experience, Group, compute_advantages
 from rlvr.train.plan import compile_plan
 from rlvr.train.rewarding import RewardFunctionFailed
-from rlvr.train.setup import build_rewarder
+from rlvr.train.setup import rewarder_recipe
 
 EPS = 1e-6
 ROW = {"id": "a", "prompt": "What is 3 + 4?", "answer": "7"}
@@ -49,7 +49,7 @@ def rewarder():
 
     def make(**options):
         cfg = build_config({"model": "tiny-random", "verifier_workers": 1, **options})
-        built.append(build_rewarder(cfg, max_steps=3, tokenizer=None))
+        built.append(rewarder_recipe(cfg).build(max_steps=3, tokenizer=None))
         return built[-1]
 
     yield make

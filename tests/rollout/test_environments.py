@@ -195,12 +195,12 @@ def test_what_environments_cannot_be_combined_with_is_refused(overrides, message
 
 def test_no_reward_source_is_refused_and_reward_funcs_may_be_empty_only_with_an_environment():
     from rlvr.train.plan import tool_settings
-    from rlvr.train.setup import build_rewarder
+    from rlvr.train.setup import rewarder_recipe
 
     with pytest.raises(ValueError, match="name at least one reward function"):
         build_config({"model": "tiny-random", "data": ROWS, "reward_funcs": []})
     cfg = _config(environment_factory=Door)
-    rewarder = build_rewarder(cfg, max_steps=1, tokenizer=None, tools=tool_settings(cfg))
+    rewarder = rewarder_recipe(cfg, tools=tool_settings(cfg)).build(max_steps=1, tokenizer=None)
     assert rewarder.names == ["Door"]
     rewarder.close()
 
@@ -209,7 +209,7 @@ def test_no_reward_source_is_refused_and_reward_funcs_may_be_empty_only_with_an_
 
     cfg = _config(environment_factory=Silent)
     with pytest.raises(ValueError, match="no reward source"):
-        build_rewarder(cfg, max_steps=1, tokenizer=None, tools=tool_settings(cfg))
+        rewarder_recipe(cfg, tools=tool_settings(cfg)).build(max_steps=1, tokenizer=None)
 
 
 def test_trls_trainer_without_a_dataset_plays_the_environment_for_max_steps():

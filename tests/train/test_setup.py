@@ -18,7 +18,6 @@ from rlvr.train.plan import compile_plan, run_length
 from rlvr.train.setup import (
     attach_rephrasings,
     build_optimizer,
-    build_rewarder,
     build_scheduler,
     build_training_eval,
     check_reward_functions,
@@ -28,6 +27,7 @@ from rlvr.train.setup import (
     open_r1_chat,
     read_rephrasings_file,
     resolve_device,
+    rewarder_recipe,
 )
 
 
@@ -191,7 +191,7 @@ def test_build_rewarder_takes_the_reward_options():
 
     cfg = build_config({"reward_funcs": [toy, "format"], "reward_weights": [2.0, 0.5], "max_reward_error_frac": 0.25,
                         "reward_timeout": 9.0, "verifier_workers": 1})
-    rewarder = build_rewarder(cfg, max_steps=7, tokenizer=None)
+    rewarder = rewarder_recipe(cfg).build(max_steps=7, tokenizer=None)
     try:
         assert rewarder.funcs[0] is toy and rewarder.names[0] == "toy" and len(rewarder.names) == 2
         assert rewarder.weights == [2.0, 0.5] and rewarder.max_error_frac == 0.25 and rewarder.timeout_s == 9.0

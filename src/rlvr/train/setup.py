@@ -76,7 +76,7 @@ from rlvr.train.plan import (
     extra_reward_arguments,
     step_kind,
 )
-from rlvr.train.rewarding import Rewarder, RewarderRecipe, reward_columns
+from rlvr.train.rewarding import RewarderRecipe, reward_columns
 from rlvr.train.sft import sft_rows
 from rlvr.train.trl_evaluation import EvalOptions, EvalRows, TrainingEvaluation
 
@@ -501,11 +501,6 @@ def rewarder_recipe(cfg: ExperimentConfig, *, tools: ToolSettings | None = None)
     return RewarderRecipe(tuple(specs), None if weights is None else tuple(weights), dict(
         verifier_workers=r.verifier_workers, verifier_timeout=r.verifier_timeout, answer_extraction=r.answer_extraction,
         max_reward_error_frac=r.max_reward_error_frac, reward_timeout=r.reward_timeout, names=cfg.run.preset))
-
-
-def build_rewarder(cfg: ExperimentConfig, *, max_steps: int, tokenizer, tools: ToolSettings | None = None) -> Rewarder:
-    """The reward phase (:func:`rewarder_recipe`, built)."""
-    return rewarder_recipe(cfg, tools=tools).build(max_steps=max_steps, tokenizer=tokenizer)
 
 
 def eval_rows(cfg: ExperimentConfig) -> EvalRows:
